@@ -1,0 +1,199 @@
+// The registry segment format: the one definition of the bytes that writers
+// put into shared memory and that RegistryReader parses. Nothing else in the
+// project interprets a segment.
+//
+// Thread-safety: this header only describes memory; the rules for touching it
+// are the publication rule below.
+//
+// A segment is a regular file in the registry directory, named
+// `gym-<pid>-<start ticks>-<sequence>.seg`, created 0600 by one writer process
+// (its owner) and mapped MAP_SHARED by the owner (read-write) and by the
+// exporter (read-only). Sizes and offsets are in bytes; integers are native
+// endian (writer and reader run on the same host).
+//
+//   Header: page 0, kHeaderBytes = 4096
+//   offset size field
+//   ------ ---- -----------------------------------------------------------
+//        0    8 magic            "GYMSEG\0\1"  (kMagic; written last, release)
+//        8    4 format_version   kFormatVersion
+//       12    4 header_bytes     4096
+//       16    4 record_bytes     1024            (one metadata record)
+//       20    4 max_records      kMaxRecords     (series per segment)
+//       24    4 line_bytes       64              (one value cache line)
+//       28    4 value_lines      kValueLines     (value cache lines)
+//       32    8 records_offset   4096
+//       40    8 values_offset    records_offset + max_records * record_bytes
+//       48    8 total_bytes      values_offset + value_lines * line_bytes
+//       56    4 owner_pid
+//       60    4 (zero)
+//       64    8 owner_start_ticks  field 22 of /proc/<pid>/stat (clock ticks
+//                                  after boot): with the pid, an identity that
+//                                  survives pid reuse
+//       72   16 owner_boot_id      /proc/sys/kernel/random/boot_id, raw bytes
+//       88    8 created_unix_ns
+//       96   32 (zero)
+//      128    4 record_count     atomic: records [0, record_count) may be read
+//      132   60 (zero)           (record_count alone on its cache line)
+//      192    8 dropped_series   atomic: registrations this process could not
+//                                make (segment full, limits exceeded)
+//      200 3896 (zero)
+//
+//   Metadata records: max_records x 1024 bytes at records_offset (cold)
+//   offset size field
+//   ------ ---- -----------------------------------------------------------
+//        0    4 state            atomic: kRecordEmpty, kRecordLive,
+//                                kRecordReleased
+//        4    1 kind             SeriesKind
+//        5    1 label_count      <= kMaxLabels
+//        6    1 bound_count      histograms: finite upper bounds, <= kMaxBounds
+//        7    1 (zero)
+//        8    4 value_line       first value cache line of this series
+//       12    2 text_bytes       bytes of `text` in use
+//       14    2 (zero)
+//       16    8 unit_divisor     double: exposed value = raw / unit_divisor
+//                                (histogram sum and bounds; 1 otherwise)
+//       24    8 (zero)
+//       32  128 bounds           int64[kMaxBounds], strictly increasing, raw
+//      160  864 text             "family\0name1\0value1\0...nameN\0valueN\0",
+//                                labels sorted by name
+//
+//   Values: value_lines x 64 bytes at values_offset (hot; a series' values
+//   start on a cache line of their own and no two series share a line)
+//     counter    uint64 at value_line                          (1 line)
+//     gauge      int64  at value_line                          (1 line)
+//     histogram  uint64 bucket[bound_count + 1] (not cumulative; the last is
+//                the +Inf overflow), then int64 sum of raw observations;
+//                the count is the sum of the buckets, so a reader's +Inf
+//                bucket always equals its count    (ceil((n + 2) * 8 / 64))
+//
+// Publication rule. The owner creates the file unnamed (O_TMPFILE), sizes it
+// (zero-filled), takes an OFD write lock on it that it holds until it exits,
+// writes the header with the magic last, and only then links it into the
+// directory: a named segment is always complete. To register a series the
+// owner (under a process-local mutex) fills a record whose state is
+// kRecordEmpty, then stores state = kRecordLive with release, then raises
+// record_count with release. Metadata of a record never changes after that;
+// a released gauge slot is only reused for the same family and labels. Value
+// updates are relaxed atomic read-modify-writes on the value lines. A gauge
+// is released by storing 0 into its value, then state = kRecordReleased
+// (release); it is reused by zeroing the value, then state = kRecordLive.
+// The reader loads record_count and each state with acquire, so it never sees
+// a record before its metadata, and reads values with relaxed loads. The
+// owner is alive exactly while its OFD lock is held; the kernel drops it when
+// the process dies.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace gym::segment {
+
+inline constexpr char kMagic[8] = {'G', 'Y', 'M', 'S', 'E', 'G', '\0', '\1'};
+// The magic as the 64-bit word the writer stores (native byte order).
+inline uint64_t magic_word() {
+  uint64_t w;
+  __builtin_memcpy(&w, kMagic, sizeof w);
+  return w;
+}
+inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kHeaderBytes = 4096;
+inline constexpr uint32_t kRecordBytes = 1024;
+inline constexpr uint32_t kLineBytes = 64;
+
+// Limits. Exceeding any of them makes the registration a counted drop.
+inline constexpr uint32_t kMaxRecords = 1024;   // series per segment
+inline constexpr uint32_t kValueLines = 4096;   // 256 KiB of values
+inline constexpr uint32_t kMaxLabels = 8;       // labels per series
+inline constexpr uint32_t kMaxNameBytes = 64;   // a family or label name
+inline constexpr uint32_t kMaxValueBytes = 128; // a label value
+inline constexpr uint32_t kMaxBounds = 16;      // finite histogram bounds
+inline constexpr uint32_t kTextBytes = 864;     // family + labels, with NULs
+
+enum class SeriesKind : uint8_t { kCounter = 1, kGauge = 2, kHistogram = 3 };
+
+inline constexpr uint32_t kRecordEmpty = 0;
+inline constexpr uint32_t kRecordLive = 1;
+inline constexpr uint32_t kRecordReleased = 2;
+
+struct Header {
+  uint64_t magic;  // the bytes of kMagic
+  uint32_t format_version;
+  uint32_t header_bytes;
+  uint32_t record_bytes;
+  uint32_t max_records;
+  uint32_t line_bytes;
+  uint32_t value_lines;
+  uint64_t records_offset;
+  uint64_t values_offset;
+  uint64_t total_bytes;
+  int32_t owner_pid;
+  uint32_t reserved0;
+  uint64_t owner_start_ticks;
+  uint8_t owner_boot_id[16];
+  uint64_t created_unix_ns;
+  uint8_t reserved1[32];
+  alignas(64) uint32_t record_count;
+  alignas(64) uint64_t dropped_series;
+};
+static_assert(offsetof(Header, owner_pid) == 56);
+static_assert(offsetof(Header, owner_start_ticks) == 64);
+static_assert(offsetof(Header, created_unix_ns) == 88);
+static_assert(offsetof(Header, record_count) == 128);
+static_assert(offsetof(Header, dropped_series) == 192);
+static_assert(sizeof(Header) <= kHeaderBytes);
+
+struct Record {
+  uint32_t state;
+  uint8_t kind;
+  uint8_t label_count;
+  uint8_t bound_count;
+  uint8_t reserved0;
+  uint32_t value_line;
+  uint16_t text_bytes;
+  uint16_t reserved1;
+  double unit_divisor;
+  uint64_t reserved2;
+  int64_t bounds[kMaxBounds];
+  char text[kTextBytes];
+};
+static_assert(offsetof(Record, unit_divisor) == 16);
+static_assert(offsetof(Record, bounds) == 32);
+static_assert(offsetof(Record, text) == 160);
+static_assert(sizeof(Record) == kRecordBytes);
+
+inline constexpr uint64_t kRecordsOffset = kHeaderBytes;
+inline constexpr uint64_t kValuesOffset = kRecordsOffset + uint64_t{kMaxRecords} * kRecordBytes;
+inline constexpr uint64_t kTotalBytes = kValuesOffset + uint64_t{kValueLines} * kLineBytes;
+
+// Value cache lines a series of this kind occupies.
+constexpr uint32_t value_lines_for(SeriesKind kind, uint32_t bound_count) {
+  if (kind != SeriesKind::kHistogram) return 1;
+  return ((bound_count + 2) * 8 + kLineBytes - 1) / kLineBytes;
+}
+
+// Atomic access to fields of a mapping (the struct fields are plain integers
+// so that writer and reader share one definition; every shared access goes
+// through these).
+template <class T>
+inline T load_acquire(const T* p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+template <class T>
+inline T load_relaxed(const T* p) {
+  return __atomic_load_n(p, __ATOMIC_RELAXED);
+}
+template <class T>
+inline void store_release(T* p, T v) {
+  __atomic_store_n(p, v, __ATOMIC_RELEASE);
+}
+template <class T>
+inline void store_relaxed(T* p, T v) {
+  __atomic_store_n(p, v, __ATOMIC_RELAXED);
+}
+template <class T>
+inline void add_relaxed(T* p, T v) {
+  __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+}  // namespace gym::segment

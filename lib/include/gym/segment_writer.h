@@ -1,0 +1,175 @@
+// SegmentWriter: one process's own segment in the registry directory, and the
+// handles (Counter, Gauge, Histogram) that update values in it.
+//
+// Thread-safety: registration takes a process-local mutex; updates through a
+// handle are lock-free relaxed atomics, safe from any thread; no concurrent
+// call to any API of these types causes a data race. Updates are also
+// async-signal-safe (they are single atomic instructions).
+//
+// Fork-safety: in a child created by fork(), every SegmentWriter of the parent
+// moves to a segment of the child's own (same series, counters and histograms
+// starting from zero, gauges keeping the values of the objects the child
+// inherited), so handles created before the fork keep working in the child and
+// never write into the parent's segment.
+//
+// Failure: when the directory is missing or unwritable, or the segment is
+// full, the writer keeps working; counter and histogram updates become no-ops,
+// a gauge keeps its value in process memory, and (when a segment exists) the
+// number of series that could not be registered is kept in its header.
+// Nothing here throws to the caller on the update path.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "gym/segment_format.h"
+
+namespace gym {
+
+struct Label {
+  std::string_view name;
+  std::string_view value;
+};
+
+class SegmentWriter;
+
+// A monotonic count. Cheap to copy; valid while its SegmentWriter lives.
+class Counter {
+ public:
+  Counter() = default;
+  void add(uint64_t n = 1) const noexcept {
+    if (value_ != nullptr) segment::add_relaxed(value_, n);
+  }
+  // Whether updates reach a segment.
+  bool registered() const noexcept { return value_ != nullptr; }
+  uint64_t value() const noexcept { return value_ ? segment::load_relaxed(value_) : 0; }
+
+ private:
+  friend class SegmentWriter;
+  explicit Counter(uint64_t* value) : value_(value) {}
+  uint64_t* value_ = nullptr;
+};
+
+// A value that goes up and down, one slot per instance: the slot is released
+// when the Gauge is destroyed, and the reader sums the live slots that share
+// family and labels. Move-only.
+class Gauge {
+ public:
+  Gauge();
+  Gauge(Gauge&& other) noexcept;
+  Gauge& operator=(Gauge&& other) noexcept;
+  Gauge(const Gauge&) = delete;
+  Gauge& operator=(const Gauge&) = delete;
+  ~Gauge();
+
+  void add(int64_t delta) const noexcept { segment::add_relaxed(value_, delta); }
+  void set(int64_t v) const noexcept { segment::store_relaxed(value_, v); }
+  int64_t value() const noexcept { return segment::load_relaxed(value_); }
+  bool registered() const noexcept { return writer_ != nullptr; }
+  // The value's own memory (a segment cache line, or process memory when not
+  // registered), for primitives whose state is this value (compare-exchange).
+  int64_t* raw() const noexcept { return value_; }
+
+ private:
+  friend class SegmentWriter;
+  void reset() noexcept;
+  SegmentWriter* writer_ = nullptr;
+  uint32_t record_ = 0;
+  int64_t* value_ = nullptr;
+  std::unique_ptr<int64_t[]> local_;  // storage when not registered
+};
+
+// Counts observations into fixed buckets. Values are raw integers (for
+// durations: nanoseconds); the exposition divides by the unit divisor given at
+// registration. Cheap to copy; valid while its SegmentWriter lives.
+class Histogram {
+ public:
+  Histogram() = default;
+  void observe(int64_t v) const noexcept {
+    if (buckets_ == nullptr) return;
+    uint32_t i = 0;
+    while (i < bound_count_ && v > bounds_[i]) ++i;
+    segment::add_relaxed(&buckets_[i], uint64_t{1});
+    segment::add_relaxed(sum_, v);
+  }
+  bool registered() const noexcept { return buckets_ != nullptr; }
+
+ private:
+  friend class SegmentWriter;
+  uint64_t* buckets_ = nullptr;
+  int64_t* sum_ = nullptr;
+  uint32_t bound_count_ = 0;
+  int64_t bounds_[segment::kMaxBounds] = {};
+};
+
+class SegmentWriter {
+ public:
+  // Default registry directory, and the environment variable that overrides it.
+  static constexpr const char* kDefaultDir = "/dev/shm/gym-metrics";
+  static constexpr const char* kDirEnv = "GYM_METRICS_DIR";
+
+  // A writer for `dir`; its segment is created on first registration.
+  explicit SegmentWriter(std::string dir);
+  // Unmaps the segment and drops its lock: the exporter then folds its
+  // counters and removes it. Handles must not outlive their writer.
+  ~SegmentWriter();
+  SegmentWriter(const SegmentWriter&) = delete;
+  SegmentWriter& operator=(const SegmentWriter&) = delete;
+
+  // The process's writer, for $GYM_METRICS_DIR or kDefaultDir. Never destroyed.
+  static SegmentWriter& process();
+
+  // Get-or-create by family and labels (label order does not matter).
+  Counter counter(std::string_view family, std::span<const Label> labels);
+  Histogram histogram(std::string_view family, std::span<const Label> labels,
+                      std::span<const int64_t> bounds, double unit_divisor);
+  // A new slot for one instance.
+  Gauge gauge(std::string_view family, std::span<const Label> labels);
+
+  const std::string& dir() const { return dir_; }
+  // The segment file's path, empty when there is no segment.
+  std::string path() const;
+  bool has_segment() const;
+  // Registrations that could not be made, by this writer in this process.
+  uint64_t dropped_series() const;
+  // Why the segment could not be created, empty if it could (or was not tried).
+  std::string error() const;
+
+ private:
+  friend class Gauge;
+  bool ensure_segment_locked();
+  bool create_segment_locked(bool after_fork);
+  int32_t find_or_add_record_locked(segment::SeriesKind kind, std::string_view family,
+                                    std::span<const Label> labels,
+                                    std::span<const int64_t> bounds, double unit_divisor,
+                                    bool reuse_released);
+  void count_drop_locked();
+  void release_gauge(uint32_t record) noexcept;
+  void renew_after_fork() noexcept;
+  static void prepare_fork() noexcept;
+  static void after_fork_parent() noexcept;
+  static void after_fork_child() noexcept;
+
+  std::string dir_;
+  mutable std::mutex mu_;
+  int fd_ = -1;
+  unsigned char* base_ = nullptr;  // mapping of segment::kTotalBytes
+  uint32_t next_line_ = 0;         // first free value line
+  uint64_t local_dropped_ = 0;
+  bool tried_ = false;
+  bool detached_ = false;  // a child whose own segment could not be made
+  std::string error_;
+  std::string path_;
+  // Counters and histograms: key -> record. Gauges: key -> released records.
+  std::unordered_map<std::string, uint32_t> series_;
+  std::unordered_map<std::string, std::vector<uint32_t>> released_gauges_;
+  std::vector<std::string> gauge_keys_;  // record -> key, for gauges
+};
+
+}  // namespace gym

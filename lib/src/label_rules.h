@@ -1,0 +1,13 @@
+// The Prometheus naming rules the registry enforces on what it stores.
+#pragma once
+
+#include <string_view>
+
+namespace gym::detail {
+
+// [a-zA-Z_:][a-zA-Z0-9_:]*, at most segment::kMaxNameBytes.
+bool valid_metric_name(std::string_view name);
+// [a-zA-Z_][a-zA-Z0-9_]*, not starting with "__", at most kMaxNameBytes.
+bool valid_label_name(std::string_view name);
+
+}  // namespace gym::detail

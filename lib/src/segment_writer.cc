@@ -1,0 +1,482 @@
+#include "gym/segment_writer.h"
+
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+
+#include "label_rules.h"
+#include "process_identity.h"
+
+namespace gym {
+
+using segment::Header;
+using segment::Record;
+using segment::SeriesKind;
+
+namespace {
+
+// Every live writer, so that fork can move each to a segment of the child's.
+std::mutex& writers_mutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+std::vector<SegmentWriter*>& writers() {
+  static auto* list = new std::vector<SegmentWriter*>;
+  return *list;
+}
+std::atomic<uint64_t> g_sequence{0};
+std::once_flag g_atfork_once;
+
+Header* header_of(unsigned char* base) { return reinterpret_cast<Header*>(base); }
+Record* record_of(unsigned char* base, uint32_t i) {
+  return reinterpret_cast<Record*>(base + segment::kRecordsOffset +
+                                   uint64_t{i} * segment::kRecordBytes);
+}
+unsigned char* line_of(unsigned char* base, uint32_t line) {
+  return base + segment::kValuesOffset + uint64_t{line} * segment::kLineBytes;
+}
+
+uint64_t now_unix_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+bool lock_owner(int fd) {
+  struct flock fl {};
+  fl.l_type = F_WRLCK;
+  fl.l_whence = SEEK_SET;
+  fl.l_start = 0;
+  fl.l_len = 0;
+  return ::fcntl(fd, F_OFD_SETLK, &fl) == 0;
+}
+
+std::string errno_text(const char* what, const std::string& path) {
+  return std::string(what) + " " + path + ": " + std::strerror(errno);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- Gauge
+
+Gauge::Gauge() : local_(new int64_t[8]()) { value_ = local_.get(); }
+
+Gauge::Gauge(Gauge&& other) noexcept
+    : writer_(other.writer_),
+      record_(other.record_),
+      value_(other.value_),
+      local_(std::move(other.local_)) {
+  other.writer_ = nullptr;
+  other.local_.reset(new (std::nothrow) int64_t[8]());
+  other.value_ = other.local_.get();
+}
+
+Gauge& Gauge::operator=(Gauge&& other) noexcept {
+  if (this != &other) {
+    reset();
+    writer_ = other.writer_;
+    record_ = other.record_;
+    value_ = other.value_;
+    local_ = std::move(other.local_);
+    other.writer_ = nullptr;
+    other.local_.reset(new (std::nothrow) int64_t[8]());
+    other.value_ = other.local_.get();
+  }
+  return *this;
+}
+
+Gauge::~Gauge() { reset(); }
+
+void Gauge::reset() noexcept {
+  if (writer_ != nullptr) writer_->release_gauge(record_);
+  writer_ = nullptr;
+}
+
+// ---------------------------------------------------------------- SegmentWriter
+
+SegmentWriter::SegmentWriter(std::string dir) : dir_(std::move(dir)) {
+  std::call_once(g_atfork_once, [] {
+    pthread_atfork(&SegmentWriter::prepare_fork, &SegmentWriter::after_fork_parent,
+                   &SegmentWriter::after_fork_child);
+  });
+  std::lock_guard<std::mutex> lock(writers_mutex());
+  writers().push_back(this);
+}
+
+SegmentWriter::~SegmentWriter() {
+  {
+    std::lock_guard<std::mutex> lock(writers_mutex());
+    auto& list = writers();
+    list.erase(std::remove(list.begin(), list.end(), this), list.end());
+  }
+  if (base_ != nullptr) ::munmap(base_, segment::kTotalBytes);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+SegmentWriter& SegmentWriter::process() {
+  static SegmentWriter* writer = [] {
+    const char* env = std::getenv(kDirEnv);
+    return new SegmentWriter(env != nullptr && *env != '\0' ? env : kDefaultDir);
+  }();
+  return *writer;
+}
+
+std::string SegmentWriter::path() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return base_ != nullptr && !detached_ ? path_ : std::string();
+}
+
+bool SegmentWriter::has_segment() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return base_ != nullptr && !detached_;
+}
+
+uint64_t SegmentWriter::dropped_series() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return local_dropped_;
+}
+
+std::string SegmentWriter::error() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return error_;
+}
+
+bool SegmentWriter::ensure_segment_locked() {
+  if (base_ != nullptr) return !detached_;
+  if (tried_) return false;
+  tried_ = true;
+  if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
+    error_ = errno_text("cannot create registry directory", dir_);
+    return false;
+  }
+  return create_segment_locked(false);
+}
+
+// Creates a complete segment and links it into the directory (see the
+// publication rule in segment_format.h). After a fork, copies the parent's
+// records and gauge values into it and maps it over the parent's mapping, so
+// that every handle now points into the child's own segment.
+bool SegmentWriter::create_segment_locked(bool after_fork) {
+  const pid_t pid = ::getpid();
+  const uint64_t ticks = detail::process_start_ticks(pid).value_or(0);
+
+  bool named_temp = false;
+  std::string temp_path;
+  int fd = ::open(dir_.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0 && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+    // No unnamed files here: a dot-named temporary that readers skip (and
+    // remove once it is stale and unlocked).
+    named_temp = true;
+    temp_path = dir_ + "/.gym-" + std::to_string(pid) + "-" +
+                std::to_string(g_sequence.fetch_add(1)) + ".tmp";
+    fd = ::open(temp_path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  }
+  if (fd < 0) {
+    error_ = errno_text("cannot create segment in", dir_);
+    return false;
+  }
+  auto fail = [&](const char* what) {
+    error_ = errno_text(what, dir_);
+    if (named_temp) ::unlink(temp_path.c_str());
+    ::close(fd);
+    return false;
+  };
+  // Without OFD locks (EINVAL on very old kernels) readers fall back to the
+  // pid and start time in the header.
+  if (!lock_owner(fd) && errno != EINVAL) return fail("cannot lock segment in");
+  if (::fchmod(fd, 0600) != 0) return fail("cannot chmod segment in");
+  if (::ftruncate(fd, static_cast<off_t>(segment::kTotalBytes)) != 0)
+    return fail("cannot size segment in");
+  void* map = ::mmap(nullptr, segment::kTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) return fail("cannot map segment in");
+  auto* base = static_cast<unsigned char*>(map);
+
+  Header* h = header_of(base);
+  h->format_version = segment::kFormatVersion;
+  h->header_bytes = segment::kHeaderBytes;
+  h->record_bytes = segment::kRecordBytes;
+  h->max_records = segment::kMaxRecords;
+  h->line_bytes = segment::kLineBytes;
+  h->value_lines = segment::kValueLines;
+  h->records_offset = segment::kRecordsOffset;
+  h->values_offset = segment::kValuesOffset;
+  h->total_bytes = segment::kTotalBytes;
+  h->owner_pid = pid;
+  h->owner_start_ticks = ticks;
+  detail::read_boot_id(h->owner_boot_id);
+  h->created_unix_ns = now_unix_ns();
+
+  if (after_fork && base_ != nullptr) {
+    // Same records; counters and histograms start at zero in the child (the
+    // parent's counts stay in the parent's segment); gauges keep the values
+    // of the objects the child inherited.
+    const uint32_t count = std::min(segment::load_acquire(&header_of(base_)->record_count),
+                                    segment::kMaxRecords);
+    std::memcpy(base + segment::kRecordsOffset, base_ + segment::kRecordsOffset,
+                uint64_t{count} * segment::kRecordBytes);
+    for (uint32_t i = 0; i < count; ++i) {
+      const Record* r = record_of(base, i);
+      if (r->kind == static_cast<uint8_t>(SeriesKind::kGauge)) {
+        std::memcpy(line_of(base, r->value_line), line_of(base_, r->value_line),
+                    segment::kLineBytes);
+      }
+    }
+    segment::store_release(&h->record_count, count);
+  }
+  segment::store_release(&h->magic, segment::magic_word());
+
+  // Link it under its final name; EEXIST only if another writer raced us for
+  // the same sequence number, so try the next.
+  std::string final_path;
+  char proc_fd[64];
+  {
+    char* p = proc_fd;
+    const char* prefix = "/proc/self/fd/";
+    while (*prefix) *p++ = *prefix++;
+    p = detail::format_decimal(p, static_cast<uint64_t>(fd));
+    *p = '\0';
+  }
+  bool linked = false;
+  for (int attempt = 0; attempt < 16 && !linked; ++attempt) {
+    final_path = dir_ + "/gym-" + std::to_string(pid) + "-" + std::to_string(ticks) + "-" +
+                 std::to_string(g_sequence.fetch_add(1)) + ".seg";
+    int rc = named_temp ? ::link(temp_path.c_str(), final_path.c_str())
+                        : ::linkat(AT_FDCWD, proc_fd, AT_FDCWD, final_path.c_str(),
+                                   AT_SYMLINK_FOLLOW);
+    if (rc == 0) {
+      linked = true;
+    } else if (errno != EEXIST) {
+      break;
+    }
+  }
+  if (named_temp) ::unlink(temp_path.c_str());
+  if (!linked) {
+    error_ = errno_text("cannot link segment into", dir_);
+    ::munmap(base, segment::kTotalBytes);
+    ::close(fd);
+    return false;
+  }
+
+  if (after_fork && base_ != nullptr) {
+    // Put the child's segment where the parent's was, so that existing
+    // handles write into it.
+    void* fixed = ::mmap(base_, segment::kTotalBytes, PROT_READ | PROT_WRITE,
+                         MAP_SHARED | MAP_FIXED, fd, 0);
+    ::munmap(base, segment::kTotalBytes);
+    if (fixed == MAP_FAILED) {
+      ::unlink(final_path.c_str());
+      ::close(fd);
+      error_ = errno_text("cannot remap segment after fork in", dir_);
+      return false;
+    }
+  } else {
+    base_ = base;
+  }
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+  path_ = final_path;
+  error_.clear();
+  return true;
+}
+
+void SegmentWriter::count_drop_locked() {
+  ++local_dropped_;
+  if (base_ != nullptr && !detached_)
+    segment::add_relaxed(&header_of(base_)->dropped_series, uint64_t{1});
+}
+
+int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_view family,
+                                                 std::span<const Label> labels,
+                                                 std::span<const int64_t> bounds,
+                                                 double unit_divisor, bool reuse_released) {
+  // Canonical text: family, then labels sorted by name.
+  std::string text;
+  if (!detail::valid_metric_name(family) || labels.size() > segment::kMaxLabels ||
+      bounds.size() > segment::kMaxBounds || !(unit_divisor > 0)) {
+    ensure_segment_locked();
+    count_drop_locked();
+    return -1;
+  }
+  std::vector<Label> sorted(labels.begin(), labels.end());
+  std::sort(sorted.begin(), sorted.end(),
+            [](const Label& a, const Label& b) { return a.name < b.name; });
+  text.append(family).push_back('\0');
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const Label& l = sorted[i];
+    bool duplicate = i > 0 && sorted[i - 1].name == l.name;
+    if (duplicate || !detail::valid_label_name(l.name) ||
+        l.value.size() > segment::kMaxValueBytes ||
+        l.value.find('\0') != std::string_view::npos) {
+      ensure_segment_locked();
+      count_drop_locked();
+      return -1;
+    }
+    text.append(l.name).push_back('\0');
+    text.append(l.value).push_back('\0');
+  }
+  for (size_t i = 1; i < bounds.size(); ++i) {
+    if (bounds[i] <= bounds[i - 1]) {
+      ensure_segment_locked();
+      count_drop_locked();
+      return -1;
+    }
+  }
+  if (text.size() > segment::kTextBytes) {
+    ensure_segment_locked();
+    count_drop_locked();
+    return -1;
+  }
+
+  std::string key;
+  key.push_back(static_cast<char>(kind));
+  key.append(text);
+  key.append(reinterpret_cast<const char*>(bounds.data()), bounds.size_bytes());
+  key.append(reinterpret_cast<const char*>(&unit_divisor), sizeof unit_divisor);
+
+  if (!reuse_released) {
+    auto it = series_.find(key);
+    if (it != series_.end()) return static_cast<int32_t>(it->second);
+  } else {
+    auto it = released_gauges_.find(key);
+    if (it != released_gauges_.end() && !it->second.empty()) {
+      uint32_t index = it->second.back();
+      it->second.pop_back();
+      Record* r = record_of(base_, index);
+      segment::store_relaxed(reinterpret_cast<int64_t*>(line_of(base_, r->value_line)),
+                             int64_t{0});
+      segment::store_release(&r->state, segment::kRecordLive);
+      return static_cast<int32_t>(index);
+    }
+  }
+
+  if (!ensure_segment_locked()) {
+    count_drop_locked();
+    return -1;
+  }
+  Header* h = header_of(base_);
+  const uint32_t index = segment::load_relaxed(&h->record_count);
+  const uint32_t lines = segment::value_lines_for(kind, static_cast<uint32_t>(bounds.size()));
+  if (index >= segment::kMaxRecords || next_line_ + lines > segment::kValueLines) {
+    count_drop_locked();
+    return -1;
+  }
+  Record* r = record_of(base_, index);
+  r->kind = static_cast<uint8_t>(kind);
+  r->label_count = static_cast<uint8_t>(sorted.size());
+  r->bound_count = static_cast<uint8_t>(bounds.size());
+  r->value_line = next_line_;
+  r->text_bytes = static_cast<uint16_t>(text.size());
+  r->unit_divisor = unit_divisor;
+  std::copy(bounds.begin(), bounds.end(), r->bounds);
+  std::memcpy(r->text, text.data(), text.size());
+  segment::store_release(&r->state, segment::kRecordLive);
+  segment::store_release(&h->record_count, index + 1);
+  next_line_ += lines;
+  if (reuse_released) {
+    if (gauge_keys_.size() <= index) gauge_keys_.resize(index + 1);
+    gauge_keys_[index] = std::move(key);
+  } else {
+    series_.emplace(std::move(key), index);
+  }
+  return static_cast<int32_t>(index);
+}
+
+Counter SegmentWriter::counter(std::string_view family, std::span<const Label> labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int32_t index = find_or_add_record_locked(SeriesKind::kCounter, family, labels, {}, 1.0, false);
+  if (index < 0) return Counter();
+  Record* r = record_of(base_, static_cast<uint32_t>(index));
+  return Counter(reinterpret_cast<uint64_t*>(line_of(base_, r->value_line)));
+}
+
+Histogram SegmentWriter::histogram(std::string_view family, std::span<const Label> labels,
+                                   std::span<const int64_t> bounds, double unit_divisor) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Histogram hist;
+  int32_t index = find_or_add_record_locked(SeriesKind::kHistogram, family, labels, bounds,
+                                            unit_divisor, false);
+  if (index < 0) return hist;
+  Record* r = record_of(base_, static_cast<uint32_t>(index));
+  hist.buckets_ = reinterpret_cast<uint64_t*>(line_of(base_, r->value_line));
+  hist.sum_ = reinterpret_cast<int64_t*>(hist.buckets_ + bounds.size() + 1);
+  hist.bound_count_ = static_cast<uint32_t>(bounds.size());
+  std::copy(bounds.begin(), bounds.end(), hist.bounds_);
+  return hist;
+}
+
+Gauge SegmentWriter::gauge(std::string_view family, std::span<const Label> labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Gauge gauge;
+  int32_t index = find_or_add_record_locked(SeriesKind::kGauge, family, labels, {}, 1.0, true);
+  if (index < 0) return gauge;
+  Record* r = record_of(base_, static_cast<uint32_t>(index));
+  gauge.writer_ = this;
+  gauge.record_ = static_cast<uint32_t>(index);
+  gauge.value_ = reinterpret_cast<int64_t*>(line_of(base_, r->value_line));
+  return gauge;
+}
+
+void SegmentWriter::release_gauge(uint32_t index) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (base_ == nullptr || index >= gauge_keys_.size()) return;
+  Record* r = record_of(base_, index);
+  segment::store_relaxed(reinterpret_cast<int64_t*>(line_of(base_, r->value_line)), int64_t{0});
+  segment::store_release(&r->state, segment::kRecordReleased);
+  try {
+    released_gauges_[gauge_keys_[index]].push_back(index);
+  } catch (...) {
+    // Out of memory: the slot stays released and is simply not reused.
+  }
+}
+
+// ---------------------------------------------------------------- fork
+
+void SegmentWriter::prepare_fork() noexcept {
+  writers_mutex().lock();
+  for (SegmentWriter* w : writers()) w->mu_.lock();
+}
+
+void SegmentWriter::after_fork_parent() noexcept {
+  for (SegmentWriter* w : writers()) w->mu_.unlock();
+  writers_mutex().unlock();
+}
+
+void SegmentWriter::after_fork_child() noexcept {
+  for (SegmentWriter* w : writers()) {
+    w->renew_after_fork();
+    w->mu_.unlock();
+  }
+  writers_mutex().unlock();
+}
+
+void SegmentWriter::renew_after_fork() noexcept {
+  if (base_ == nullptr) return;
+  bool ok = false;
+  try {
+    ok = create_segment_locked(true);
+  } catch (...) {
+    ok = false;
+  }
+  if (!ok) {
+    // Never write into the parent's segment: give the child private zero
+    // pages at the same address, and close the parent's file.
+    ::mmap(base_, segment::kTotalBytes, PROT_READ | PROT_WRITE,
+           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+    // Records stay allocated in process memory; no new ones are made.
+    tried_ = true;
+    detached_ = true;
+  }
+}
+
+}  // namespace gym

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the project and runs every test. Installs missing Debian packages first.
+#   scripts/test.sh                        plain build in build/
+#   scripts/test.sh --sanitize=thread      ThreadSanitizer build in build-thread/
+#   scripts/test.sh --sanitize=address,undefined
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+sanitize=""
+for arg in "$@"; do
+  case "$arg" in
+    --sanitize=*) sanitize="${arg#--sanitize=}" ;;
+    *) echo "usage: $0 [--sanitize=address,undefined|thread]" >&2; exit 2 ;;
+  esac
+done
+
+"$root/scripts/deps.sh"
+
+build="$root/build"
+extra=()
+if [ -n "$sanitize" ]; then
+  build="$root/build-${sanitize//,/-}"
+  extra=(-DGYM_SANITIZE="$sanitize" -DCMAKE_BUILD_TYPE=Debug -DGYM_BUILD_BENCHMARKS=OFF)
+fi
+jobs="$(nproc)"
+cmake -S "$root" -B "$build" "${extra[@]}" >/dev/null
+cmake --build "$build" -j "$jobs"
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1}"
+cd "$build"
+ctest --output-on-failure -j "$jobs"

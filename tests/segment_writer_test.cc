@@ -1,0 +1,312 @@
+#include "gym/segment_writer.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <thread>
+
+#include "gym/registry_reader.h"
+#include "test_support.h"
+
+namespace gym {
+namespace {
+
+using testing::find_series;
+using testing::TempDir;
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+TEST(SegmentWriter, CreatesDirectory0700AndSegment0600OnFirstUse) {
+  TempDir tmp;
+  const std::string dir = tmp.sub("registry");
+  SegmentWriter writer(dir);
+  EXPECT_FALSE(std::filesystem::exists(dir)) << "nothing is created before first use";
+  writer.counter("requests_total", {}).add();
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_TRUE(writer.has_segment()) << writer.error();
+  ASSERT_EQ(::stat(writer.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(static_cast<uint64_t>(st.st_size), segment::kTotalBytes);
+}
+
+TEST(SegmentWriter, CounterIsGetOrCreateByFamilyAndLabelsInAnyOrder) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  Label ab[] = {{"a", "1"}, {"b", "2"}};
+  Label ba[] = {{"b", "2"}, {"a", "1"}};
+  writer.counter("ops_total", ab).add(2);
+  writer.counter("ops_total", ba).add(3);
+  Label other[] = {{"a", "1"}, {"b", "3"}};
+  writer.counter("ops_total", other).add(7);
+
+  RegistryReader reader(tmp.path());
+  const Snapshot& snap = reader.snapshot();
+  const SeriesSample* s = find_series(snap, "ops_total", Labels{{"a", "1"}, {"b", "2"}});
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->counter, 5u);
+  const SeriesSample* o = find_series(snap, "ops_total", Labels{{"a", "1"}, {"b", "3"}});
+  ASSERT_NE(o, nullptr);
+  EXPECT_EQ(o->counter, 7u);
+  EXPECT_EQ(snap.stats.live_segments, 1u);
+}
+
+TEST(SegmentWriter, ThreadsUpdatingSameAndDifferentSeriesGiveExactTotals) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  constexpr int kThreads = 4;
+  constexpr int kIterations = 50000;
+  const int64_t bounds[] = {10, 100};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::string mine = std::to_string(t);
+      Label own[] = {{"thread", mine}};
+      Counter shared = writer.counter("shared_total", {});
+      Counter own_counter = writer.counter("own_total", own);
+      Histogram hist = writer.histogram("latency", {}, bounds, 1.0);
+      Gauge gauge = writer.gauge("in_flight", {});
+      for (int i = 0; i < kIterations; ++i) {
+        shared.add();
+        own_counter.add(2);
+        hist.observe(i % 200);  // 11 of every 200 land <= 10, 90 more <= 100
+        gauge.add(1);
+        gauge.add(-1);
+      }
+      gauge.add(t);
+    });
+  }
+  // Snapshots while the threads run: the +Inf bucket always equals the count.
+  RegistryReader reader(tmp.path());
+  for (int i = 0; i < 50; ++i) {
+    const Snapshot& snap = reader.snapshot();
+    if (const SeriesSample* h = find_series(snap, "latency")) {
+      EXPECT_EQ(h->cumulative_buckets.back(), h->count());
+      EXPECT_LE(h->cumulative_buckets[0], h->cumulative_buckets[1]);
+    }
+  }
+  for (auto& th : threads) th.join();
+
+  const Snapshot& snap = reader.snapshot();
+  ASSERT_NE(find_series(snap, "shared_total"), nullptr);
+  EXPECT_EQ(find_series(snap, "shared_total")->counter, uint64_t{kThreads} * kIterations);
+  for (int t = 0; t < kThreads; ++t) {
+    const SeriesSample* own = find_series(snap, "own_total", Labels{{"thread", std::to_string(t)}});
+    ASSERT_NE(own, nullptr);
+    EXPECT_EQ(own->counter, 2u * kIterations);
+  }
+  const SeriesSample* h = find_series(snap, "latency");
+  ASSERT_NE(h, nullptr);
+  const uint64_t total = uint64_t{kThreads} * kIterations;
+  EXPECT_EQ(h->count(), total);
+  EXPECT_EQ(h->cumulative_buckets[0], uint64_t{kThreads} * (kIterations / 200) * 11);
+  EXPECT_EQ(h->cumulative_buckets[1], uint64_t{kThreads} * (kIterations / 200) * 101);
+  int64_t per_cycle = 0;
+  for (int i = 0; i < 200; ++i) per_cycle += i;
+  EXPECT_EQ(h->sum, int64_t{kThreads} * (kIterations / 200) * per_cycle);
+  // The gauges went out of scope with their threads: their slots are released.
+  EXPECT_EQ(find_series(snap, "in_flight"), nullptr);
+}
+
+TEST(SegmentWriter, GaugeSlotsOfOneFamilyAndLabelsAreSummedAndReleasedWithTheInstance) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  RegistryReader reader(tmp.path());
+  Label labels[] = {{"limit_name", "rollouts"}};
+  auto a = std::make_unique<Gauge>(writer.gauge("limit", labels));
+  Gauge b = writer.gauge("limit", labels);
+  a->set(10);
+  b.set(5);
+  ASSERT_NE(find_series(reader.snapshot(), "limit", Labels{{"limit_name", "rollouts"}}), nullptr);
+  EXPECT_EQ(find_series(reader.snapshot(), "limit", Labels{{"limit_name", "rollouts"}})->gauge,
+            15);
+  a.reset();
+  EXPECT_EQ(find_series(reader.snapshot(), "limit", Labels{{"limit_name", "rollouts"}})->gauge, 5);
+  // A new instance reuses the released slot and starts from zero.
+  Gauge c = writer.gauge("limit", labels);
+  EXPECT_EQ(c.value(), 0);
+  c.set(1);
+  EXPECT_EQ(find_series(reader.snapshot(), "limit", Labels{{"limit_name", "rollouts"}})->gauge, 6);
+  {
+    Gauge moved = std::move(c);
+    moved.add(1);
+  }
+  b = Gauge();
+  EXPECT_EQ(find_series(reader.snapshot(), "limit", Labels{{"limit_name", "rollouts"}}), nullptr)
+      << "a family with no live instance reports nothing";
+}
+
+TEST(SegmentWriter, HistogramCountsIntoBucketsByUpperBoundInclusive) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  const int64_t bounds[] = {1000, 5000};
+  Histogram h = writer.histogram("op_seconds", {}, bounds, 1e6);
+  for (int64_t v : {0, 1000, 1001, 5000, 5001, 999999}) h.observe(v);
+  RegistryReader reader(tmp.path());
+  const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->cumulative_buckets, (std::vector<uint64_t>{2, 4, 6}));
+  EXPECT_EQ(s->sum, 0 + 1000 + 1001 + 5000 + 5001 + 999999);
+  EXPECT_EQ(s->info->bounds, (std::vector<int64_t>{1000, 5000}));
+  EXPECT_DOUBLE_EQ(s->info->unit_divisor, 1e6);
+}
+
+TEST(SegmentWriter, FullSegmentKeepsWorkingAndCountsDroppedSeries) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  std::vector<Counter> counters;
+  for (uint32_t i = 0; i < segment::kMaxRecords + 5; ++i) {
+    std::string v = std::to_string(i);
+    Label l[] = {{"i", v}};
+    counters.push_back(writer.counter("many_total", l));
+  }
+  for (const Counter& c : counters) c.add();  // no crash, the last 5 are no-ops
+  EXPECT_FALSE(counters.back().registered());
+  EXPECT_TRUE(counters.front().registered());
+  // A gauge that cannot be registered still holds its value in process memory.
+  Gauge g = writer.gauge("late_gauge", {});
+  EXPECT_FALSE(g.registered());
+  g.add(4);
+  EXPECT_EQ(g.value(), 4);
+  EXPECT_EQ(writer.dropped_series(), 6u);
+  RegistryReader reader(tmp.path());
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.dropped_series_total, 6u);
+  EXPECT_EQ(testing::count_family(snap, "many_total"), segment::kMaxRecords);
+}
+
+TEST(SegmentWriter, ValueCacheLinesRunningOutCountsDroppedSeries) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  std::vector<int64_t> bounds(segment::kMaxBounds);
+  for (size_t i = 0; i < bounds.size(); ++i) bounds[i] = int64_t(i);
+  // 3 lines each: 4096 / 3 = 1365 would fit by lines, but only 1024 records.
+  uint32_t made = 0;
+  for (uint32_t i = 0; i < segment::kMaxRecords; ++i) {
+    std::string v = std::to_string(i);
+    Label l[] = {{"i", v}};
+    made += writer.histogram("wide", l, bounds, 1.0).registered();
+  }
+  EXPECT_EQ(made, segment::kMaxRecords);
+  EXPECT_EQ(writer.dropped_series(), 0u);
+}
+
+TEST(SegmentWriter, InvalidNamesAndLabelsAreDroppedNotFatal) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  Label bad_name[] = {{"0bad", "x"}};
+  Label reserved[] = {{"__name__", "x"}};
+  Label duplicate[] = {{"a", "1"}, {"a", "2"}};
+  std::string long_value(segment::kMaxValueBytes + 1, 'v');
+  Label too_long[] = {{"a", long_value}};
+  Label with_nul[] = {{"a", std::string_view("x\0y", 3)}};
+  std::vector<Label> too_many;
+  std::vector<std::string> names;
+  for (uint32_t i = 0; i <= segment::kMaxLabels; ++i) names.push_back("l" + std::to_string(i));
+  for (auto& n : names) too_many.push_back({n, "v"});
+  const int64_t unsorted[] = {5, 1};
+
+  EXPECT_FALSE(writer.counter("bad-family", {}).registered());
+  EXPECT_FALSE(writer.counter("ok_total", bad_name).registered());
+  EXPECT_FALSE(writer.counter("ok_total", reserved).registered());
+  EXPECT_FALSE(writer.counter("ok_total", duplicate).registered());
+  EXPECT_FALSE(writer.counter("ok_total", too_long).registered());
+  EXPECT_FALSE(writer.counter("ok_total", with_nul).registered());
+  EXPECT_FALSE(writer.counter("ok_total", too_many).registered());
+  EXPECT_FALSE(writer.histogram("h", {}, unsorted, 1.0).registered());
+  EXPECT_FALSE(writer.histogram("h", {}, {}, 0.0).registered());
+  EXPECT_EQ(writer.dropped_series(), 9u);
+  // Values with quotes, backslashes and newlines are fine: escaping is the
+  // exposition's business.
+  Label odd[] = {{"a", "q\"b\\n\nx"}};
+  EXPECT_TRUE(writer.counter("ok_total", odd).registered());
+}
+
+TEST(SegmentWriter, MissingOrUnusableDirectoryMakesUpdatesNoOps) {
+  TempDir tmp;
+  {
+    SegmentWriter writer(tmp.sub("no/such/parent"));
+    Counter c = writer.counter("x_total", {});
+    c.add(5);
+    EXPECT_FALSE(c.registered());
+    EXPECT_FALSE(writer.has_segment());
+    EXPECT_NE(writer.error().find("cannot create registry directory"), std::string::npos);
+    Gauge g = writer.gauge("g", {});
+    g.add(3);
+    EXPECT_EQ(g.value(), 3);
+    EXPECT_EQ(writer.dropped_series(), 2u);
+  }
+  {
+    // A regular file where the directory should be.
+    std::ofstream(tmp.sub("file")) << "x";
+    SegmentWriter writer(tmp.sub("file"));
+    writer.histogram("h", {}, {}, 1.0).observe(1);
+    EXPECT_FALSE(writer.has_segment());
+    EXPECT_FALSE(writer.error().empty());
+  }
+}
+
+TEST(SegmentWriter, ProcessWriterUsesTheEnvironmentDirectory) {
+  TempDir tmp;
+  pid_t pid = testing::spawn([&] {
+    ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
+    SegmentWriter::process().counter("from_env_total", {}).add(3);
+    return SegmentWriter::process().path().starts_with(tmp.path() + "/gym-") ? 0 : 1;
+  });
+  EXPECT_EQ(testing::wait_exit(pid), 0);
+  RegistryReader reader(tmp.path());
+  const SeriesSample* s = find_series(reader.snapshot(), "from_env_total");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->counter, 3u);
+}
+
+TEST(SegmentWriter, ForkedChildWritesIntoItsOwnSegmentThroughHandlesMadeBeforeFork) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  Counter c = writer.counter("forked_total", {});
+  Gauge g = writer.gauge("held", {});
+  const int64_t bounds[] = {10};
+  Histogram h = writer.histogram("sizes", {}, bounds, 1.0);
+  c.add(5);
+  g.set(2);
+  h.observe(1);
+  const std::string parent_path = writer.path();
+
+  testing::Gate gate;
+  testing::Ready ready;
+  pid_t child = testing::spawn([&] {
+    if (writer.path() == parent_path || !writer.has_segment()) return 2;
+    c.add(3);
+    g.add(1);  // the child's copy of the object held 2, now 3
+    h.observe(100);
+    writer.counter("child_only_total", {}).add(1);
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  RegistryReader reader(tmp.path());
+  {
+    const Snapshot& snap = reader.snapshot();
+    EXPECT_EQ(snap.stats.live_segments, 2u);
+    ASSERT_NE(find_series(snap, "forked_total"), nullptr);
+    EXPECT_EQ(find_series(snap, "forked_total")->counter, 8u);
+    EXPECT_EQ(find_series(snap, "held")->gauge, 5);
+    EXPECT_EQ(find_series(snap, "sizes")->cumulative_buckets, (std::vector<uint64_t>{1, 2}));
+    EXPECT_EQ(find_series(snap, "child_only_total")->counter, 1u);
+  }
+  EXPECT_EQ(c.value(), 5u) << "the child never wrote into the parent's segment";
+  EXPECT_EQ(g.value(), 2);
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(child), 0);
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.live_segments, 1u);
+  EXPECT_EQ(snap.stats.retired_segments_total, 1u);
+  EXPECT_EQ(find_series(snap, "forked_total")->counter, 8u) << "the child's count is kept";
+  EXPECT_EQ(find_series(snap, "held")->gauge, 2) << "the dead child's gauge is gone";
+  EXPECT_EQ(tmp.files().size(), 1u) << "the child's segment file was removed";
+}
+
+}  // namespace
+}  // namespace gym

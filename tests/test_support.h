@@ -1,0 +1,153 @@
+// Helpers shared by the test suites: a private registry directory, child
+// processes, and lookups in a reader snapshot.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gym/registry_reader.h"
+
+namespace gym::testing {
+
+// A fresh directory under /dev/shm (where the registry lives by default),
+// removed with everything in it at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = "/dev/shm/gym-test-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string sub(std::string_view name) const { return path_ + "/" + std::string(name); }
+  // Files in the directory (not starting with '.').
+  std::vector<std::string> files() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path_)) {
+      std::string name = e.path().filename().string();
+      if (!name.starts_with(".")) out.push_back(name);
+    }
+    return out;
+  }
+
+ private:
+  std::string path_;
+};
+
+// Runs `body` in a child process that exits with its return value.
+inline pid_t spawn(const std::function<int()>& body) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int rc = 1;
+    try {
+      rc = body();
+    } catch (...) {
+      rc = 99;
+    }
+    ::_exit(rc);
+  }
+  return pid;
+}
+
+// Waits for a child and returns its exit status (or 128 + signal).
+inline int wait_exit(pid_t pid) {
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+// A pipe a parent uses to hold children at a point and release them.
+class Gate {
+ public:
+  Gate() {
+    if (::pipe(fds_) != 0) std::abort();
+  }
+  ~Gate() {
+    close_read();
+    close_write();
+  }
+  // In the child: block until the parent opens the gate.
+  void wait() {
+    close_write();
+    char c;
+    while (::read(fds_[0], &c, 1) < 0) {
+    }
+  }
+  // In the parent: release every child waiting.
+  void open() { close_write(); }
+  void close_read() {
+    if (fds_[0] >= 0) ::close(fds_[0]);
+    fds_[0] = -1;
+  }
+  void close_write() {
+    if (fds_[1] >= 0) ::close(fds_[1]);
+    fds_[1] = -1;
+  }
+
+ private:
+  int fds_[2] = {-1, -1};
+};
+
+// Signals from children that they reached a point.
+class Ready {
+ public:
+  Ready() {
+    if (::pipe(fds_) != 0) std::abort();
+  }
+  ~Ready() {
+    ::close(fds_[0]);
+    ::close(fds_[1]);
+  }
+  void signal() {
+    char c = 'r';
+    if (::write(fds_[1], &c, 1) != 1) std::abort();
+  }
+  void wait(int n) {
+    for (int i = 0; i < n; ++i) {
+      char c;
+      while (::read(fds_[0], &c, 1) != 1) {
+      }
+    }
+  }
+
+ private:
+  int fds_[2];
+};
+
+inline bool has_labels(const SeriesSample& s,
+                       const std::vector<std::pair<std::string, std::string>>& labels) {
+  return s.info->labels == labels;
+}
+
+// The series of `family` with exactly `labels` (sorted by name), or nullptr.
+inline const SeriesSample* find_series(
+    const Snapshot& snap, std::string_view family,
+    const std::vector<std::pair<std::string, std::string>>& labels = {}) {
+  for (const auto& s : snap.series)
+    if (s.info->family == family && s.info->labels == labels) return &s;
+  return nullptr;
+}
+
+inline size_t count_family(const Snapshot& snap, std::string_view family) {
+  size_t n = 0;
+  for (const auto& s : snap.series) n += s.info->family == family;
+  return n;
+}
+
+}  // namespace gym::testing
