@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <fstream>
+#include <random>
 #include <thread>
 
 #include "gym/registry_reader.h"
@@ -119,8 +120,7 @@ TEST(SegmentWriter, GaugeSlotsOfOneFamilyAndLabelsAreSummedAndReleasedWithTheIns
   a->set(10);
   b.set(5);
   ASSERT_NE(find_series(reader.snapshot(), "limit", Labels{{"limit_name", "rollouts"}}), nullptr);
-  EXPECT_EQ(find_series(reader.snapshot(), "limit", Labels{{"limit_name", "rollouts"}})->gauge,
-            15);
+  EXPECT_EQ(find_series(reader.snapshot(), "limit", Labels{{"limit_name", "rollouts"}})->gauge, 15);
   a.reset();
   EXPECT_EQ(find_series(reader.snapshot(), "limit", Labels{{"limit_name", "rollouts"}})->gauge, 5);
   // A new instance reuses the released slot and starts from zero.
@@ -152,6 +152,38 @@ TEST(SegmentWriter, HistogramCountsIntoBucketsByUpperBoundInclusive) {
   EXPECT_DOUBLE_EQ(s->info->unit_divisor, 1e6);
 }
 
+TEST(SegmentWriter, HistogramBucketIsTheFirstBoundAtOrAboveTheValueForEveryBoundCount) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  RegistryReader reader(tmp.path());
+  std::mt19937_64 rng(5);
+  for (uint32_t n = 0; n <= segment::kMaxBounds; ++n) {
+    std::vector<int64_t> bounds;
+    for (uint32_t i = 0; i < n; ++i) bounds.push_back(int64_t(i) * 10 - 20);
+    if (n == segment::kMaxBounds) bounds.back() = INT64_MAX;  // an extreme bound
+    std::string family = "h" + std::to_string(n);
+    Histogram h = writer.histogram(family, {}, bounds, 1.0);
+    ASSERT_TRUE(h.registered());
+    std::vector<uint64_t> expected(n + 1, 0);
+    for (int k = 0; k < 2000; ++k) {
+      int64_t v = int64_t(rng() % 200) - 40;
+      if (k == 0) v = INT64_MIN;
+      if (k == 1) v = INT64_MAX;
+      h.observe(v);
+      size_t b = 0;
+      while (b < n && v > bounds[b]) ++b;
+      ++expected[b];
+    }
+    const SeriesSample* s = find_series(reader.snapshot(), family);
+    ASSERT_NE(s, nullptr);
+    uint64_t running = 0;
+    for (size_t b = 0; b <= n; ++b) {
+      running += expected[b];
+      EXPECT_EQ(s->cumulative_buckets[b], running) << "bounds " << n << " bucket " << b;
+    }
+  }
+}
+
 TEST(SegmentWriter, FullSegmentKeepsWorkingAndCountsDroppedSeries) {
   TempDir tmp;
   SegmentWriter writer(tmp.path());
@@ -181,15 +213,26 @@ TEST(SegmentWriter, ValueCacheLinesRunningOutCountsDroppedSeries) {
   SegmentWriter writer(tmp.path());
   std::vector<int64_t> bounds(segment::kMaxBounds);
   for (size_t i = 0; i < bounds.size(); ++i) bounds[i] = int64_t(i);
-  // 3 lines each: 4096 / 3 = 1365 would fit by lines, but only 1024 records.
+  const uint32_t lines = segment::value_lines_for(segment::SeriesKind::kHistogram,
+                                                  segment::kMaxBounds, segment::kHistogramShards);
+  const uint32_t fit = segment::kValueLines / lines;
+  ASSERT_LT(fit, segment::kMaxRecords) << "lines run out before records do";
   uint32_t made = 0;
-  for (uint32_t i = 0; i < segment::kMaxRecords; ++i) {
+  for (uint32_t i = 0; i < fit + 10; ++i) {
     std::string v = std::to_string(i);
     Label l[] = {{"i", v}};
     made += writer.histogram("wide", l, bounds, 1.0).registered();
   }
-  EXPECT_EQ(made, segment::kMaxRecords);
-  EXPECT_EQ(writer.dropped_series(), 0u);
+  EXPECT_EQ(made, fit);
+  EXPECT_EQ(writer.dropped_series(), 10u);
+  // What lines remain still take one-line series, and then no more.
+  const uint32_t left = segment::kValueLines - fit * lines;
+  for (uint32_t i = 0; i < left; ++i) {
+    std::string v = std::to_string(i);
+    Label l[] = {{"i", v}};
+    EXPECT_TRUE(writer.counter("narrow_total", l).registered());
+  }
+  EXPECT_FALSE(writer.counter("one_more_total", {}).registered());
 }
 
 TEST(SegmentWriter, InvalidNamesAndLabelsAreDroppedNotFatal) {

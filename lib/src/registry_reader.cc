@@ -64,6 +64,7 @@ struct RegistryReader::Segment {
   uint64_t start_ticks = 0;
   uint8_t boot_id[16] = {};
   std::vector<int32_t> record_series;  // series id, kUnparsed or kInvalid
+  std::vector<uint8_t> record_shards;  // validated shard count of each record
   bool listed = false;
 
   const Header* header() const { return reinterpret_cast<const Header*>(base); }
@@ -133,8 +134,7 @@ void RegistryReader::open_segment(const std::string& name, ino_t ino) {
   Header h;
   ssize_t got = ::pread(fd, &h, sizeof h, 0);
   if (got != static_cast<ssize_t>(sizeof h)) return reject(name, st.st_ino, "unreadable header");
-  if (h.magic != segment::magic_word())
-    return reject(name, st.st_ino, "wrong magic");
+  if (h.magic != segment::magic_word()) return reject(name, st.st_ino, "wrong magic");
   if (h.format_version != segment::kFormatVersion)
     return reject(name, st.st_ino,
                   "unsupported format version " + std::to_string(h.format_version));
@@ -164,6 +164,7 @@ void RegistryReader::open_segment(const std::string& name, ino_t ino) {
   seg->start_ticks = h.owner_start_ticks;
   std::memcpy(seg->boot_id, h.owner_boot_id, sizeof seg->boot_id);
   seg->record_series.assign(h.max_records, kUnparsed);
+  seg->record_shards.assign(h.max_records, 1);
   seg->listed = true;
   rejected_.erase(name);
   segments_[name] = std::move(seg);
@@ -200,7 +201,11 @@ int32_t RegistryReader::series_of(Segment& s, uint32_t index) {
       (kind != SeriesKind::kHistogram && rec.bound_count != 0))
     return invalid("bad bound count");
   if (rec.text_bytes > segment::kTextBytes) return invalid("text too long");
-  const uint32_t lines = segment::value_lines_for(kind, rec.bound_count);
+  const uint32_t shards = kind == SeriesKind::kHistogram ? rec.shards : 1;
+  if (kind == SeriesKind::kHistogram &&
+      (shards == 0 || shards > segment::kMaxShards || (shards & (shards - 1)) != 0))
+    return invalid("bad shard count");
+  const uint32_t lines = segment::value_lines_for(kind, rec.bound_count, shards);
   if (uint64_t{rec.value_line} + lines > s.value_lines) return invalid("value out of range");
   if (!(rec.unit_divisor > 0) || !std::isfinite(rec.unit_divisor)) return invalid("bad divisor");
   for (uint32_t i = 1; i < rec.bound_count; ++i)
@@ -224,6 +229,7 @@ int32_t RegistryReader::series_of(Segment& s, uint32_t index) {
     if (parts[2 + 2 * i].size() > segment::kMaxValueBytes) return invalid("label value too long");
   }
 
+  s.record_shards[index] = static_cast<uint8_t>(shards);
   std::string key;
   key.push_back(static_cast<char>(kind));
   key.append(rec.text, rec.text_bytes);
@@ -281,10 +287,13 @@ void RegistryReader::add_values(Segment& s, std::vector<Accumulator>& into, bool
         break;
       case SeriesKind::kHistogram: {
         const size_t n = info.bounds.size() + 1;
-        const auto* buckets = reinterpret_cast<const uint64_t*>(line);
         if (acc.buckets.size() != n) acc.buckets.assign(n, 0);
-        for (size_t b = 0; b < n; ++b) acc.buckets[b] += segment::load_relaxed(&buckets[b]);
-        acc.sum += segment::load_relaxed(reinterpret_cast<const int64_t*>(buckets + n));
+        const size_t stride = segment::shard_lines(uint32_t(n - 1)) * segment::kLineBytes / 8;
+        const auto* shard = reinterpret_cast<const uint64_t*>(line);
+        for (uint32_t k = 0; k < s.record_shards[i]; ++k, shard += stride) {
+          for (size_t b = 0; b < n; ++b) acc.buckets[b] += segment::load_relaxed(&shard[b]);
+          acc.sum += segment::load_relaxed(reinterpret_cast<const int64_t*>(shard + n));
+        }
         acc.present = true;
         break;
       }

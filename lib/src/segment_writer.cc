@@ -36,7 +36,9 @@ std::vector<SegmentWriter*>& writers() {
 std::atomic<uint64_t> g_sequence{0};
 std::once_flag g_atfork_once;
 
-Header* header_of(unsigned char* base) { return reinterpret_cast<Header*>(base); }
+Header* header_of(unsigned char* base) {
+  return reinterpret_cast<Header*>(base);
+}
 Record* record_of(unsigned char* base, uint32_t i) {
   return reinterpret_cast<Record*>(base + segment::kRecordsOffset +
                                    uint64_t{i} * segment::kRecordBytes);
@@ -66,9 +68,20 @@ std::string errno_text(const char* what, const std::string& path) {
 
 }  // namespace
 
+constinit thread_local uint32_t detail::t_shard_plus_one = 0;
+
+uint32_t detail::assign_thread_shard() noexcept {
+  static std::atomic<uint32_t> next{0};
+  const uint32_t shard = next.fetch_add(1, std::memory_order_relaxed);
+  t_shard_plus_one = shard + 1;
+  return shard;
+}
+
 // ---------------------------------------------------------------- Gauge
 
-Gauge::Gauge() : local_(new int64_t[8]()) { value_ = local_.get(); }
+Gauge::Gauge() : local_(new int64_t[8]()) {
+  value_ = local_.get();
+}
 
 Gauge::Gauge(Gauge&& other) noexcept
     : writer_(other.writer_),
@@ -94,7 +107,9 @@ Gauge& Gauge::operator=(Gauge&& other) noexcept {
   return *this;
 }
 
-Gauge::~Gauge() { reset(); }
+Gauge::~Gauge() {
+  reset();
+}
 
 void Gauge::reset() noexcept {
   if (writer_ != nullptr) writer_->release_gauge(record_);
@@ -219,8 +234,8 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
     // Same records; counters and histograms start at zero in the child (the
     // parent's counts stay in the parent's segment); gauges keep the values
     // of the objects the child inherited.
-    const uint32_t count = std::min(segment::load_acquire(&header_of(base_)->record_count),
-                                    segment::kMaxRecords);
+    const uint32_t count =
+        std::min(segment::load_acquire(&header_of(base_)->record_count), segment::kMaxRecords);
     std::memcpy(base + segment::kRecordsOffset, base_ + segment::kRecordsOffset,
                 uint64_t{count} * segment::kRecordBytes);
     for (uint32_t i = 0; i < count; ++i) {
@@ -249,9 +264,9 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
   for (int attempt = 0; attempt < 16 && !linked; ++attempt) {
     final_path = dir_ + "/gym-" + std::to_string(pid) + "-" + std::to_string(ticks) + "-" +
                  std::to_string(g_sequence.fetch_add(1)) + ".seg";
-    int rc = named_temp ? ::link(temp_path.c_str(), final_path.c_str())
-                        : ::linkat(AT_FDCWD, proc_fd, AT_FDCWD, final_path.c_str(),
-                                   AT_SYMLINK_FOLLOW);
+    int rc = named_temp
+                 ? ::link(temp_path.c_str(), final_path.c_str())
+                 : ::linkat(AT_FDCWD, proc_fd, AT_FDCWD, final_path.c_str(), AT_SYMLINK_FOLLOW);
     if (rc == 0) {
       linked = true;
     } else if (errno != EEXIST) {
@@ -269,8 +284,8 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
   if (after_fork && base_ != nullptr) {
     // Put the child's segment where the parent's was, so that existing
     // handles write into it.
-    void* fixed = ::mmap(base_, segment::kTotalBytes, PROT_READ | PROT_WRITE,
-                         MAP_SHARED | MAP_FIXED, fd, 0);
+    void* fixed =
+        ::mmap(base_, segment::kTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
     ::munmap(base, segment::kTotalBytes);
     if (fixed == MAP_FAILED) {
       ::unlink(final_path.c_str());
@@ -314,8 +329,7 @@ int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_vi
     const Label& l = sorted[i];
     bool duplicate = i > 0 && sorted[i - 1].name == l.name;
     if (duplicate || !detail::valid_label_name(l.name) ||
-        l.value.size() > segment::kMaxValueBytes ||
-        l.value.find('\0') != std::string_view::npos) {
+        l.value.size() > segment::kMaxValueBytes || l.value.find('\0') != std::string_view::npos) {
       ensure_segment_locked();
       count_drop_locked();
       return -1;
@@ -351,8 +365,7 @@ int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_vi
       uint32_t index = it->second.back();
       it->second.pop_back();
       Record* r = record_of(base_, index);
-      segment::store_relaxed(reinterpret_cast<int64_t*>(line_of(base_, r->value_line)),
-                             int64_t{0});
+      segment::store_relaxed(reinterpret_cast<int64_t*>(line_of(base_, r->value_line)), int64_t{0});
       segment::store_release(&r->state, segment::kRecordLive);
       return static_cast<int32_t>(index);
     }
@@ -364,7 +377,9 @@ int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_vi
   }
   Header* h = header_of(base_);
   const uint32_t index = segment::load_relaxed(&h->record_count);
-  const uint32_t lines = segment::value_lines_for(kind, static_cast<uint32_t>(bounds.size()));
+  const uint32_t shards = kind == SeriesKind::kHistogram ? segment::kHistogramShards : 1;
+  const uint32_t lines =
+      segment::value_lines_for(kind, static_cast<uint32_t>(bounds.size()), shards);
   if (index >= segment::kMaxRecords || next_line_ + lines > segment::kValueLines) {
     count_drop_locked();
     return -1;
@@ -373,6 +388,7 @@ int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_vi
   r->kind = static_cast<uint8_t>(kind);
   r->label_count = static_cast<uint8_t>(sorted.size());
   r->bound_count = static_cast<uint8_t>(bounds.size());
+  r->shards = static_cast<uint8_t>(shards);
   r->value_line = next_line_;
   r->text_bytes = static_cast<uint16_t>(text.size());
   r->unit_divisor = unit_divisor;
@@ -407,8 +423,10 @@ Histogram SegmentWriter::histogram(std::string_view family, std::span<const Labe
   if (index < 0) return hist;
   Record* r = record_of(base_, static_cast<uint32_t>(index));
   hist.buckets_ = reinterpret_cast<uint64_t*>(line_of(base_, r->value_line));
-  hist.sum_ = reinterpret_cast<int64_t*>(hist.buckets_ + bounds.size() + 1);
-  hist.bound_count_ = static_cast<uint32_t>(bounds.size());
+  hist.shard_mask_ = r->shards - 1;
+  hist.shard_words_ = segment::shard_lines(r->bound_count) * segment::kLineBytes / 8;
+  hist.sum_index_ = r->bound_count + 1u;
+  std::fill(std::begin(hist.bounds_), std::end(hist.bounds_), INT64_MAX);
   std::copy(bounds.begin(), bounds.end(), hist.bounds_);
   return hist;
 }

@@ -31,7 +31,7 @@ struct SeriesInfo {
   std::string family;
   std::vector<std::pair<std::string, std::string>> labels;  // sorted by name
   std::vector<int64_t> bounds;                              // raw, histograms only
-  double unit_divisor = 1.0;  // exposed value = raw / unit_divisor
+  double unit_divisor = 1.0;                                // exposed value = raw / unit_divisor
 };
 
 struct SeriesSample {

@@ -46,14 +46,15 @@
 //        4    1 kind             SeriesKind
 //        5    1 label_count      <= kMaxLabels
 //        6    1 bound_count      histograms: finite upper bounds, <= kMaxBounds
-//        7    1 (zero)
+//        7    1 shards           histograms: kHistogramShards; otherwise 1
 //        8    4 value_line       first value cache line of this series
 //       12    2 text_bytes       bytes of `text` in use
 //       14    2 (zero)
 //       16    8 unit_divisor     double: exposed value = raw / unit_divisor
 //                                (histogram sum and bounds; 1 otherwise)
 //       24    8 (zero)
-//       32  128 bounds           int64[kMaxBounds], strictly increasing, raw
+//       32  128 bounds           int64[16]: bound_count <= kMaxBounds (15) used,
+//                                strictly increasing, raw units; the rest zero
 //      160  864 text             "family\0name1\0value1\0...nameN\0valueN\0",
 //                                labels sorted by name
 //
@@ -61,10 +62,12 @@
 //   start on a cache line of their own and no two series share a line)
 //     counter    uint64 at value_line                          (1 line)
 //     gauge      int64  at value_line                          (1 line)
-//     histogram  uint64 bucket[bound_count + 1] (not cumulative; the last is
-//                the +Inf overflow), then int64 sum of raw observations;
-//                the count is the sum of the buckets, so a reader's +Inf
-//                bucket always equals its count    (ceil((n + 2) * 8 / 64))
+//     histogram  `shards` shards, each ceil((n + 2) * 8 / 64) lines: uint64
+//                bucket[n + 1] (not cumulative; the last is the +Inf
+//                overflow), then int64 sum of raw observations. A thread
+//                updates one shard (so threads do not bounce one line); the
+//                reader adds them up. The count is the sum of the buckets, so
+//                a reader's +Inf bucket always equals its count.
 //
 // Publication rule. The owner creates the file unnamed (O_TMPFILE), sizes it
 // (zero-filled), takes an OFD write lock on it that it holds until it exits,
@@ -102,13 +105,14 @@ inline constexpr uint32_t kRecordBytes = 1024;
 inline constexpr uint32_t kLineBytes = 64;
 
 // Limits. Exceeding any of them makes the registration a counted drop.
-inline constexpr uint32_t kMaxRecords = 1024;   // series per segment
-inline constexpr uint32_t kValueLines = 4096;   // 256 KiB of values
-inline constexpr uint32_t kMaxLabels = 8;       // labels per series
-inline constexpr uint32_t kMaxNameBytes = 64;   // a family or label name
-inline constexpr uint32_t kMaxValueBytes = 128; // a label value
-inline constexpr uint32_t kMaxBounds = 16;      // finite histogram bounds
-inline constexpr uint32_t kTextBytes = 864;     // family + labels, with NULs
+inline constexpr uint32_t kMaxRecords = 1024;    // series per segment
+inline constexpr uint32_t kValueLines = 4096;    // 256 KiB of values
+inline constexpr uint32_t kMaxLabels = 8;        // labels per series
+inline constexpr uint32_t kMaxNameBytes = 64;    // a family or label name
+inline constexpr uint32_t kMaxValueBytes = 128;  // a label value
+inline constexpr uint32_t kMaxBounds = 15;       // finite histogram bounds
+inline constexpr uint32_t kBoundSlots = 16;      // bounds array in a record
+inline constexpr uint32_t kTextBytes = 864;      // family + labels, with NULs
 
 enum class SeriesKind : uint8_t { kCounter = 1, kGauge = 2, kHistogram = 3 };
 
@@ -148,13 +152,13 @@ struct Record {
   uint8_t kind;
   uint8_t label_count;
   uint8_t bound_count;
-  uint8_t reserved0;
+  uint8_t shards;
   uint32_t value_line;
   uint16_t text_bytes;
   uint16_t reserved1;
   double unit_divisor;
   uint64_t reserved2;
-  int64_t bounds[kMaxBounds];
+  int64_t bounds[kBoundSlots];  // bound_count used, the rest zero
   char text[kTextBytes];
 };
 static_assert(offsetof(Record, unit_divisor) == 16);
@@ -166,10 +170,18 @@ inline constexpr uint64_t kRecordsOffset = kHeaderBytes;
 inline constexpr uint64_t kValuesOffset = kRecordsOffset + uint64_t{kMaxRecords} * kRecordBytes;
 inline constexpr uint64_t kTotalBytes = kValuesOffset + uint64_t{kValueLines} * kLineBytes;
 
-// Value cache lines a series of this kind occupies.
-constexpr uint32_t value_lines_for(SeriesKind kind, uint32_t bound_count) {
-  if (kind != SeriesKind::kHistogram) return 1;
+// Shards of a histogram (a power of two).
+inline constexpr uint32_t kHistogramShards = 4;
+inline constexpr uint32_t kMaxShards = 64;
+
+// Value cache lines of one histogram shard.
+constexpr uint32_t shard_lines(uint32_t bound_count) {
   return ((bound_count + 2) * 8 + kLineBytes - 1) / kLineBytes;
+}
+// Value cache lines a series occupies.
+constexpr uint32_t value_lines_for(SeriesKind kind, uint32_t bound_count, uint32_t shards) {
+  if (kind != SeriesKind::kHistogram) return 1;
+  return shards * shard_lines(bound_count);
 }
 
 // Atomic access to fields of a mapping (the struct fields are plain integers

@@ -39,6 +39,19 @@ struct Label {
 
 class SegmentWriter;
 
+namespace detail {
+// Which histogram shard this thread updates: a small number fixed per thread,
+// handed out round-robin on the thread's first observation. Constant-
+// initialized and initial-exec, so reading it is one load (no guard, no
+// __tls_get_addr); 0 means not assigned yet.
+extern constinit thread_local uint32_t t_shard_plus_one __attribute__((tls_model("initial-exec")));
+uint32_t assign_thread_shard() noexcept;
+inline uint32_t thread_shard() noexcept {
+  const uint32_t s = t_shard_plus_one;
+  return __builtin_expect(s != 0, 1) ? s - 1 : assign_thread_shard();
+}
+}  // namespace detail
+
 // A monotonic count. Cheap to copy; valid while its SegmentWriter lives.
 class Counter {
  public:
@@ -93,19 +106,26 @@ class Histogram {
   Histogram() = default;
   void observe(int64_t v) const noexcept {
     if (buckets_ == nullptr) return;
+    // Branchless binary search: the bucket is the number of bounds below v.
+    // bounds_ holds at most 15 bounds padded with INT64_MAX to 16 slots.
     uint32_t i = 0;
-    while (i < bound_count_ && v > bounds_[i]) ++i;
-    segment::add_relaxed(&buckets_[i], uint64_t{1});
-    segment::add_relaxed(sum_, v);
+    i += bounds_[i + 7] < v ? 8 : 0;
+    i += bounds_[i + 3] < v ? 4 : 0;
+    i += bounds_[i + 1] < v ? 2 : 0;
+    i += bounds_[i] < v ? 1 : 0;
+    uint64_t* shard = buckets_ + (detail::thread_shard() & shard_mask_) * shard_words_;
+    segment::add_relaxed(&shard[i], uint64_t{1});
+    segment::add_relaxed(reinterpret_cast<int64_t*>(shard + sum_index_), v);
   }
   bool registered() const noexcept { return buckets_ != nullptr; }
 
  private:
   friend class SegmentWriter;
-  uint64_t* buckets_ = nullptr;
-  int64_t* sum_ = nullptr;
-  uint32_t bound_count_ = 0;
-  int64_t bounds_[segment::kMaxBounds] = {};
+  uint64_t* buckets_ = nullptr;  // shard 0
+  uint32_t shard_mask_ = 0;
+  uint32_t shard_words_ = 0;  // uint64 words from one shard to the next
+  uint32_t sum_index_ = 0;    // the sum's word within a shard
+  int64_t bounds_[segment::kBoundSlots] = {};
 };
 
 class SegmentWriter {
@@ -146,9 +166,8 @@ class SegmentWriter {
   bool ensure_segment_locked();
   bool create_segment_locked(bool after_fork);
   int32_t find_or_add_record_locked(segment::SeriesKind kind, std::string_view family,
-                                    std::span<const Label> labels,
-                                    std::span<const int64_t> bounds, double unit_divisor,
-                                    bool reuse_released);
+                                    std::span<const Label> labels, std::span<const int64_t> bounds,
+                                    double unit_divisor, bool reuse_released);
   void count_drop_locked();
   void release_gauge(uint32_t record) noexcept;
   void renew_after_fork() noexcept;
