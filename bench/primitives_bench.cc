@@ -1,0 +1,106 @@
+// MeteredSemaphore versus std::counting_semaphore, and the resources-operation
+// scope versus the same instrumentation written with prometheus-cpp. Run with
+// bench/ratios.py for ratios against the baselines of the same run.
+#include <benchmark/benchmark.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <filesystem>
+#include <semaphore>
+
+#include "gym/metered_semaphore.h"
+#include "gym/resources_operation.h"
+
+namespace {
+
+gym::SegmentWriter& writer() {
+  static auto* w = [] {
+    std::string dir = "/dev/shm/gym-bench-primitives-" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir);
+    return new gym::SegmentWriter(dir);
+  }();
+  return *w;
+}
+
+// Uncontended with 1 thread; 2 threads contend for 1 slot.
+void acquire_release_metered(benchmark::State& state) {
+  static auto* sem = new gym::MeteredSemaphore(1, gym::Component::kAgentServer, "rollouts",
+                                               std::nullopt, std::nullopt, writer());
+  for (auto _ : state) {
+    sem->acquire();
+    sem->release();
+  }
+}
+void acquire_release_counting_semaphore(benchmark::State& state) {
+  static auto* sem = new std::counting_semaphore<>(1);
+  for (auto _ : state) {
+    sem->acquire();
+    sem->release();
+  }
+}
+BENCHMARK(acquire_release_metered)->Threads(1)->Threads(2);
+BENCHMARK(acquire_release_counting_semaphore)->Threads(1)->Threads(2);
+
+// The scope over an uncontended limit: queued +1/-1, queue duration, active
+// +1/-1, duration by outcome, two clock reads.
+void operation_scope_registry(benchmark::State& state) {
+  static auto* metrics = new gym::OperationMetrics(writer());
+  static auto* limit = new std::counting_semaphore<>(64);
+  for (auto _ : state) {
+    gym::ResourcesOperation op(*limit, gym::Operation::kVerify, gym::Executor::kSubprocess, {},
+                               *metrics);
+  }
+}
+
+struct PromOperation {
+  prometheus::Registry registry;
+  prometheus::Histogram* queue;
+  prometheus::Histogram* duration;
+  prometheus::Gauge* queued;
+  prometheus::Gauge* active;
+  PromOperation() {
+    const prometheus::Histogram::BucketBoundaries b = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1,
+                                                       5,     10,    30,   60,   300, 1800};
+    const prometheus::Labels l = {{"nemo_gym_resources_operation", "verify"},
+                                  {"nemo_gym_resources_executor", "subprocess"}};
+    queue = &prometheus::BuildHistogram()
+                 .Name("gym_resources_operation_queue_duration_seconds")
+                 .Register(registry)
+                 .Add(l, b);
+    auto lo = l;
+    lo["nemo_gym_resources_operation_outcome"] = "ok";
+    duration = &prometheus::BuildHistogram()
+                    .Name("gym_resources_operation_duration_seconds")
+                    .Register(registry)
+                    .Add(lo, b);
+    queued =
+        &prometheus::BuildGauge().Name("gym_resources_operation_queued").Register(registry).Add(l);
+    active =
+        &prometheus::BuildGauge().Name("gym_resources_operation_active").Register(registry).Add(l);
+  }
+};
+void operation_scope_prometheus_cpp(benchmark::State& state) {
+  static auto* p = new PromOperation;
+  static auto* limit = new std::counting_semaphore<>(64);
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    p->queued->Increment();
+    const auto queued_at = Clock::now();
+    limit->acquire();
+    const auto started = Clock::now();
+    p->queue->Observe(std::chrono::duration<double>(started - queued_at).count());
+    p->queued->Decrement();
+    p->active->Increment();
+    const auto ran = Clock::now() - started;
+    p->active->Decrement();
+    p->duration->Observe(std::chrono::duration<double>(ran).count());
+    limit->release();
+  }
+}
+BENCHMARK(operation_scope_registry)->Threads(1)->Threads(2);
+BENCHMARK(operation_scope_prometheus_cpp)->Threads(1)->Threads(2);
+
+}  // namespace
+
+BENCHMARK_MAIN();

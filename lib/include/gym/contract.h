@@ -1,0 +1,105 @@
+// The metric contract (shared/spec/metrics.md) as code: family and label names,
+// the bounded value sets, and the operation buckets. Each value set lives in
+// one table, so adding a value is a one-line change.
+//
+// Thread-safety: constants and pure functions only.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace gym {
+
+namespace family {
+inline constexpr std::string_view kConcurrencyLimit = "gym_concurrency_limit";
+inline constexpr std::string_view kConcurrencyActive = "gym_concurrency_active";
+inline constexpr std::string_view kConcurrencyAvailable = "gym_concurrency_available";
+inline constexpr std::string_view kConcurrencyQueueDepth = "gym_concurrency_queue_depth";
+inline constexpr std::string_view kAdmissionTimeouts = "gym_concurrency_admission_timeouts_total";
+inline constexpr std::string_view kAdmissionCancelled = "gym_concurrency_admission_cancelled_total";
+inline constexpr std::string_view kOperationQueueDuration =
+    "gym_resources_operation_queue_duration_seconds";
+inline constexpr std::string_view kOperationDuration = "gym_resources_operation_duration_seconds";
+inline constexpr std::string_view kOperationQueued = "gym_resources_operation_queued";
+inline constexpr std::string_view kOperationActive = "gym_resources_operation_active";
+// Written by declare_server(); read by the exporter, not exposed as is.
+inline constexpr std::string_view kServerIdentity = "gym_server_identity";
+}  // namespace family
+
+namespace label {
+inline constexpr std::string_view kComponent = "nemo_gym_concurrency_component";
+inline constexpr std::string_view kLimitName = "nemo_gym_concurrency_limit_name";
+inline constexpr std::string_view kServerName = "nemo_gym_server_name";
+inline constexpr std::string_view kServerType = "nemo_gym_server_type";
+inline constexpr std::string_view kOperation = "nemo_gym_resources_operation";
+inline constexpr std::string_view kExecutor = "nemo_gym_resources_executor";
+inline constexpr std::string_view kOutcome = "nemo_gym_resources_operation_outcome";
+}  // namespace label
+
+enum class Component : uint8_t {
+  kRolloutDriver,
+  kAgentServer,
+  kModelServer,
+  kResourcesServer,
+  kOther
+};
+inline constexpr std::array<std::string_view, 5> kComponents = {
+    "rollout_driver", "agent_server", "model_server", "resources_server", "other"};
+
+enum class Operation : uint8_t { kVerify, kTool, kJudge, kOther };
+inline constexpr std::array<std::string_view, 4> kOperations = {"verify", "tool", "judge", "other"};
+
+enum class Executor : uint8_t { kInline, kThread, kProcess, kSubprocess, kOther };
+inline constexpr std::array<std::string_view, 5> kExecutors = {"inline", "thread", "process",
+                                                               "subprocess", "other"};
+
+enum class Outcome : uint8_t { kOk, kError, kTimeout, kCancelled, kCrashed };
+inline constexpr std::array<std::string_view, 5> kOutcomes = {"ok", "error", "timeout", "cancelled",
+                                                              "crashed"};
+
+template <class Enum, size_t N>
+constexpr std::string_view name_of(Enum v, const std::array<std::string_view, N>& table) {
+  return table[static_cast<size_t>(v)];
+}
+template <class Enum, size_t N>
+constexpr std::optional<Enum> parse_value(std::string_view s,
+                                          const std::array<std::string_view, N>& table) {
+  for (size_t i = 0; i < N; ++i)
+    if (table[i] == s) return static_cast<Enum>(i);
+  return std::nullopt;
+}
+
+inline std::string_view to_string(Component v) {
+  return name_of(v, kComponents);
+}
+inline std::string_view to_string(Operation v) {
+  return name_of(v, kOperations);
+}
+inline std::string_view to_string(Executor v) {
+  return name_of(v, kExecutors);
+}
+inline std::string_view to_string(Outcome v) {
+  return name_of(v, kOutcomes);
+}
+
+// Operation bucket upper bounds: the seed's milliseconds, stored in
+// nanoseconds (exposed in seconds: divide by kNanosPerSecond).
+inline constexpr int64_t kNanosPerSecond = 1000000000;
+inline constexpr std::array<int64_t, 13> kOperationBoundsNs = {
+    1000000,    5000000,     10000000,    50000000,    100000000,    500000000,    1000000000,
+    5000000000, 10000000000, 30000000000, 60000000000, 300000000000, 1800000000000};
+
+// A limit name: [a-z][a-z0-9_]*, at most 64 characters.
+inline constexpr size_t kMaxLimitNameBytes = 64;
+constexpr bool valid_limit_name(std::string_view s) {
+  if (s.empty() || s.size() > kMaxLimitNameBytes || s[0] < 'a' || s[0] > 'z') return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+// A server name or type: 1 to 128 bytes (a label value), no NUL.
+inline constexpr size_t kMaxServerNameBytes = 128;
+
+}  // namespace gym

@@ -1,0 +1,52 @@
+// LimitMeter: the gym_concurrency_* series of one concurrency limit — its
+// configured slots, free slots, waiters and admission failures — in the
+// registry. MeteredSemaphore uses it for its own semaphore; the C ABI uses it
+// for a language that keeps its own semaphore (asyncio), so both report the
+// same numbers.
+//
+// Thread-safety: every method may be called from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gym/contract.h"
+#include "gym/segment_writer.h"
+
+namespace gym {
+
+class LimitMeter {
+ public:
+  // Throws std::invalid_argument naming the bad value: limit < 1, a limit
+  // name outside [a-z][a-z0-9_]* or longer than 64, an empty or over-long
+  // server name.
+  LimitMeter(int64_t limit, Component component, std::string_view limit_name,
+             std::optional<std::string_view> server_name, bool has_admission_timeout,
+             SegmentWriter& writer);
+
+  int64_t limit() const { return limit_; }
+  // Free slots. The counter itself (a registry gauge, or process memory when
+  // there is no registry), for a semaphore whose state it is.
+  int64_t* available() const { return available_.raw(); }
+  int64_t queued() const { return queued_.value(); }
+  void add_queued(int64_t delta) const { queued_.add(delta); }
+  void count_timeout() const { timeouts_.add(); }
+  void count_cancelled() const { cancelled_.add(); }
+  // The labels this limit reports under, as (name, value).
+  const std::vector<std::pair<std::string, std::string>>& labels() const { return labels_; }
+
+ private:
+  int64_t limit_;
+  std::vector<std::pair<std::string, std::string>> labels_;
+  Gauge limit_gauge_;
+  Gauge available_;
+  Gauge queued_;
+  Counter timeouts_;
+  Counter cancelled_;
+};
+
+}  // namespace gym

@@ -1,0 +1,137 @@
+// The resources-operation scope: bounded work (a verifier subprocess, a judge
+// call) entered over any limit with acquire()/release(). While waiting it
+// counts as queued; on entry it records the queue duration; inside it counts
+// as active; on exit it records the duration with the outcome (the
+// gym_resources_operation_* families).
+//
+//   gym::ResourcesOperation op(semaphore, gym::Operation::kVerify,
+//                              gym::Executor::kSubprocess);
+//   if (run_verifier() == kTimedOut) op.set_outcome(gym::Outcome::kTimeout);
+//
+// The outcome is the one set, else `cancelled` when an exception leaves the
+// scope after its stop_token was requested, else `error` for any other
+// exception, else `ok`. Durations use the monotonic clock.
+//
+// Thread-safety: OperationMetrics may be shared by all threads; one
+// ResourcesOperation belongs to the thread that made it.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <concepts>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+
+#include "gym/contract.h"
+#include "gym/segment_writer.h"
+
+namespace gym {
+
+// The registry handles behind resources operations, for one writer, each
+// registered on first use (so that only combinations that happen report).
+class OperationMetrics {
+ public:
+  explicit OperationMetrics(SegmentWriter& writer) : writer_(writer) {}
+  // For SegmentWriter::process(). Never destroyed.
+  static OperationMetrics& process();
+
+  struct Cell {
+    Histogram queue_duration;
+    std::array<Histogram, kOutcomes.size()> duration;
+    Gauge queued;
+    Gauge active;
+  };
+  const Cell& cell(Operation op, Executor ex) {
+    Slot& s = cells_[static_cast<size_t>(op) * kExecutors.size() + static_cast<size_t>(ex)];
+    if (!s.ready.load(std::memory_order_acquire)) register_cell(s, op, ex);
+    return s.cell;
+  }
+
+ private:
+  struct Slot {
+    std::atomic<bool> ready{false};
+    Cell cell;
+  };
+  void register_cell(Slot& s, Operation op, Executor ex);
+  SegmentWriter& writer_;
+  std::mutex mu_;
+  std::array<Slot, kOperations.size() * kExecutors.size()> cells_;
+};
+
+template <class Limit>
+concept AcquireRelease = requires(Limit& l) {
+  l.acquire();
+  l.release();
+};
+
+template <AcquireRelease Limit>
+class ResourcesOperation {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Waits for `limit` (passing `stop` to it when it takes one); an exception
+  // from the wait propagates and records no duration.
+  ResourcesOperation(Limit& limit, Operation op, Executor ex, std::stop_token stop = {},
+                     OperationMetrics& metrics = OperationMetrics::process())
+      : limit_(limit), cell_(metrics.cell(op, ex)), stop_(std::move(stop)) {
+    // Admitted at once: the wait is zero, and nothing was ever queued.
+    if constexpr (requires { limit.try_acquire(); }) {
+      if (limit.try_acquire()) {
+        started_ = Clock::now();
+        cell_.queue_duration.observe(0);
+        cell_.active.add(1);
+        exceptions_ = std::uncaught_exceptions();
+        return;
+      }
+    }
+    cell_.queued.add(1);
+    const Clock::time_point queued_at = Clock::now();
+    try {
+      if constexpr (requires { limit.acquire(stop_); })
+        limit.acquire(stop_);
+      else
+        limit.acquire();
+    } catch (...) {
+      cell_.queued.add(-1);
+      throw;
+    }
+    started_ = Clock::now();
+    cell_.queue_duration.observe((started_ - queued_at).count());
+    cell_.queued.add(-1);
+    cell_.active.add(1);
+    exceptions_ = std::uncaught_exceptions();
+  }
+
+  ~ResourcesOperation() {
+    const auto ran = (Clock::now() - started_).count();
+    cell_.active.add(-1);
+    Outcome outcome = Outcome::kOk;
+    if (outcome_) {
+      outcome = *outcome_;
+    } else if (std::uncaught_exceptions() > exceptions_) {
+      outcome = stop_.stop_requested() ? Outcome::kCancelled : Outcome::kError;
+    }
+    cell_.duration[static_cast<size_t>(outcome)].observe(ran);
+    limit_.release();
+  }
+
+  ResourcesOperation(const ResourcesOperation&) = delete;
+  ResourcesOperation& operator=(const ResourcesOperation&) = delete;
+
+  void set_outcome(Outcome outcome) { outcome_ = outcome; }
+  std::optional<Outcome> outcome() const { return outcome_; }
+
+ private:
+  static_assert(std::is_same_v<Clock::duration, std::chrono::nanoseconds>);
+  Limit& limit_;
+  const OperationMetrics::Cell& cell_;
+  std::stop_token stop_;
+  Clock::time_point started_;
+  int exceptions_ = 0;
+  std::optional<Outcome> outcome_;
+};
+
+}  // namespace gym

@@ -1,0 +1,73 @@
+/* gym_metrics.h: the C ABI of libgymmetrics, for Python and other languages.
+ *
+ * Only C types cross it and no exception does: every call returns GYM_OK or
+ * an error code, and gym_last_error() returns the message of the calling
+ * thread's last failure. Metric semantics are those of the C++ primitives
+ * (gym/metered_semaphore.h, gym/resources_operation.h,
+ * gym/server_identity.h), so a language with its own semaphore (asyncio's)
+ * reports the same numbers by telling the library what happened.
+ *
+ * Thread-safety: every call may be made from any thread. */
+#ifndef GYM_METRICS_H
+#define GYM_METRICS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define GYM_OK 0
+#define GYM_EINVAL 1 /* an argument outside its set or limits */
+#define GYM_ESTATE 2 /* an event that does not fit the state, e.g. a release with no slot held */
+#define GYM_ENOMEM 3 /* out of memory */
+
+typedef struct gym_limit gym_limit;
+
+/* Opens a concurrency limit. component: rollout_driver, agent_server,
+ * model_server, resources_server or other. limit_name: [a-z][a-z0-9_]*, at
+ * most 64 characters. server_name: NULL or 1 to 128 bytes. admission_timeout_s:
+ * negative for none (then no timeouts series exists). */
+int gym_limit_open(const char* component, const char* limit_name, const char* server_name,
+                   int64_t limit, double admission_timeout_s, gym_limit** out);
+/* Closes it: its gauges stop reporting at the next scrape, counters stay. */
+void gym_limit_close(gym_limit* limit);
+
+/* A caller took a slot without waiting. */
+int gym_limit_acquired(gym_limit* limit);
+/* A caller started waiting for a slot. */
+int gym_limit_wait_started(gym_limit* limit);
+/* A waiting caller got a slot. */
+int gym_limit_wait_admitted(gym_limit* limit);
+/* A waiting caller ran out of the admission timeout. */
+int gym_limit_wait_timed_out(gym_limit* limit);
+/* A waiting caller was cancelled before a slot was free. */
+int gym_limit_wait_cancelled(gym_limit* limit);
+/* A slot was returned. GYM_ESTATE, changing nothing, when none is held. */
+int gym_limit_released(gym_limit* limit);
+/* Slots held and callers waiting now (-1 for a NULL limit). */
+int64_t gym_limit_active(const gym_limit* limit);
+int64_t gym_limit_queued(const gym_limit* limit);
+
+/* Resources operations. operation: verify, tool, judge or other. executor:
+ * inline, thread, process, subprocess or other. outcome: ok, error, timeout,
+ * cancelled or crashed. */
+int gym_operation_queued(const char* operation, const char* executor);
+/* A queued operation that will not start (cancelled while waiting). */
+int gym_operation_dequeued(const char* operation, const char* executor);
+int gym_operation_started(const char* operation, const char* executor, double queue_seconds);
+int gym_operation_finished(const char* operation, const char* executor, double duration_seconds,
+                           const char* outcome);
+
+/* Declares which Gym server this process is. */
+int gym_declare_server(const char* name, const char* server_type);
+
+/* The message of this thread's last failing call ("" if none). Valid until
+ * the thread's next call. */
+const char* gym_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GYM_METRICS_H */

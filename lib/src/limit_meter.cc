@@ -1,0 +1,55 @@
+#include "gym/limit_meter.h"
+
+#include <stdexcept>
+
+namespace gym {
+
+namespace {
+std::vector<std::pair<std::string, std::string>> limit_labels(
+    int64_t limit, Component component, std::string_view limit_name,
+    std::optional<std::string_view> server_name) {
+  if (limit < 1)
+    throw std::invalid_argument("concurrency limit must be at least 1, got " +
+                                std::to_string(limit));
+  if (static_cast<size_t>(component) >= kComponents.size())
+    throw std::invalid_argument("unknown concurrency component " +
+                                std::to_string(static_cast<int>(component)));
+  if (!valid_limit_name(limit_name))
+    throw std::invalid_argument("limit name '" + std::string(limit_name) +
+                                "' must match [a-z][a-z0-9_]* and be at most 64 characters");
+  std::vector<std::pair<std::string, std::string>> labels = {
+      {std::string(label::kComponent), std::string(to_string(component))},
+      {std::string(label::kLimitName), std::string(limit_name)}};
+  if (server_name) {
+    if (server_name->empty() || server_name->size() > kMaxServerNameBytes ||
+        server_name->find('\0') != std::string_view::npos)
+      throw std::invalid_argument("server name '" + std::string(*server_name) +
+                                  "' must be 1 to 128 bytes");
+    labels.emplace_back(std::string(label::kServerName), std::string(*server_name));
+  }
+  return labels;
+}
+
+std::vector<Label> views(const std::vector<std::pair<std::string, std::string>>& labels) {
+  std::vector<Label> out;
+  for (const auto& [k, v] : labels) out.push_back({k, v});
+  return out;
+}
+}  // namespace
+
+LimitMeter::LimitMeter(int64_t limit, Component component, std::string_view limit_name,
+                       std::optional<std::string_view> server_name, bool has_admission_timeout,
+                       SegmentWriter& writer)
+    : limit_(limit), labels_(limit_labels(limit, component, limit_name, server_name)) {
+  const std::vector<Label> l = views(labels_);
+  limit_gauge_ = writer.gauge(family::kConcurrencyLimit, l);
+  available_ = writer.gauge(family::kConcurrencyAvailable, l);
+  queued_ = writer.gauge(family::kConcurrencyQueueDepth, l);
+  limit_gauge_.set(limit);
+  available_.set(limit);
+  // The timeouts series exists only for a limit that can time out.
+  if (has_admission_timeout) timeouts_ = writer.counter(family::kAdmissionTimeouts, l);
+  cancelled_ = writer.counter(family::kAdmissionCancelled, l);
+}
+
+}  // namespace gym

@@ -1,0 +1,39 @@
+#include "gym/server_identity.h"
+
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+
+#include "gym/contract.h"
+
+namespace gym {
+
+namespace {
+std::mutex g_mu;
+std::optional<ServerIdentity> g_identity;
+Gauge* g_identity_gauge = nullptr;  // never destroyed: lives as long as the process
+
+void check(std::string_view what, std::string_view v) {
+  if (v.empty() || v.size() > kMaxServerNameBytes || v.find('\0') != std::string_view::npos)
+    throw std::invalid_argument(std::string(what) + " '" + std::string(v) +
+                                "' must be 1 to 128 bytes");
+}
+}  // namespace
+
+void declare_server(std::string_view name, std::string_view server_type, SegmentWriter& writer) {
+  check("server name", name);
+  check("server type", server_type);
+  std::lock_guard<std::mutex> lock(g_mu);
+  Label labels[] = {{label::kServerName, name}, {label::kServerType, server_type}};
+  if (g_identity_gauge == nullptr) g_identity_gauge = new Gauge;
+  *g_identity_gauge = writer.gauge(family::kServerIdentity, labels);
+  g_identity_gauge->set(1);
+  g_identity = ServerIdentity{std::string(name), std::string(server_type)};
+}
+
+std::optional<ServerIdentity> declared_server() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  return g_identity;
+}
+
+}  // namespace gym

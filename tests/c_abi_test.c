@@ -1,0 +1,74 @@
+/* The C ABI, compiled as C: every call's code, the error messages, and the
+ * state it keeps. Exits non-zero on the first failure. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gym_metrics.h"
+
+static int failures = 0;
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++failures;                                                              \
+    }                                                                          \
+  } while (0)
+
+int main(void) {
+  char dir[] = "/dev/shm/gym-c-abi-XXXXXX";
+  if (mkdtemp(dir) == NULL) return 2;
+  setenv("GYM_METRICS_DIR", dir, 1);
+
+  gym_limit* limit = NULL;
+  CHECK(gym_limit_open("agent_server", "rollouts", NULL, 2, -1.0, &limit) == GYM_OK);
+  CHECK(limit != NULL);
+  CHECK(gym_limit_acquired(limit) == GYM_OK);
+  CHECK(gym_limit_wait_started(limit) == GYM_OK);
+  CHECK(gym_limit_queued(limit) == 1);
+  CHECK(gym_limit_wait_admitted(limit) == GYM_OK);
+  CHECK(gym_limit_active(limit) == 2);
+  CHECK(gym_limit_queued(limit) == 0);
+  CHECK(gym_limit_acquired(limit) == GYM_ESTATE); /* all slots held */
+  CHECK(strstr(gym_last_error(), "held") != NULL);
+  CHECK(gym_limit_wait_started(limit) == GYM_OK);
+  CHECK(gym_limit_wait_cancelled(limit) == GYM_OK);
+  CHECK(gym_limit_wait_timed_out(limit) == GYM_ESTATE); /* nobody waits */
+  CHECK(gym_limit_released(limit) == GYM_OK);
+  CHECK(gym_limit_released(limit) == GYM_OK);
+  CHECK(gym_limit_released(limit) == GYM_ESTATE); /* over-release */
+  CHECK(gym_limit_active(limit) == 0);
+  gym_limit_close(limit);
+
+  gym_limit* bad = NULL;
+  CHECK(gym_limit_open("bogus", "rollouts", NULL, 2, -1.0, &bad) == GYM_EINVAL);
+  CHECK(strstr(gym_last_error(), "bogus") != NULL);
+  CHECK(gym_limit_open("agent_server", "Bad-Name", NULL, 2, -1.0, &bad) == GYM_EINVAL);
+  CHECK(strstr(gym_last_error(), "Bad-Name") != NULL);
+  CHECK(gym_limit_open("agent_server", "rollouts", NULL, 0, -1.0, &bad) == GYM_EINVAL);
+  CHECK(gym_limit_open("agent_server", "rollouts", "", 1, -1.0, &bad) == GYM_EINVAL);
+  CHECK(gym_limit_open(NULL, "rollouts", NULL, 1, -1.0, &bad) == GYM_EINVAL);
+  CHECK(bad == NULL);
+  CHECK(gym_limit_released(NULL) == GYM_EINVAL);
+  CHECK(gym_limit_active(NULL) == -1);
+
+  CHECK(gym_declare_server("math", "resources_server") == GYM_OK);
+  CHECK(gym_declare_server("", "resources_server") == GYM_EINVAL);
+  CHECK(gym_operation_queued("verify", "subprocess") == GYM_OK);
+  CHECK(gym_operation_started("verify", "subprocess", 0.25) == GYM_OK);
+  CHECK(gym_operation_finished("verify", "subprocess", 1.5, "timeout") == GYM_OK);
+  CHECK(gym_operation_finished("verify", "subprocess", 1.5, "exploded") == GYM_EINVAL);
+  CHECK(strstr(gym_last_error(), "exploded") != NULL);
+  CHECK(gym_operation_started("verify", "subprocess", -1.0) == GYM_EINVAL);
+  CHECK(gym_operation_started("verify", "subprocess", NAN) == GYM_EINVAL);
+  CHECK(gym_operation_queued("dance", "inline") == GYM_EINVAL);
+  CHECK(gym_operation_queued("tool", "teleport") == GYM_EINVAL);
+
+  char cmd[128];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  if (system(cmd) != 0) ++failures;
+  printf("%d failed\n", failures);
+  return failures == 0 ? 0 : 1;
+}
