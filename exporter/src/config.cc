@@ -1,0 +1,157 @@
+#include "config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+namespace gym::exporter {
+
+namespace {
+
+std::string where(const std::string& name, const YAML::Mark& m) {
+  // yaml-cpp counts from 0.
+  return name + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) + ": ";
+}
+
+struct Reader {
+  const std::string& name;
+  std::vector<std::string>& errors;
+
+  bool string(const YAML::Node& n, const std::string& key, std::string& out) {
+    if (!n.IsScalar()) {
+      errors.push_back(where(name, n.Mark()) + key + " must be a string");
+      return false;
+    }
+    out = n.Scalar();
+    return true;
+  }
+  void integer(const YAML::Node& n, const std::string& key, int& out, int min, int max) {
+    int v = 0;
+    if (!n.IsScalar() || !YAML::convert<int>::decode(n, v)) {
+      errors.push_back(where(name, n.Mark()) + key + " must be an integer");
+      return;
+    }
+    if (v < min || v > max) {
+      errors.push_back(where(name, n.Mark()) + key + " must be between " + std::to_string(min) +
+                       " and " + std::to_string(max) + ", got " + std::to_string(v));
+      return;
+    }
+    out = v;
+  }
+  // Calls the handler of each key; an unknown key is an error.
+  void mapping(const YAML::Node& n, const std::string& section,
+               const std::map<std::string, std::function<void(const YAML::Node&)>>& keys) {
+    if (n.IsNull()) return;
+    if (!n.IsMap()) {
+      errors.push_back(where(name, n.Mark()) + (section.empty() ? "the file" : section) +
+                       " must be a mapping");
+      return;
+    }
+    for (const auto& kv : n) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
+      auto it = keys.find(key);
+      if (it == keys.end()) {
+        std::string known;
+        for (const auto& [k, _] : keys) known += (known.empty() ? "" : ", ") + k;
+        errors.push_back(where(name, kv.first.Mark()) + "unknown key '" +
+                         (section.empty() ? "" : section + ".") + key + "' (known: " + known + ")");
+        continue;
+      }
+      it->second(kv.second);
+    }
+  }
+};
+
+}  // namespace
+
+void ConfigOverrides::apply(Config& c) const {
+  if (listen_address) c.listen_address = *listen_address;
+  if (telemetry_path) c.telemetry_path = *telemetry_path;
+  if (registry_dir) c.registry_dir = *registry_dir;
+  if (log_level) c.log_level = *log_level;
+  if (log_format) c.log_format = *log_format;
+}
+
+std::vector<std::string> validate(const Config& c, const std::string& origin) {
+  std::vector<std::string> errors;
+  const std::string p = origin.empty() ? "" : origin + ": ";
+  if (c.log_level != "debug" && c.log_level != "info" && c.log_level != "warn" &&
+      c.log_level != "error")
+    errors.push_back(p + "log level must be debug, info, warn or error, got '" + c.log_level + "'");
+  if (c.log_format != "logfmt" && c.log_format != "json")
+    errors.push_back(p + "log format must be logfmt or json, got '" + c.log_format + "'");
+  if (c.telemetry_path.empty() || c.telemetry_path[0] != '/' || c.telemetry_path == "/")
+    errors.push_back(p + "telemetry path must start with '/' and not be '/', got '" +
+                     c.telemetry_path + "'");
+  const auto colon = c.listen_address.rfind(':');
+  bool port_ok = colon != std::string::npos && colon + 1 < c.listen_address.size();
+  if (port_ok) {
+    for (size_t i = colon + 1; i < c.listen_address.size(); ++i)
+      port_ok = port_ok && std::isdigit(static_cast<unsigned char>(c.listen_address[i]));
+    port_ok = port_ok && std::stol(c.listen_address.substr(colon + 1)) <= 65535;
+  }
+  if (!port_ok)
+    errors.push_back(p + "listen address must be [host]:port, got '" + c.listen_address + "'");
+  if (c.registry_dir.empty()) errors.push_back(p + "registry directory must not be empty");
+  return errors;
+}
+
+ConfigResult parse_config(const std::string& yaml, const std::string& name) {
+  ConfigResult r;
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml);
+  } catch (const YAML::Exception& e) {
+    r.errors.push_back(where(name, e.mark) + "invalid YAML: " + e.msg);
+    return r;
+  }
+  Config& c = r.config;
+  Reader rd{name, r.errors};
+  rd.mapping(
+      root, "",
+      {{"web",
+        [&](const YAML::Node& n) {
+          rd.mapping(
+              n, "web",
+              {{"listen_address",
+                [&](const YAML::Node& v) { rd.string(v, "web.listen_address", c.listen_address); }},
+               {"telemetry_path",
+                [&](const YAML::Node& v) { rd.string(v, "web.telemetry_path", c.telemetry_path); }},
+               {"max_connections", [&](const YAML::Node& v) {
+                  rd.integer(v, "web.max_connections", c.max_connections, 1, 256);
+                }}});
+        }},
+       {"registry",
+        [&](const YAML::Node& n) {
+          rd.mapping(n, "registry", {{"dir", [&](const YAML::Node& v) {
+                                        rd.string(v, "registry.dir", c.registry_dir);
+                                      }}});
+        }},
+       {"log", [&](const YAML::Node& n) {
+          rd.mapping(
+              n, "log",
+              {{"level", [&](const YAML::Node& v) { rd.string(v, "log.level", c.log_level); }},
+               {"format", [&](const YAML::Node& v) { rd.string(v, "log.format", c.log_format); }}});
+        }}});
+  if (r.errors.empty()) {
+    for (auto& e : validate(c, name)) r.errors.push_back(std::move(e));
+  }
+  return r;
+}
+
+ConfigResult load_config_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    ConfigResult r;
+    r.errors.push_back(path + ": cannot read the configuration file");
+    return r;
+  }
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_config(ss.str(), path);
+}
+
+}  // namespace gym::exporter

@@ -1,0 +1,47 @@
+// The exporter's configuration: YAML (config/gym-exporter.yml documents every
+// key), with command-line flags overriding the file.
+//
+// Thread-safety: plain values; the exporter swaps whole Configs under a lock.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gym::exporter {
+
+struct Config {
+  std::string listen_address = ":9478";
+  std::string telemetry_path = "/metrics";
+  std::string registry_dir = "/dev/shm/gym-metrics";
+  std::string log_level = "info";     // debug, info, warn, error
+  std::string log_format = "logfmt";  // logfmt, json
+  int max_connections = 8;            // HTTP worker threads
+};
+
+// Values given on the command line: they win over the file, also on reload.
+struct ConfigOverrides {
+  std::optional<std::string> listen_address;
+  std::optional<std::string> telemetry_path;
+  std::optional<std::string> registry_dir;
+  std::optional<std::string> log_level;
+  std::optional<std::string> log_format;
+  void apply(Config& c) const;
+};
+
+struct ConfigResult {
+  Config config;
+  // Each error names the file, line and column: "gym-exporter.yml:3:5: ...".
+  std::vector<std::string> errors;
+  bool ok() const { return errors.empty(); }
+};
+
+// Reads `path` (defaults for what it does not set). An unknown key, a wrong
+// type or a bad value is an error.
+ConfigResult load_config_file(const std::string& path);
+// The same from YAML text; `name` stands for the file in messages.
+ConfigResult parse_config(const std::string& yaml, const std::string& name);
+// Checks values that flags may also set (log level and format, path, address).
+std::vector<std::string> validate(const Config& c, const std::string& origin);
+
+}  // namespace gym::exporter

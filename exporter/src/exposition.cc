@@ -1,0 +1,234 @@
+#include "exposition.h"
+
+#include <dirent.h>
+#include <prometheus/text_serializer.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "gym/contract.h"
+
+#ifndef GYM_EXPORTER_REVISION
+#define GYM_EXPORTER_REVISION "unknown"
+#endif
+#ifndef GYM_EXPORTER_VERSION
+#define GYM_EXPORTER_VERSION "0.0.0"
+#endif
+
+namespace gym::exporter {
+
+const char* const kVersion = GYM_EXPORTER_VERSION;
+const char* const kRevision = GYM_EXPORTER_REVISION;
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+constexpr FamilyDoc kDocs[] = {
+    {"gym_concurrency_limit", MetricType::Gauge, "Configured slots of a concurrency limit."},
+    {"gym_concurrency_active", MetricType::Gauge, "Slots of a concurrency limit held now."},
+    {"gym_concurrency_available", MetricType::Gauge,
+     "Slots of a concurrency limit free now (limit - active)."},
+    {"gym_concurrency_queue_depth", MetricType::Gauge,
+     "Callers waiting for a slot of a concurrency limit now."},
+    {"gym_concurrency_admission_timeouts_total", MetricType::Counter,
+     "Waits that ran out of the limit's admission timeout (only limits that have one)."},
+    {"gym_concurrency_admission_cancelled_total", MetricType::Counter,
+     "Waits cancelled before a slot was free."},
+    {"gym_resources_operation_queue_duration_seconds", MetricType::Histogram,
+     "Time resources operations waited for their limit."},
+    {"gym_resources_operation_duration_seconds", MetricType::Histogram,
+     "Time resources operations ran inside their limit, by outcome."},
+    {"gym_resources_operation_queued", MetricType::Gauge, "Resources operations waiting now."},
+    {"gym_resources_operation_active", MetricType::Gauge, "Resources operations running now."},
+    {"gym_exporter_build_info", MetricType::Gauge,
+     "A metric with a constant '1' value labeled by version and revision of gym-exporter."},
+    {"gym_exporter_scrape_duration_seconds", MetricType::Gauge,
+     "Time gym-exporter took to build this exposition."},
+    {"gym_exporter_registry_segments", MetricType::Gauge,
+     "Live writer processes seen in the registry."},
+    {"gym_exporter_registry_retired_segments_total", MetricType::Counter,
+     "Writer processes that exited and whose counters were folded in."},
+    {"gym_exporter_registry_dropped_series_total", MetricType::Counter,
+     "Series that writers could not register (registry full or limits exceeded)."},
+    {"gym_exporter_registry_rejected_segments_total", MetricType::Counter,
+     "Files in the registry directory that were not valid segments."},
+    {"gym_exporter_registry_invalid_records_total", MetricType::Counter,
+     "Series records in segments whose metadata was invalid, skipped."},
+    {"process_cpu_seconds_total", MetricType::Counter,
+     "Total user and system CPU time spent in seconds."},
+    {"process_resident_memory_bytes", MetricType::Gauge, "Resident memory size in bytes."},
+    {"process_virtual_memory_bytes", MetricType::Gauge, "Virtual memory size in bytes."},
+    {"process_open_fds", MetricType::Gauge, "Number of open file descriptors."},
+    {"process_max_fds", MetricType::Gauge, "Maximum number of open file descriptors."},
+    {"process_start_time_seconds", MetricType::Gauge,
+     "Start time of the process since unix epoch in seconds."},
+};
+
+MetricFamily& add_family(Families& out, std::string_view name) {
+  const FamilyDoc* doc = family_doc(name);
+  MetricFamily f;
+  f.name = std::string(name);
+  f.help = doc ? doc->help : "";
+  f.type = doc ? doc->type : MetricType::Untyped;
+  out.push_back(std::move(f));
+  return out.back();
+}
+
+ClientMetric& add_metric(MetricFamily& f,
+                         const std::vector<std::pair<std::string, std::string>>& labels) {
+  ClientMetric m;
+  for (const auto& [k, v] : labels) m.label.push_back({k, v});
+  f.metric.push_back(std::move(m));
+  return f.metric.back();
+}
+
+void add_simple(Families& out, std::string_view name, double value,
+                const std::vector<std::pair<std::string, std::string>>& labels = {}) {
+  MetricFamily& f = add_family(out, name);
+  ClientMetric& m = add_metric(f, labels);
+  if (f.type == MetricType::Counter)
+    m.counter.value = value;
+  else
+    m.gauge.value = value;
+}
+
+}  // namespace
+
+const FamilyDoc* family_doc(std::string_view name) {
+  for (const FamilyDoc& d : kDocs)
+    if (name == d.name) return &d;
+  return nullptr;
+}
+
+RegistryCollector::RegistryCollector(std::string dir, std::function<void(const std::string&)> log)
+    : reader_(std::move(dir)), log_(std::move(log)) {}
+
+void RegistryCollector::collect(Families& out) {
+  const Snapshot& snap = reader_.snapshot();
+  for (const std::string& p : snap.problems) log_(p);
+  if (snap.directory_error != last_dir_error_) {
+    if (!snap.directory_error.empty()) log_(snap.directory_error);
+    last_dir_error_ = snap.directory_error;
+  }
+
+  // Series come sorted by family: one MetricFamily per run of a family.
+  // active = limit - available, per label set.
+  std::map<std::vector<std::pair<std::string, std::string>>, int64_t> active;
+  const std::string_view limit_family = family::kConcurrencyLimit;
+  const std::string_view available_family = family::kConcurrencyAvailable;
+  MetricFamily* current = nullptr;
+  for (const SeriesSample& s : snap.series) {
+    const SeriesInfo& info = *s.info;
+    const FamilyDoc* doc = family_doc(info.family);
+    if (doc == nullptr) continue;  // not in the contract (gym_server_identity, a user's own)
+    if (info.family == limit_family) active[info.labels] += s.gauge;
+    if (info.family == available_family) active[info.labels] -= s.gauge;
+    if (current == nullptr || current->name != info.family) current = &add_family(out, info.family);
+    ClientMetric& m = add_metric(*current, info.labels);
+    switch (info.kind) {
+      case segment::SeriesKind::kCounter:
+        m.counter.value = static_cast<double>(s.counter);
+        break;
+      case segment::SeriesKind::kGauge:
+        m.gauge.value = static_cast<double>(s.gauge);
+        break;
+      case segment::SeriesKind::kHistogram: {
+        m.histogram.sample_count = s.count();
+        m.histogram.sample_sum = static_cast<double>(s.sum) / info.unit_divisor;
+        for (size_t b = 0; b < s.cumulative_buckets.size(); ++b) {
+          ClientMetric::Bucket bucket;
+          bucket.cumulative_count = s.cumulative_buckets[b];
+          bucket.upper_bound = b < info.bounds.size()
+                                   ? static_cast<double>(info.bounds[b]) / info.unit_divisor
+                                   : std::numeric_limits<double>::infinity();
+          m.histogram.bucket.push_back(bucket);
+        }
+        break;
+      }
+    }
+  }
+  if (!active.empty()) {
+    MetricFamily& f = add_family(out, family::kConcurrencyActive);
+    for (const auto& [labels, value] : active) add_metric(f, labels).gauge.value = double(value);
+  }
+  add_simple(out, "gym_exporter_registry_segments", double(snap.stats.live_segments));
+  add_simple(out, "gym_exporter_registry_retired_segments_total",
+             double(snap.stats.retired_segments_total));
+  add_simple(out, "gym_exporter_registry_dropped_series_total",
+             double(snap.stats.dropped_series_total));
+  add_simple(out, "gym_exporter_registry_rejected_segments_total",
+             double(snap.stats.rejected_files_total));
+  add_simple(out, "gym_exporter_registry_invalid_records_total",
+             double(snap.stats.invalid_records_total));
+}
+
+void ProcessCollector::collect(Families& out) {
+  std::ifstream stat_file(proc_ + "/self/stat");
+  std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
+  const auto close = stat.rfind(')');
+  if (close != std::string::npos) {
+    std::istringstream fields(stat.substr(close + 2));
+    std::vector<std::string> f((std::istream_iterator<std::string>(fields)),
+                               std::istream_iterator<std::string>());
+    // f[0] is field 3 (state): field N is f[N - 3].
+    if (f.size() > 21) {
+      const double ticks = double(::sysconf(_SC_CLK_TCK));
+      const double page = double(::sysconf(_SC_PAGESIZE));
+      add_simple(out, "process_cpu_seconds_total",
+                 (std::stod(f[14 - 3]) + std::stod(f[15 - 3])) / ticks);
+      add_simple(out, "process_virtual_memory_bytes", std::stod(f[23 - 3]));
+      add_simple(out, "process_resident_memory_bytes", std::stod(f[24 - 3]) * page);
+      std::ifstream proc_stat(proc_ + "/stat");
+      std::string key;
+      double btime = 0;
+      while (proc_stat >> key) {
+        if (key == "btime") {
+          proc_stat >> btime;
+          break;
+        }
+      }
+      add_simple(out, "process_start_time_seconds", btime + std::stod(f[22 - 3]) / ticks);
+    }
+  }
+  if (DIR* d = ::opendir((proc_ + "/self/fd").c_str())) {
+    int n = 0;
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+    add_simple(out, "process_open_fds", n - 1);  // less the one reading the directory
+  }
+  rlimit lim{};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) == 0)
+    add_simple(out, "process_max_fds", double(lim.rlim_cur));
+}
+
+void BuildInfoCollector::collect(Families& out) {
+  add_simple(out, "gym_exporter_build_info", 1, {{"revision", kRevision}, {"version", kVersion}});
+}
+
+std::string Exposition::render() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto start = std::chrono::steady_clock::now();
+  Families families;
+  for (auto& c : collectors_) c->collect(families);
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  add_simple(families, "gym_exporter_scrape_duration_seconds", took.count());
+  std::ostringstream os;
+  prometheus::TextSerializer().Serialize(os, families);
+  return os.str();
+}
+
+void Exposition::replace(std::vector<std::unique_ptr<Collector>> collectors) {
+  std::lock_guard<std::mutex> lock(mu_);
+  collectors_ = std::move(collectors);
+}
+
+}  // namespace gym::exporter

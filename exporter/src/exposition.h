@@ -1,0 +1,86 @@
+// The exposition: independent collectors behind one small interface, each
+// adding metric families on every scrape; Exposition renders them with
+// prometheus-cpp's text serializer.
+//
+// Thread-safety: Exposition::render may be called from any number of
+// threads; collectors are called under its lock, one scrape at a time.
+#pragma once
+
+#include <prometheus/metric_family.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gym/registry_reader.h"
+
+namespace gym::exporter {
+
+using Families = std::vector<prometheus::MetricFamily>;
+
+class Collector {
+ public:
+  virtual ~Collector() = default;
+  virtual void collect(Families& out) = 0;
+};
+
+// The contract's concurrency and resources-operation families, built from a
+// fresh registry snapshot, and the registry's own counts.
+class RegistryCollector : public Collector {
+ public:
+  // `log` receives each problem the reader reports (once per file or record).
+  RegistryCollector(std::string dir, std::function<void(const std::string&)> log);
+  void collect(Families& out) override;
+
+ private:
+  RegistryReader reader_;
+  std::function<void(const std::string&)> log_;
+  std::string last_dir_error_;
+};
+
+// The standard process_* metrics of the exporter itself, from /proc/self.
+class ProcessCollector : public Collector {
+ public:
+  explicit ProcessCollector(std::string proc_root = "/proc") : proc_(std::move(proc_root)) {}
+  void collect(Families& out) override;
+
+ private:
+  std::string proc_;
+};
+
+// gym_exporter_build_info.
+class BuildInfoCollector : public Collector {
+ public:
+  void collect(Families& out) override;
+};
+
+class Exposition {
+ public:
+  explicit Exposition(std::vector<std::unique_ptr<Collector>> collectors)
+      : collectors_(std::move(collectors)) {}
+  // One exposition in the text format, built now.
+  std::string render();
+  // Swaps the collectors (a reload that changes the registry directory).
+  void replace(std::vector<std::unique_ptr<Collector>> collectors);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::unique_ptr<Collector>> collectors_;
+};
+
+// The HELP text and type of every family the exporter serves, from the
+// contract; nullptr for a family it does not know.
+struct FamilyDoc {
+  const char* name;
+  prometheus::MetricType type;
+  const char* help;
+};
+const FamilyDoc* family_doc(std::string_view name);
+
+extern const char* const kVersion;
+extern const char* const kRevision;
+
+}  // namespace gym::exporter

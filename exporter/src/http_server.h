@@ -1,0 +1,47 @@
+// The exporter's HTTP server on CivetWeb: the telemetry path, a landing page,
+// /-/healthy and /-/ready; gzip when asked; 405 for methods other than GET and
+// HEAD; a bounded number of worker threads.
+//
+// Thread-safety: requests are served concurrently by CivetWeb's workers;
+// the Exposition serializes scrapes.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "exposition.h"
+
+struct mg_context;
+struct mg_connection;
+
+namespace gym::exporter {
+
+class HttpServer {
+ public:
+  struct Options {
+    std::string listen_address = ":9478";  // [host]:port; port 0 picks a free one
+    std::string telemetry_path = "/metrics";
+    int threads = 8;
+  };
+  // Starts serving, or returns nullptr with a one-line reason in `error`.
+  static std::unique_ptr<HttpServer> start(const Options& options, Exposition& exposition,
+                                           std::function<std::string()> landing_page,
+                                           std::string* error);
+  ~HttpServer();
+  int port() const { return port_; }
+
+ private:
+  HttpServer() = default;
+  static int handle(::mg_connection* conn, void* self);
+  Options options_;
+  Exposition* exposition_ = nullptr;
+  std::function<std::string()> landing_page_;
+  mg_context* ctx_ = nullptr;
+  int port_ = 0;
+};
+
+// gzip of `in` (RFC 1952).
+std::string gzip_compress(const std::string& in);
+
+}  // namespace gym::exporter

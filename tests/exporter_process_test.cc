@@ -1,0 +1,347 @@
+// gym-exporter as a user runs it: a real process, real writers in child
+// processes, a real HTTP client, and Prometheus' own promtool.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <zlib.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "gym/metered_semaphore.h"
+#include "gym/resources_operation.h"
+#include "gym/server_identity.h"
+#include "test_support.h"
+
+namespace gym {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TempDir;
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs a command through the shell; returns exit status and output.
+std::pair<int, std::string> shell(const std::string& cmd) {
+  std::string out;
+  FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  int status = ::pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::string exporter() {
+  return GYM_EXPORTER_BIN;
+}
+
+// A writer process like a Gym resources server: a declared identity, a full
+// limit with an admission timeout, operations with two outcomes.
+pid_t start_writer(const std::string& dir, testing::Ready& ready, testing::Gate& gate) {
+  return testing::spawn([&, dir] {
+    ::setenv(SegmentWriter::kDirEnv, dir.c_str(), 1);
+    declare_server("math \"v2\"\\x", "resources_server");
+    MeteredSemaphore sem(2, Component::kResourcesServer, "verifiers", "math",
+                         std::chrono::milliseconds(1));
+    sem.acquire();
+    sem.acquire();
+    try {
+      sem.acquire();
+    } catch (const AdmissionTimeout&) {
+    }
+    std::counting_semaphore<8> limit(8);
+    { ResourcesOperation op(limit, Operation::kVerify, Executor::kSubprocess); }
+    {
+      ResourcesOperation op(limit, Operation::kVerify, Executor::kSubprocess);
+      op.set_outcome(Outcome::kTimeout);
+    }
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+}
+
+// The value of the sample whose line starts with `prefix` (name and labels).
+double sample(const std::string& exposition, const std::string& prefix) {
+  std::istringstream in(exposition);
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind(prefix + " ", 0) == 0) return std::stod(line.substr(prefix.size() + 1));
+  return -1;
+}
+
+TEST(ExporterProcess, OnceServesTheWritersSeriesAndPromtoolAcceptsIt) {
+  TempDir tmp;
+  testing::Ready ready;
+  testing::Gate gate;
+  pid_t w1 = start_writer(tmp.path(), ready, gate);
+  pid_t w2 = start_writer(tmp.path(), ready, gate);
+  ready.wait(2);
+  auto [rc, out] = shell(exporter() + " --once --registry.dir=" + tmp.path() + " 2>/dev/null");
+  gate.open();
+  testing::wait_exit(w1);
+  testing::wait_exit(w2);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string limit_labels =
+      "{nemo_gym_concurrency_component=\"resources_server\",nemo_gym_concurrency_limit_name="
+      "\"verifiers\",nemo_gym_server_name=\"math\"}";
+  EXPECT_EQ(sample(out, "gym_concurrency_limit" + limit_labels), 4);
+  EXPECT_EQ(sample(out, "gym_concurrency_active" + limit_labels), 4);
+  EXPECT_EQ(sample(out, "gym_concurrency_available" + limit_labels), 0);
+  EXPECT_EQ(sample(out, "gym_concurrency_queue_depth" + limit_labels), 0);
+  EXPECT_EQ(sample(out, "gym_concurrency_admission_timeouts_total" + limit_labels), 2);
+  EXPECT_EQ(sample(out, "gym_concurrency_admission_cancelled_total" + limit_labels), 0);
+  // Label values with quotes and backslashes are escaped.
+  const std::string op =
+      "nemo_gym_resources_executor=\"subprocess\",nemo_gym_resources_operation=\"verify\"";
+  const std::string server = "nemo_gym_server_name=\"math \\\"v2\\\"\\\\x\"";
+  EXPECT_EQ(sample(out, "gym_resources_operation_duration_seconds_count{" + op +
+                            ",nemo_gym_resources_operation_outcome=\"timeout\"," + server + "}"),
+            2);
+  EXPECT_EQ(
+      sample(out, "gym_resources_operation_duration_seconds_bucket{" + op +
+                      ",nemo_gym_resources_operation_outcome=\"ok\"," + server + ",le=\"+Inf\"}"),
+      2);
+  EXPECT_EQ(sample(out, "gym_resources_operation_queue_duration_seconds_count{" + op + "," +
+                            server + "}"),
+            4);
+  EXPECT_EQ(sample(out, "gym_resources_operation_active{" + op + "," + server + "}"), 0);
+  EXPECT_EQ(sample(out, "gym_exporter_registry_segments"), 2);
+  EXPECT_NE(out.find("# HELP gym_concurrency_limit "), std::string::npos);
+  EXPECT_NE(out.find("# TYPE gym_resources_operation_duration_seconds histogram"),
+            std::string::npos);
+  EXPECT_NE(out.find("gym_exporter_build_info{revision="), std::string::npos);
+  EXPECT_NE(out.find("process_resident_memory_bytes "), std::string::npos);
+  EXPECT_EQ(out.find("gym_server_identity"), std::string::npos) << "internal family not served";
+
+  const std::string file = tmp.sub("exposition.txt");
+  std::ofstream(file) << out;
+  auto [prc, problems] = shell("promtool check metrics < " + file);
+  EXPECT_EQ(prc, 0) << problems;
+  EXPECT_EQ(problems, "") << "promtool has nothing to report";
+}
+
+// A running exporter on a free port, stopped (SIGTERM) at the end.
+class RunningExporter {
+ public:
+  RunningExporter(const TempDir& tmp, const std::string& extra_flags) : log_(tmp.sub("log.txt")) {
+    pid_ = testing::spawn([&] {
+      std::string cmd =
+          "exec " + exporter() + " --web.listen-address=127.0.0.1:0 " + extra_flags + " 2>" + log_;
+      ::execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+      return 127;
+    });
+    const std::regex port_re("\\(port ([0-9]+)\\)");
+    for (int i = 0; i < 500 && port_ == 0; ++i) {
+      std::smatch m;
+      std::string log = read_file(log_);
+      if (std::regex_search(log, m, port_re))
+        port_ = std::stoi(m[1]);
+      else
+        std::this_thread::sleep_for(10ms);
+    }
+  }
+  ~RunningExporter() { stop(); }
+  int stop() {
+    if (pid_ <= 0) return status_;
+    ::kill(pid_, SIGTERM);
+    status_ = testing::wait_exit(pid_);
+    pid_ = -1;
+    return status_;
+  }
+  int port() const { return port_; }
+  pid_t pid() const { return pid_; }
+  std::string log() const { return read_file(log_); }
+
+ private:
+  std::string log_;
+  pid_t pid_ = -1;
+  int port_ = 0;
+  int status_ = -1;
+};
+
+struct Response {
+  int status = 0;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+};
+
+Response http(int port, const std::string& method, const std::string& path,
+              const std::string& extra_headers = "") {
+  Response r;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return r;
+  }
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string req = method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" +
+                    extra_headers + "\r\n";
+  ::send(fd, req.data(), req.size(), 0);
+  std::string raw;
+  char buf[8192];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) raw.append(buf, size_t(n));
+  ::close(fd);
+  auto end = raw.find("\r\n\r\n");
+  if (end == std::string::npos) return r;
+  std::istringstream head(raw.substr(0, end));
+  std::string line;
+  std::getline(head, line);
+  r.status = std::stoi(line.substr(9, 3));
+  while (std::getline(head, line)) {
+    auto colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string name = line.substr(0, colon);
+    for (char& c : name) c = char(std::tolower(c));
+    std::string value = line.substr(colon + 1);
+    value.erase(0, value.find_first_not_of(' '));
+    if (!value.empty() && value.back() == '\r') value.pop_back();
+    r.headers[name] = value;
+  }
+  r.body = raw.substr(end + 4);
+  return r;
+}
+
+std::string gunzip(const std::string& in) {
+  z_stream zs{};
+  inflateInit2(&zs, 15 + 16);
+  std::string out(1 << 20, '\0');
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  zs.avail_in = uInt(in.size());
+  zs.next_out = reinterpret_cast<Bytef*>(out.data());
+  zs.avail_out = uInt(out.size());
+  int rc = inflate(&zs, Z_FINISH);
+  out.resize(rc == Z_STREAM_END ? zs.total_out : 0);
+  inflateEnd(&zs);
+  return out;
+}
+
+TEST(ExporterProcess, EveryEndpointThroughARealClient) {
+  TempDir tmp;
+  RunningExporter ex(tmp, "--registry.dir=" + tmp.path());
+  ASSERT_GT(ex.port(), 0) << ex.log();
+  Response m = http(ex.port(), "GET", "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_EQ(m.headers["content-type"], "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_NE(m.body.find("gym_exporter_build_info"), std::string::npos);
+  Response gz = http(ex.port(), "GET", "/metrics", "Accept-Encoding: gzip\r\n");
+  EXPECT_EQ(gz.status, 200);
+  EXPECT_EQ(gz.headers["content-encoding"], "gzip");
+  EXPECT_NE(gunzip(gz.body).find("gym_exporter_build_info"), std::string::npos);
+  Response head = http(ex.port(), "HEAD", "/metrics");
+  EXPECT_EQ(head.status, 200);
+  EXPECT_TRUE(head.body.empty());
+  Response post = http(ex.port(), "POST", "/metrics");
+  EXPECT_EQ(post.status, 405);
+  EXPECT_EQ(post.headers["allow"], "GET, HEAD");
+  EXPECT_EQ(http(ex.port(), "GET", "/-/healthy").status, 200);
+  EXPECT_EQ(http(ex.port(), "GET", "/-/ready").status, 200);
+  Response landing = http(ex.port(), "GET", "/");
+  EXPECT_EQ(landing.status, 200);
+  EXPECT_NE(landing.body.find("<a href=\"/metrics\">"), std::string::npos);
+  EXPECT_NE(landing.body.find(tmp.path()), std::string::npos) << "shows the configuration";
+  EXPECT_EQ(http(ex.port(), "GET", "/nope").status, 404);
+  // Concurrent scrapes.
+  std::vector<std::thread> clients;
+  std::atomic<int> ok{0};
+  for (int i = 0; i < 8; ++i)
+    clients.emplace_back([&] { ok += http(ex.port(), "GET", "/metrics").status == 200; });
+  for (auto& c : clients) c.join();
+  EXPECT_EQ(ok.load(), 8);
+  EXPECT_EQ(ex.stop(), 0) << "SIGTERM stops it cleanly";
+  EXPECT_NE(ex.log().find("stopping"), std::string::npos);
+}
+
+TEST(ExporterProcess, PortInUseIsAOneLineErrorAndNonZeroExit) {
+  TempDir tmp;
+  RunningExporter first(tmp, "--registry.dir=" + tmp.path());
+  ASSERT_GT(first.port(), 0);
+  auto [rc, out] = shell(exporter() + " --registry.dir=" + tmp.path() +
+                         " --web.listen-address=127.0.0.1:" + std::to_string(first.port()));
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + std::to_string(first.port())),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
+TEST(ExporterProcess, CheckConfigValidatesAndReportsEachError) {
+  TempDir tmp;
+  const std::string good = tmp.sub("good.yml");
+  const std::string bad = tmp.sub("bad.yml");
+  std::ofstream(good) << "registry:\n  dir: /tmp/x\n";
+  std::ofstream(bad) << "registry:\n  dri: /tmp/x\nlog:\n  level: loud\n";
+  auto [ok_rc, ok_out] = shell(exporter() + " --check-config --config.file=" + good);
+  EXPECT_EQ(ok_rc, 0) << ok_out;
+  auto [bad_rc, bad_out] = shell(exporter() + " --check-config --config.file=" + bad);
+  EXPECT_NE(bad_rc, 0);
+  EXPECT_NE(bad_out.find("bad.yml:2:3: unknown key 'registry.dri'"), std::string::npos) << bad_out;
+  auto [flag_rc, flag_out] = shell(exporter() + " --check-config --log.level=loud");
+  EXPECT_NE(flag_rc, 0);
+  EXPECT_NE(flag_out.find("log level"), std::string::npos);
+  auto [unk_rc, unk_out] = shell(exporter() + " --bogus");
+  EXPECT_EQ(unk_rc, 2);
+  EXPECT_NE(unk_out.find("unknown flag --bogus"), std::string::npos);
+  auto [v_rc, v_out] = shell(exporter() + " --version");
+  EXPECT_EQ(v_rc, 0);
+  EXPECT_NE(v_out.find("gym-exporter version"), std::string::npos);
+}
+
+TEST(ExporterProcess, SighupReloadsAGoodFileAndKeepsTheRunningConfigOnABadOne) {
+  TempDir tmp;
+  const std::string cfg = tmp.sub("gym.yml");
+  const std::string dir_a = tmp.sub("a");
+  const std::string dir_b = tmp.sub("b");
+  std::ofstream(cfg) << "registry:\n  dir: " << dir_a << "\n";
+  {
+    SegmentWriter wb(dir_b);
+    wb.counter("gym_concurrency_admission_cancelled_total",
+               std::vector<Label>{{"nemo_gym_concurrency_component", "other"},
+                                  {"nemo_gym_concurrency_limit_name", "b"}})
+        .add(5);
+    RunningExporter ex(tmp, "--config.file=" + cfg);
+    ASSERT_GT(ex.port(), 0) << ex.log();
+    EXPECT_EQ(http(ex.port(), "GET", "/metrics").body.find("limit_name=\"b\""), std::string::npos);
+
+    std::ofstream(cfg) << "registry:\n  dir: " << dir_b << "\n";
+    ::kill(ex.pid(), SIGHUP);
+    bool switched = false;
+    for (int i = 0; i < 300 && !switched; ++i) {
+      switched =
+          http(ex.port(), "GET", "/metrics").body.find("limit_name=\"b\"") != std::string::npos;
+      if (!switched) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_TRUE(switched) << ex.log();
+
+    std::ofstream(cfg) << "registry: [broken\n";
+    ::kill(ex.pid(), SIGHUP);
+    bool logged = false;
+    for (int i = 0; i < 300 && !logged; ++i) {
+      logged = ex.log().find("reload failed") != std::string::npos;
+      if (!logged) std::this_thread::sleep_for(10ms);
+    }
+    EXPECT_TRUE(logged) << ex.log();
+    EXPECT_NE(http(ex.port(), "GET", "/metrics").body.find("limit_name=\"b\""), std::string::npos)
+        << "the running configuration is kept";
+    EXPECT_EQ(ex.stop(), 0);
+  }
+}
+
+}  // namespace
+}  // namespace gym
