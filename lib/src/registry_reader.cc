@@ -13,6 +13,7 @@
 #include <ctime>
 
 #include "label_rules.h"
+#include "owner_lock.h"
 #include "process_identity.h"
 
 namespace gym {
@@ -34,18 +35,6 @@ constexpr time_t kStaleTempSeconds = 60;
 bool ends_with(const std::string& s, const char* suffix) {
   size_t n = std::strlen(suffix);
   return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
-
-// Whether some open file description holds a lock on the file: 1 yes, 0 no,
-// -1 the kernel does not support OFD locks.
-int locked_by_other(int fd) {
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = 0;
-  fl.l_len = 0;
-  if (::fcntl(fd, F_OFD_GETLK, &fl) != 0) return -1;
-  return fl.l_type != F_UNLCK ? 1 : 0;
 }
 
 }  // namespace
@@ -103,7 +92,7 @@ void RegistryReader::cleanup_stale_temp(const std::string& name) {
   int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return;
   struct stat st {};
-  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && locked_by_other(fd) == 0 &&
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && detail::owner_lock_held(fd) == 0 &&
       st.st_mtime + kStaleTempSeconds < ::time(nullptr)) {
     ::unlinkat(dir_fd_, name.c_str(), 0);
   }
@@ -171,7 +160,7 @@ void RegistryReader::open_segment(const std::string& name, ino_t ino) {
 }
 
 bool RegistryReader::owner_alive(const Segment& s) const {
-  int locked = locked_by_other(s.fd);
+  int locked = detail::owner_lock_held(s.fd);
   if (locked >= 0) return locked == 1;
   uint8_t boot[16];
   if (detail::read_boot_id(boot) && std::memcmp(boot, s.boot_id, sizeof boot) != 0) return false;

@@ -14,6 +14,7 @@
 #include <ctime>
 
 #include "label_rules.h"
+#include "owner_lock.h"
 #include "process_identity.h"
 
 namespace gym {
@@ -51,15 +52,6 @@ uint64_t now_unix_ns() {
   timespec ts{};
   clock_gettime(CLOCK_REALTIME, &ts);
   return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
-}
-
-bool lock_owner(int fd) {
-  struct flock fl {};
-  fl.l_type = F_WRLCK;
-  fl.l_whence = SEEK_SET;
-  fl.l_start = 0;
-  fl.l_len = 0;
-  return ::fcntl(fd, F_OFD_SETLK, &fl) == 0;
 }
 
 std::string errno_text(const char* what, const std::string& path) {
@@ -207,7 +199,7 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
   };
   // Without OFD locks (EINVAL on very old kernels) readers fall back to the
   // pid and start time in the header.
-  if (!lock_owner(fd) && errno != EINVAL) return fail("cannot lock segment in");
+  if (!detail::take_owner_lock(fd) && errno != EINVAL) return fail("cannot lock segment in");
   if (::fchmod(fd, 0600) != 0) return fail("cannot chmod segment in");
   if (::ftruncate(fd, static_cast<off_t>(segment::kTotalBytes)) != 0)
     return fail("cannot size segment in");
