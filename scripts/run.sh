@@ -7,7 +7,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/deps.sh"
-cmake -S "$root" -B "$root/build" -DGYM_BUILD_TESTS=OFF -DGYM_BUILD_BENCHMARKS=OFF >/dev/null
+cmake -S "$root" -B "$root/build" >/dev/null
 cmake --build "$root/build" -j "$(nproc)" --target gym-exporter gym-demo
 
 registry="${GYM_METRICS_DIR:-/dev/shm/gym-metrics}"

@@ -16,10 +16,10 @@ done
 "$root/scripts/deps.sh"
 
 build="$root/build"
-extra=()
+extra=(-DGYM_BUILD_TESTS=ON -DGYM_BUILD_BENCHMARKS=ON)
 if [ -n "$sanitize" ]; then
   build="$root/build-${sanitize//,/-}"
-  extra=(-DGYM_SANITIZE="$sanitize" -DCMAKE_BUILD_TYPE=Debug -DGYM_BUILD_BENCHMARKS=OFF)
+  extra=(-DGYM_SANITIZE="$sanitize" -DCMAKE_BUILD_TYPE=Debug -DGYM_BUILD_TESTS=ON)
 fi
 jobs="$(nproc)"
 cmake -S "$root" -B "$build" "${extra[@]}" >/dev/null

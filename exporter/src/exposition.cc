@@ -1,7 +1,6 @@
 #include "exposition.h"
 
 #include <dirent.h>
-#include <prometheus/text_serializer.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -13,6 +12,7 @@
 #include <sstream>
 
 #include "gym/contract.h"
+#include "text_format.h"
 
 #ifndef GYM_EXPORTER_REVISION
 #define GYM_EXPORTER_REVISION "unknown"
@@ -112,66 +112,132 @@ const FamilyDoc* family_doc(std::string_view name) {
 RegistryCollector::RegistryCollector(std::string dir, std::function<void(const std::string&)> log)
     : reader_(std::move(dir)), log_(std::move(log)) {}
 
-void RegistryCollector::collect(Families& out) {
+void RegistryCollector::rebuild() {
+  model_.clear();
+  slots_.clear();
+  active_slots_.clear();
+  active_ = MetricFamily{};
+  // Families first, so that metric pointers stay put once taken.
+  const std::string* family = nullptr;
+  size_t families = 0;
+  for (const SeriesInfo* info : served_) {
+    if (family == nullptr || *family != info->family) ++families;
+    family = &info->family;
+  }
+  model_.reserve(families);
+  family = nullptr;
+  for (size_t i = 0; i < served_.size(); ++i) {
+    const SeriesInfo& info = *served_[i];
+    if (family == nullptr || *family != info.family) {
+      family = &info.family;
+      Families one;
+      model_.push_back(std::move(add_family(one, info.family)));
+      size_t n = 0;
+      for (size_t j = i; j < served_.size() && served_[j]->family == info.family; ++j) ++n;
+      model_.back().metric.reserve(n);
+    }
+    ClientMetric& m = add_metric(model_.back(), info.labels);
+    if (info.kind == segment::SeriesKind::kHistogram) {
+      for (size_t b = 0; b <= info.bounds.size(); ++b) {
+        ClientMetric::Bucket bucket;
+        bucket.upper_bound = b < info.bounds.size()
+                                 ? static_cast<double>(info.bounds[b]) / info.unit_divisor
+                                 : std::numeric_limits<double>::infinity();
+        m.histogram.bucket.push_back(bucket);
+      }
+    }
+    slots_.emplace_back(&m, i);
+  }
+  // active = limit - available, for every label set that has a limit.
+  std::map<std::vector<std::pair<std::string, std::string>>, std::pair<long, long>> pairs;
+  for (size_t i = 0; i < served_.size(); ++i) {
+    if (served_[i]->family == family::kConcurrencyLimit)
+      pairs[served_[i]->labels].first = long(i) + 1;
+    if (served_[i]->family == family::kConcurrencyAvailable)
+      pairs[served_[i]->labels].second = long(i) + 1;
+  }
+  Families one;
+  active_ = std::move(add_family(one, family::kConcurrencyActive));
+  active_.metric.reserve(pairs.size());
+  for (const auto& [labels, idx] : pairs) {
+    if (idx.first == 0) continue;
+    active_slots_.push_back({&add_metric(active_, labels), idx.first - 1, idx.second - 1});
+  }
+}
+
+void RegistryCollector::update_values(const Snapshot& snap) {
+  for (auto& [metric, i] : slots_) {
+    const SeriesSample& s = snap.series[served_index_[i]];
+    switch (s.info->kind) {
+      case segment::SeriesKind::kCounter:
+        metric->counter.value = static_cast<double>(s.counter);
+        break;
+      case segment::SeriesKind::kGauge:
+        metric->gauge.value = static_cast<double>(s.gauge);
+        break;
+      case segment::SeriesKind::kHistogram:
+        metric->histogram.sample_count = s.count();
+        metric->histogram.sample_sum = static_cast<double>(s.sum) / s.info->unit_divisor;
+        for (size_t b = 0; b < s.cumulative_buckets.size(); ++b)
+          metric->histogram.bucket[b].cumulative_count = s.cumulative_buckets[b];
+        break;
+    }
+  }
+  for (ActiveSlot& a : active_slots_) {
+    const int64_t limit = snap.series[served_index_[size_t(a.limit)]].gauge;
+    const int64_t available =
+        a.available < 0 ? 0 : snap.series[served_index_[size_t(a.available)]].gauge;
+    a.metric->gauge.value = static_cast<double>(limit - available);
+  }
+}
+
+void RegistryCollector::collect(const Emit& emit) {
   const Snapshot& snap = reader_.snapshot();
   for (const std::string& p : snap.problems) log_(p);
   if (snap.directory_error != last_dir_error_) {
     if (!snap.directory_error.empty()) log_(snap.directory_error);
     last_dir_error_ = snap.directory_error;
   }
-
-  // Series come sorted by family: one MetricFamily per run of a family.
-  // active = limit - available, per label set.
-  std::map<std::vector<std::pair<std::string, std::string>>, int64_t> active;
-  const std::string_view limit_family = family::kConcurrencyLimit;
-  const std::string_view available_family = family::kConcurrencyAvailable;
-  MetricFamily* current = nullptr;
-  for (const SeriesSample& s : snap.series) {
-    const SeriesInfo& info = *s.info;
-    const FamilyDoc* doc = family_doc(info.family);
-    if (doc == nullptr) continue;  // not in the contract (gym_server_identity, a user's own)
-    if (info.family == limit_family) active[info.labels] += s.gauge;
-    if (info.family == available_family) active[info.labels] -= s.gauge;
-    if (current == nullptr || current->name != info.family) current = &add_family(out, info.family);
-    ClientMetric& m = add_metric(*current, info.labels);
-    switch (info.kind) {
-      case segment::SeriesKind::kCounter:
-        m.counter.value = static_cast<double>(s.counter);
-        break;
-      case segment::SeriesKind::kGauge:
-        m.gauge.value = static_cast<double>(s.gauge);
-        break;
-      case segment::SeriesKind::kHistogram: {
-        m.histogram.sample_count = s.count();
-        m.histogram.sample_sum = static_cast<double>(s.sum) / info.unit_divisor;
-        for (size_t b = 0; b < s.cumulative_buckets.size(); ++b) {
-          ClientMetric::Bucket bucket;
-          bucket.cumulative_count = s.cumulative_buckets[b];
-          bucket.upper_bound = b < info.bounds.size()
-                                   ? static_cast<double>(info.bounds[b]) / info.unit_divisor
-                                   : std::numeric_limits<double>::infinity();
-          m.histogram.bucket.push_back(bucket);
-        }
-        break;
-      }
+  // The served series (families of the contract; not gym_server_identity or a
+  // user's own), in snapshot order, which groups families.
+  scratch_infos_.clear();
+  scratch_index_.clear();
+  const std::string* run_family = nullptr;
+  bool served = false;
+  for (size_t i = 0; i < snap.series.size(); ++i) {
+    const SeriesInfo* info = snap.series[i].info;
+    if (run_family == nullptr || *run_family != info->family) {
+      run_family = &info->family;
+      served = family_doc(info->family) != nullptr;
     }
+    if (!served) continue;
+    scratch_infos_.push_back(info);
+    scratch_index_.push_back(i);
   }
-  if (!active.empty()) {
-    MetricFamily& f = add_family(out, family::kConcurrencyActive);
-    for (const auto& [labels, value] : active) add_metric(f, labels).gauge.value = double(value);
+  served_index_.swap(scratch_index_);
+  if (scratch_infos_ != served_) {
+    served_.swap(scratch_infos_);
+    rebuild();
   }
-  add_simple(out, "gym_exporter_registry_segments", double(snap.stats.live_segments));
-  add_simple(out, "gym_exporter_registry_retired_segments_total",
+  update_values(snap);
+  for (const MetricFamily& f : model_) emit(f);
+  if (!active_.metric.empty()) emit(active_);
+
+  Families stats;
+  add_simple(stats, "gym_exporter_registry_segments", double(snap.stats.live_segments));
+  add_simple(stats, "gym_exporter_registry_retired_segments_total",
              double(snap.stats.retired_segments_total));
-  add_simple(out, "gym_exporter_registry_dropped_series_total",
+  add_simple(stats, "gym_exporter_registry_dropped_series_total",
              double(snap.stats.dropped_series_total));
-  add_simple(out, "gym_exporter_registry_rejected_segments_total",
+  add_simple(stats, "gym_exporter_registry_rejected_segments_total",
              double(snap.stats.rejected_files_total));
-  add_simple(out, "gym_exporter_registry_invalid_records_total",
+  add_simple(stats, "gym_exporter_registry_invalid_records_total",
              double(snap.stats.invalid_records_total));
+  for (const MetricFamily& f : stats) emit(f);
 }
 
-void ProcessCollector::collect(Families& out) {
+void ProcessCollector::collect(const Emit& emit) {
+  Families out;
   std::ifstream stat_file(proc_ + "/self/stat");
   std::string stat((std::istreambuf_iterator<char>(stat_file)), std::istreambuf_iterator<char>());
   const auto close = stat.rfind(')');
@@ -208,22 +274,28 @@ void ProcessCollector::collect(Families& out) {
   rlimit lim{};
   if (::getrlimit(RLIMIT_NOFILE, &lim) == 0)
     add_simple(out, "process_max_fds", double(lim.rlim_cur));
+  for (const MetricFamily& f : out) emit(f);
 }
 
-void BuildInfoCollector::collect(Families& out) {
+void BuildInfoCollector::collect(const Emit& emit) {
+  Families out;
   add_simple(out, "gym_exporter_build_info", 1, {{"revision", kRevision}, {"version", kVersion}});
+  emit(out.back());
 }
 
 std::string Exposition::render() {
   std::lock_guard<std::mutex> lock(mu_);
   const auto start = std::chrono::steady_clock::now();
-  Families families;
-  for (auto& c : collectors_) c->collect(families);
+  std::string out;
+  out.reserve(last_size_ + last_size_ / 8);
+  const Emit emit = [&out](const MetricFamily& f) { write_family(f, out); };
+  for (auto& c : collectors_) c->collect(emit);
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
-  add_simple(families, "gym_exporter_scrape_duration_seconds", took.count());
-  std::ostringstream os;
-  prometheus::TextSerializer().Serialize(os, families);
-  return os.str();
+  Families duration;
+  add_simple(duration, "gym_exporter_scrape_duration_seconds", took.count());
+  write_family(duration.back(), out);
+  last_size_ = out.size();
+  return out;
 }
 
 void Exposition::replace(std::vector<std::unique_ptr<Collector>> collectors) {

@@ -1,6 +1,7 @@
 // The exposition: independent collectors behind one small interface, each
-// adding metric families on every scrape; Exposition renders them with
-// prometheus-cpp's text serializer.
+// adding metric families (prometheus-cpp's model) on every scrape;
+// Exposition renders them with our text writer (text_format.h), whose output
+// is checked against prometheus-cpp's TextSerializer in the tests.
 //
 // Thread-safety: Exposition::render may be called from any number of
 // threads; collectors are called under its lock, one scrape at a time.
@@ -20,11 +21,13 @@
 namespace gym::exporter {
 
 using Families = std::vector<prometheus::MetricFamily>;
+// Receives one family at a time; the family need not outlive the call.
+using Emit = std::function<void(const prometheus::MetricFamily&)>;
 
 class Collector {
  public:
   virtual ~Collector() = default;
-  virtual void collect(Families& out) = 0;
+  virtual void collect(const Emit& emit) = 0;
 };
 
 // The contract's concurrency and resources-operation families, built from a
@@ -33,19 +36,39 @@ class RegistryCollector : public Collector {
  public:
   // `log` receives each problem the reader reports (once per file or record).
   RegistryCollector(std::string dir, std::function<void(const std::string&)> log);
-  void collect(Families& out) override;
+  void collect(const Emit& emit) override;
 
  private:
+  void rebuild();
+  void update_values(const Snapshot& snap);
+
   RegistryReader reader_;
   std::function<void(const std::string&)> log_;
   std::string last_dir_error_;
+  // The model of the served series, kept across scrapes: rebuilt when the
+  // set of series changes, otherwise only its values are updated.
+  std::vector<const SeriesInfo*> served_;  // in snapshot order
+  std::vector<size_t> served_index_;       // index in snapshot.series
+  Families model_;
+  std::vector<std::pair<prometheus::ClientMetric*, size_t>> slots_;  // metric, served index
+  // gym_concurrency_active = limit - available: (metric, limit, available)
+  // with indexes into served_ (-1: none).
+  struct ActiveSlot {
+    prometheus::ClientMetric* metric;
+    long limit;
+    long available;
+  };
+  prometheus::MetricFamily active_;
+  std::vector<ActiveSlot> active_slots_;
+  std::vector<size_t> scratch_index_;
+  std::vector<const SeriesInfo*> scratch_infos_;
 };
 
 // The standard process_* metrics of the exporter itself, from /proc/self.
 class ProcessCollector : public Collector {
  public:
   explicit ProcessCollector(std::string proc_root = "/proc") : proc_(std::move(proc_root)) {}
-  void collect(Families& out) override;
+  void collect(const Emit& emit) override;
 
  private:
   std::string proc_;
@@ -54,7 +77,7 @@ class ProcessCollector : public Collector {
 // gym_exporter_build_info.
 class BuildInfoCollector : public Collector {
  public:
-  void collect(Families& out) override;
+  void collect(const Emit& emit) override;
 };
 
 class Exposition {
@@ -69,6 +92,7 @@ class Exposition {
  private:
   std::mutex mu_;
   std::vector<std::unique_ptr<Collector>> collectors_;
+  size_t last_size_ = 0;  // to size the next exposition's buffer
 };
 
 // The HELP text and type of every family the exporter serves, from the

@@ -1,0 +1,204 @@
+// One scrape (the whole exposition text) versus the number of live series,
+// against prometheus-cpp's own Registry + TextSerializer holding the same
+// series. Each writer segment holds 20 series (10 counters, 6 gauges, 4
+// histograms with the contract's buckets), labelled apart per writer.
+// bench/scrape_compare.py runs this, Python's prometheus_client in
+// multiprocess mode on the same shapes, and the exporter's memory.
+//
+//   exporter_bench [benchmark flags]
+//   exporter_bench --hold-segments=N --dir=DIR   (keeps N live segments until killed)
+#include <benchmark/benchmark.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "exposition.h"
+#include "gym/contract.h"
+#include "gym/segment_writer.h"
+
+namespace {
+
+constexpr int kSeriesPerWriter = 20;
+
+void raise_fd_limit() {
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = lim.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &lim);
+}
+
+std::string label_of(int writer, int i) {
+  return "w" + std::to_string(writer) + "_" + std::to_string(i);
+}
+
+// Writers of `count` segments in `dir`, with their gauges.
+struct Writers {
+  std::vector<std::unique_ptr<gym::SegmentWriter>> writers;
+  std::vector<gym::Gauge> gauges;
+  Writers(const std::string& dir, int count) {
+    for (int w = 0; w < count; ++w) {
+      auto writer = std::make_unique<gym::SegmentWriter>(dir);
+      for (int i = 0; i < 10; ++i) {
+        const std::string l = label_of(w, i);
+        gym::Label labels[] = {{gym::label::kComponent, "agent_server"},
+                               {gym::label::kLimitName, l}};
+        writer->counter(gym::family::kAdmissionCancelled, labels).add(uint64_t(w + i));
+      }
+      for (int i = 0; i < 6; ++i) {
+        const std::string l = label_of(w, i);
+        gym::Label labels[] = {{gym::label::kComponent, "agent_server"},
+                               {gym::label::kLimitName, l}};
+        gauges.push_back(writer->gauge(gym::family::kConcurrencyQueueDepth, labels));
+        gauges.back().set(i);
+      }
+      for (int i = 0; i < 4; ++i) {
+        const std::string l = label_of(w, i);
+        gym::Label labels[] = {{gym::label::kOperation, "verify"},
+                               {gym::label::kExecutor, "subprocess"},
+                               {gym::label::kServerName, l}};
+        gym::Histogram h = writer->histogram(gym::family::kOperationQueueDuration, labels,
+                                             gym::kOperationBoundsNs, 1e9);
+        h.observe(int64_t(w) * 1000000);
+      }
+      writers.push_back(std::move(writer));
+    }
+  }
+};
+
+struct GymFixture {
+  std::string dir;
+  std::unique_ptr<Writers> writers;
+  std::unique_ptr<gym::exporter::Exposition> exposition;
+  explicit GymFixture(int writer_count) {
+    dir = "/dev/shm/gym-bench-scrape-" + std::to_string(::getpid()) + "-" +
+          std::to_string(writer_count);
+    std::filesystem::remove_all(dir);
+    writers = std::make_unique<Writers>(dir, writer_count);
+    std::vector<std::unique_ptr<gym::exporter::Collector>> collectors;
+    collectors.push_back(
+        std::make_unique<gym::exporter::RegistryCollector>(dir, [](const std::string&) {}));
+    collectors.push_back(std::make_unique<gym::exporter::BuildInfoCollector>());
+    collectors.push_back(std::make_unique<gym::exporter::ProcessCollector>());
+    exposition = std::make_unique<gym::exporter::Exposition>(std::move(collectors));
+    exposition->render();  // the first scrape maps and parses every segment
+  }
+  ~GymFixture() {
+    exposition.reset();
+    writers.reset();
+    std::filesystem::remove_all(dir);
+  }
+};
+
+struct PromFixture {
+  prometheus::Registry registry;
+  explicit PromFixture(int writer_count) {
+    auto& counters = prometheus::BuildCounter()
+                         .Name(std::string(gym::family::kAdmissionCancelled))
+                         .Help("Waits cancelled before a slot was free.")
+                         .Register(registry);
+    auto& gauges = prometheus::BuildGauge()
+                       .Name(std::string(gym::family::kConcurrencyQueueDepth))
+                       .Help("Callers waiting for a slot of a concurrency limit now.")
+                       .Register(registry);
+    auto& hists = prometheus::BuildHistogram()
+                      .Name(std::string(gym::family::kOperationQueueDuration))
+                      .Help("Time resources operations waited for their limit.")
+                      .Register(registry);
+    const prometheus::Histogram::BucketBoundaries bounds = {0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1,
+                                                            5,     10,    30,   60,   300, 1800};
+    for (int w = 0; w < writer_count; ++w) {
+      for (int i = 0; i < 10; ++i)
+        counters
+            .Add({{std::string(gym::label::kComponent), "agent_server"},
+                  {std::string(gym::label::kLimitName), label_of(w, i)}})
+            .Increment(w + i);
+      for (int i = 0; i < 6; ++i)
+        gauges
+            .Add({{std::string(gym::label::kComponent), "agent_server"},
+                  {std::string(gym::label::kLimitName), label_of(w, i)}})
+            .Set(i);
+      for (int i = 0; i < 4; ++i)
+        hists
+            .Add({{std::string(gym::label::kOperation), "verify"},
+                  {std::string(gym::label::kExecutor), "subprocess"},
+                  {std::string(gym::label::kServerName), label_of(w, i)}},
+                 bounds)
+            .Observe(w * 0.001);
+    }
+  }
+};
+
+// One size alive at a time, kept across the runs Google Benchmark makes.
+template <class Fixture>
+Fixture& fixture(int writers) {
+  static std::unique_ptr<Fixture> current;
+  static int size = -1;
+  if (size != writers) {
+    current.reset();
+    current = std::make_unique<Fixture>(writers);
+    size = writers;
+  }
+  return *current;
+}
+
+void scrape_gym(benchmark::State& state) {
+  raise_fd_limit();
+  const int writers = int(state.range(0)) / kSeriesPerWriter;
+  GymFixture& f = fixture<GymFixture>(writers);
+  size_t bytes = 0;
+  for (auto _ : state) bytes = f.exposition->render().size();
+  state.counters["bytes"] = double(bytes);
+  state.counters["writers"] = writers;
+}
+
+void scrape_prometheus_cpp(benchmark::State& state) {
+  const int writers = int(state.range(0)) / kSeriesPerWriter;
+  PromFixture& f = fixture<PromFixture>(writers);
+  size_t bytes = 0;
+  for (auto _ : state) {
+    std::ostringstream os;
+    prometheus::TextSerializer().Serialize(os, f.registry.Collect());
+    bytes = os.str().size();
+  }
+  state.counters["bytes"] = double(bytes);
+}
+
+BENCHMARK(scrape_gym)->RangeMultiplier(10)->Range(100, 100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(scrape_prometheus_cpp)
+    ->RangeMultiplier(10)
+    ->Range(100, 100000)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int hold = 0;
+  std::string dir;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--hold-segments=", 16) == 0) hold = std::atoi(argv[i] + 16);
+    if (std::strncmp(argv[i], "--dir=", 6) == 0) dir = argv[i] + 6;
+  }
+  if (hold > 0) {
+    raise_fd_limit();
+    Writers writers(dir, hold);
+    std::printf("ready\n");
+    std::fflush(stdout);
+    ::pause();
+    return 0;
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

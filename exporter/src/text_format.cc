@@ -1,0 +1,182 @@
+#include "text_format.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace gym::exporter {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+void append_double(std::string& out, double v) {
+  if (std::isnan(v)) {
+    out += "NaN";
+  } else if (std::isinf(v)) {
+    out += v > 0 ? "+Inf" : "-Inf";
+  } else {
+    char buf[32];
+    auto r = std::to_chars(buf, buf + sizeof buf, v);
+    out.append(buf, r.ptr);
+  }
+}
+
+void append_uint(std::string& out, uint64_t v) {
+  char buf[24];
+  auto r = std::to_chars(buf, buf + sizeof buf, v);
+  out.append(buf, r.ptr);
+}
+
+// HELP text escapes backslash and newline; label values also the quote.
+void append_escaped(std::string& out, const std::string& s, bool quote) {
+  for (char c : s) {
+    switch (c) {
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '"':
+        if (quote)
+          out += "\\\"";
+        else
+          out += c;
+        break;
+      default:
+        out += c;
+    }
+  }
+}
+
+// `{a="x",b="y"` without the closing brace; empty when there are no labels.
+void append_labels(std::string& out, const ClientMetric& m) {
+  bool first = true;
+  for (const auto& l : m.label) {
+    out += first ? '{' : ',';
+    first = false;
+    out += l.name;
+    out += "=\"";
+    append_escaped(out, l.value, true);
+    out += '"';
+  }
+}
+
+void append_sample(std::string& out, const std::string& name, const char* suffix,
+                   const ClientMetric& m, const char* extra_name, const std::string& extra_value,
+                   double value, bool integer, uint64_t int_value) {
+  out += name;
+  out += suffix;
+  const size_t before = out.size();
+  append_labels(out, m);
+  if (extra_name != nullptr) {
+    out += out.size() == before ? '{' : ',';
+    out += extra_name;
+    out += "=\"";
+    out += extra_value;
+    out += '"';
+  }
+  if (out.size() != before) out += '}';
+  out += ' ';
+  if (integer)
+    append_uint(out, int_value);
+  else
+    append_double(out, value);
+  if (m.timestamp_ms != 0) {
+    out += ' ';
+    out += std::to_string(m.timestamp_ms);
+  }
+  out += '\n';
+}
+
+const char* type_name(MetricType t) {
+  switch (t) {
+    case MetricType::Counter:
+      return "counter";
+    case MetricType::Gauge:
+      return "gauge";
+    case MetricType::Summary:
+      return "summary";
+    case MetricType::Histogram:
+      return "histogram";
+    default:
+      return "untyped";
+  }
+}
+
+std::string le_text(double bound) {
+  std::string s;
+  append_double(s, bound);
+  return s;
+}
+
+}  // namespace
+
+void write_text(const std::vector<MetricFamily>& families, std::string& out) {
+  for (const MetricFamily& f : families) write_family(f, out);
+}
+
+void write_family(const MetricFamily& f, std::string& out) {
+  // Bucket bounds as text, remade only when the bounds change.
+  std::vector<double> le_bounds;
+  std::vector<std::string> le;
+  {
+    if (!f.help.empty()) {
+      out += "# HELP ";
+      out += f.name;
+      out += ' ';
+      append_escaped(out, f.help, false);
+      out += '\n';
+    }
+    out += "# TYPE ";
+    out += f.name;
+    out += ' ';
+    out += type_name(f.type);
+    out += '\n';
+    for (const ClientMetric& m : f.metric) {
+      switch (f.type) {
+        case MetricType::Counter:
+          append_sample(out, f.name, "", m, nullptr, {}, m.counter.value, false, 0);
+          break;
+        case MetricType::Gauge:
+          append_sample(out, f.name, "", m, nullptr, {}, m.gauge.value, false, 0);
+          break;
+        case MetricType::Untyped:
+          append_sample(out, f.name, "", m, nullptr, {}, m.untyped.value, false, 0);
+          break;
+        case MetricType::Summary:
+          append_sample(out, f.name, "_count", m, nullptr, {}, 0, true, m.summary.sample_count);
+          append_sample(out, f.name, "_sum", m, nullptr, {}, m.summary.sample_sum, false, 0);
+          for (const auto& q : m.summary.quantile)
+            append_sample(out, f.name, "", m, "quantile", le_text(q.quantile), q.value, false, 0);
+          break;
+        case MetricType::Histogram: {
+          const auto& h = m.histogram;
+          append_sample(out, f.name, "_count", m, nullptr, {}, 0, true, h.sample_count);
+          append_sample(out, f.name, "_sum", m, nullptr, {}, h.sample_sum, false, 0);
+          bool same = le_bounds.size() == h.bucket.size();
+          for (size_t i = 0; same && i < h.bucket.size(); ++i)
+            same = le_bounds[i] == h.bucket[i].upper_bound;
+          if (!same) {
+            le_bounds.clear();
+            le.clear();
+            for (const auto& b : h.bucket) {
+              le_bounds.push_back(b.upper_bound);
+              le.push_back(le_text(b.upper_bound));
+            }
+          }
+          for (size_t i = 0; i < h.bucket.size(); ++i)
+            append_sample(out, f.name, "_bucket", m, "le", le[i], 0, true,
+                          h.bucket[i].cumulative_count);
+          break;
+        }
+        default:
+          break;
+      }
+    }
+  }
+}
+
+}  // namespace gym::exporter
