@@ -174,10 +174,13 @@ void scrape_prometheus_cpp(benchmark::State& state) {
   state.counters["bytes"] = double(bytes);
 }
 
-BENCHMARK(scrape_gym)->RangeMultiplier(10)->Range(100, 100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(scrape_gym)->Arg(100)->Arg(1000)->Arg(10000)->Arg(20000)->Arg(100000)->Unit(benchmark::kMillisecond);
 BENCHMARK(scrape_prometheus_cpp)
-    ->RangeMultiplier(10)
-    ->Range(100, 100000)
+    ->Arg(100)
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(20000)
+    ->Arg(100000)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -1,5 +1,6 @@
 // gym-exporter: wires the configuration, the collectors and the HTTP server
 // together, and handles signals (SIGHUP reloads, SIGTERM and SIGINT stop).
+#include <malloc.h>
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -166,7 +167,18 @@ std::string landing_page(const Config& c, const std::string& config_file) {
          "\n</pre>\n</body></html>\n";
 }
 
+// Each scrape builds its exposition (megabytes for large registries) on one
+// of the HTTP worker threads. With glibc's defaults every worker thread gets
+// its own arena, and the dynamic mmap threshold soon keeps such buffers in
+// them: resident memory grows with the number of workers. A fixed threshold
+// returns large buffers to the kernel when freed; few arenas suffice here.
+void tune_malloc() {
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  mallopt(M_ARENA_MAX, 2);
+}
+
 int run(int argc, char** argv) {
+  tune_malloc();
   Flags flags;
   std::string error;
   bool exit_now = false;

@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Scrape time versus live series, in one run, for gym-exporter's exposition,
+prometheus-cpp's Registry + TextSerializer (both from exporter_bench), and
+Python's prometheus_client in multiprocess mode with the same number of
+writer processes' files; then gym-exporter's resident memory serving 1,000
+live segments.
+
+    /usr/bin/python3 bench/scrape_compare.py [--build build] [--max-python-series 20000]
+
+Each writer holds 20 series (10 counters, 6 gauges, 4 histograms with the
+contract's 13 buckets), labelled apart per writer. Run it with Debian's
+/usr/bin/python3, which has python3-prometheus-client.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+SERIES_PER_WRITER = 20
+BOUNDS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 1800)
+
+
+def run_cpp(binary, repetitions):
+    out = subprocess.run(
+        [binary, "--benchmark_filter=scrape", "--benchmark_format=json",
+         f"--benchmark_repetitions={repetitions}", "--benchmark_report_aggregates_only=true"],
+        check=True, capture_output=True, text=True).stdout
+    times = {}
+    for row in json.loads(out)["benchmarks"]:
+        if row.get("aggregate_name") != "median":
+            continue
+        name, arg = row["run_name"].split("/")
+        assert row["time_unit"] == "ms"
+        times[(name, int(arg))] = row["real_time"]
+    return times
+
+
+def python_multiprocess(series, repetitions):
+    """Median seconds for one generate_latest over `series / 20` writers' files."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+    from prometheus_client import multiprocess, values
+
+    writers = series // SERIES_PER_WRITER
+    directory = tempfile.mkdtemp(prefix="gym-bench-prom-mp-", dir="/dev/shm")
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory
+    try:
+        for w in range(writers):
+            # Each writer process has its own files, as prometheus_client
+            # names them by pid.
+            values.ValueClass = values.MultiProcessValue(lambda w=w: 100000 + w)
+            registry = CollectorRegistry()
+            c = Counter("gym_concurrency_admission_cancelled", "Waits cancelled.",
+                        ["nemo_gym_concurrency_component", "nemo_gym_concurrency_limit_name"],
+                        registry=registry)
+            g = Gauge("gym_concurrency_queue_depth", "Callers waiting.",
+                      ["nemo_gym_concurrency_component", "nemo_gym_concurrency_limit_name"],
+                      registry=registry, multiprocess_mode="livesum")
+            h = Histogram("gym_resources_operation_queue_duration_seconds", "Queue time.",
+                          ["nemo_gym_resources_operation", "nemo_gym_resources_executor",
+                           "nemo_gym_server_name"], registry=registry, buckets=BOUNDS)
+            for i in range(10):
+                c.labels("agent_server", f"w{w}_{i}").inc(w + i)
+            for i in range(6):
+                g.labels("agent_server", f"w{w}_{i}").set(i)
+            for i in range(4):
+                h.labels("verify", "subprocess", f"w{w}_{i}").observe(w * 0.001)
+        times = []
+        size = 0
+        for _ in range(repetitions):
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry, path=directory)
+            start = time.perf_counter()
+            size = len(generate_latest(registry))
+            times.append(time.perf_counter() - start)
+        return statistics.median(times), size
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def exporter_memory(build, segments):
+    """gym-exporter's VmRSS (KiB) before and after scrapes of `segments` live segments."""
+    directory = tempfile.mkdtemp(prefix="gym-bench-rss-", dir="/dev/shm")
+    holder = subprocess.Popen([f"{build}/bench/exporter_bench", f"--hold-segments={segments}",
+                               f"--dir={directory}"], stdout=subprocess.PIPE, text=True)
+    exporter = None
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        log = tempfile.NamedTemporaryFile(mode="w+", delete=False)
+        exporter = subprocess.Popen(
+            [f"{build}/exporter/gym-exporter", f"--registry.dir={directory}",
+             "--web.listen-address=127.0.0.1:0"], stderr=log)
+        port = None
+        for _ in range(500):
+            m = re.search(r"\(port (\d+)\)", open(log.name).read())
+            if m:
+                port = int(m.group(1))
+                break
+            time.sleep(0.01)
+        assert port, open(log.name).read()
+
+        def rss():
+            with open(f"/proc/{exporter.pid}/status") as f:
+                return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+
+        before = rss()
+        times = []
+        for _ in range(10):
+            start = time.perf_counter()
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read()
+            times.append(time.perf_counter() - start)
+        return before, rss(), statistics.median(times), len(body)
+    finally:
+        if exporter:
+            exporter.send_signal(signal.SIGTERM)
+            exporter.wait()
+        holder.send_signal(signal.SIGTERM)
+        holder.wait()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--repetitions", type=int, default=3)
+    ap.add_argument("--max-python-series", type=int, default=20000)
+    a = ap.parse_args()
+    cpp = run_cpp(f"{a.build}/bench/exporter_bench", a.repetitions)
+    print(f"{'series':>8} {'writers':>8} {'gym ms':>9} {'prom-cpp ms':>12} {'ratio':>6}"
+          f" {'prometheus_client ms':>21} {'speed-up':>9}")
+    for series in sorted({s for _, s in cpp}):
+        ours = cpp[("scrape_gym", series)]
+        prom = cpp[("scrape_prometheus_cpp", series)]
+        line = (f"{series:>8} {series // SERIES_PER_WRITER:>8} {ours:>9.2f} {prom:>12.2f}"
+                f" {ours / prom:>6.2f}")
+        if series <= a.max_python_series:
+            py, _ = python_multiprocess(series, a.repetitions)
+            line += f" {py * 1000:>21.1f} {py * 1000 / ours:>8.1f}x"
+        print(line, flush=True)
+    before, after, scrape, size = exporter_memory(a.build, 1000)
+    print(f"gym-exporter with 1000 live segments: VmRSS {before} KiB at start, {after} KiB after"
+          f" 10 scrapes; median HTTP scrape {scrape * 1000:.1f} ms for {size} bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
