@@ -86,8 +86,8 @@ struct GymFixture {
     std::filesystem::remove_all(dir);
     writers = std::make_unique<Writers>(dir, writer_count);
     std::vector<std::unique_ptr<gym::exporter::Collector>> collectors;
-    collectors.push_back(
-        std::make_unique<gym::exporter::RegistryCollector>(dir, [](const std::string&) {}));
+    collectors.push_back(std::make_unique<gym::exporter::RegistryCollector>(
+        std::make_shared<gym::exporter::SharedRegistry>(dir), [](const std::string&) {}));
     collectors.push_back(std::make_unique<gym::exporter::BuildInfoCollector>());
     collectors.push_back(std::make_unique<gym::exporter::ProcessCollector>());
     exposition = std::make_unique<gym::exporter::Exposition>(std::move(collectors));
@@ -174,7 +174,13 @@ void scrape_prometheus_cpp(benchmark::State& state) {
   state.counters["bytes"] = double(bytes);
 }
 
-BENCHMARK(scrape_gym)->Arg(100)->Arg(1000)->Arg(10000)->Arg(20000)->Arg(100000)->Unit(benchmark::kMillisecond);
+BENCHMARK(scrape_gym)
+    ->Arg(100)
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(20000)
+    ->Arg(100000)
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(scrape_prometheus_cpp)
     ->Arg(100)
     ->Arg(1000)

@@ -78,7 +78,8 @@ TEST(TextFormat, MatchesPrometheusCppOnTheExportersOwnFamilies) {
     if (i == 2) op.set_outcome(Outcome::kCrashed);
   }
   std::vector<std::unique_ptr<Collector>> collectors;
-  collectors.push_back(std::make_unique<RegistryCollector>(tmp.path(), [](const std::string&) {}));
+  collectors.push_back(std::make_unique<RegistryCollector>(
+      std::make_shared<SharedRegistry>(tmp.path()), [](const std::string&) {}));
   collectors.push_back(std::make_unique<BuildInfoCollector>());
   collectors.push_back(std::make_unique<ProcessCollector>());
   for (int scrape = 0; scrape < 2; ++scrape) {  // a rebuilt model, then an updated one

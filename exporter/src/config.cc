@@ -2,9 +2,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <regex>
 #include <sstream>
 
 namespace gym::exporter {
@@ -41,6 +43,31 @@ struct Reader {
     }
     out = v;
   }
+  void number(const YAML::Node& n, const std::string& key, double& out, double min) {
+    double v = 0;
+    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v)) {
+      errors.push_back(where(name, n.Mark()) + key + " must be a number");
+      return;
+    }
+    if (v < min) {
+      errors.push_back(where(name, n.Mark()) + key + " must be at least " + fmt_number(min));
+      return;
+    }
+    out = v;
+  }
+  void boolean(const YAML::Node& n, const std::string& key, bool& out) {
+    bool v = false;
+    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) {
+      errors.push_back(where(name, n.Mark()) + key + " must be true or false");
+      return;
+    }
+    out = v;
+  }
+  static std::string fmt_number(double v) {
+    std::ostringstream os;
+    os << v;
+    return os.str();
+  }
   // Calls the handler of each key; an unknown key is an error.
   void mapping(const YAML::Node& n, const std::string& section,
                const std::map<std::string, std::function<void(const YAML::Node&)>>& keys) {
@@ -64,6 +91,83 @@ struct Reader {
     }
   }
 };
+
+void read_targets(Reader& rd, const YAML::Node& n, std::vector<MemoryTarget>& out) {
+  if (n.IsNull()) return;
+  if (!n.IsSequence()) {
+    rd.errors.push_back(where(rd.name, n.Mark()) + "memory.targets must be a list");
+    return;
+  }
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& item : n) {
+    MemoryTarget t;
+    int selectors = 0;
+    bool has_name = false;
+    bool has_type = false;
+    rd.mapping(
+        item, "memory.targets[]",
+        {{"name", [&](const YAML::Node& v) { has_name = rd.string(v, "name", t.name); }},
+         {"server_type",
+          [&](const YAML::Node& v) { has_type = rd.string(v, "server_type", t.server_type); }},
+         {"pid",
+          [&](const YAML::Node& v) {
+            ++selectors;
+            int pid = 0;
+            rd.integer(v, "pid", pid, 1, 1 << 30);
+            t.pid = pid;
+          }},
+         {"pidfile",
+          [&](const YAML::Node& v) {
+            ++selectors;
+            rd.string(v, "pidfile", t.pidfile);
+          }},
+         {"match",
+          [&](const YAML::Node& v) {
+            ++selectors;
+            int kinds = 0;
+            rd.mapping(v, "match",
+                       {{"comm",
+                         [&](const YAML::Node& c) {
+                           ++kinds;
+                           rd.string(c, "match.comm", t.match_comm);
+                         }},
+                        {"cmdline", [&](const YAML::Node& c) {
+                           ++kinds;
+                           if (!rd.string(c, "match.cmdline", t.match_cmdline)) return;
+                           try {
+                             std::regex re(t.match_cmdline);
+                           } catch (const std::regex_error& e) {
+                             rd.errors.push_back(where(rd.name, c.Mark()) +
+                                                 "match.cmdline is not a valid regular "
+                                                 "expression: " +
+                                                 e.what());
+                           }
+                         }}});
+            if (kinds != 1)
+              rd.errors.push_back(where(rd.name, v.Mark()) +
+                                  "match needs exactly one of comm and cmdline");
+          }},
+         {"pss", [&](const YAML::Node& v) { rd.boolean(v, "pss", t.pss); }}});
+    if (!item.IsMap()) continue;
+    const std::string at = where(rd.name, item.Mark());
+    if (!has_name || t.name.empty() || t.name.size() > 128)
+      rd.errors.push_back(at + "a memory target needs a name of 1 to 128 characters");
+    if (!has_type || t.server_type.empty() || t.server_type.size() > 128)
+      rd.errors.push_back(at + "memory target '" + t.name +
+                          "' needs a server_type of 1 to 128 characters");
+    if (selectors != 1)
+      rd.errors.push_back(at + "memory target '" + t.name +
+                          "' needs exactly one of pid, pidfile and match");
+    if (has_name) {
+      auto [it, fresh] = seen.emplace(t.name, item.Mark());
+      if (!fresh)
+        rd.errors.push_back(at + "memory target name '" + t.name + "' is used twice (also at " +
+                            std::to_string(it->second.line + 1) + ":" +
+                            std::to_string(it->second.column + 1) + ")");
+    }
+    out.push_back(std::move(t));
+  }
+}
 
 }  // namespace
 
@@ -129,6 +233,22 @@ ConfigResult parse_config(const std::string& yaml, const std::string& name) {
           rd.mapping(n, "registry", {{"dir", [&](const YAML::Node& v) {
                                         rd.string(v, "registry.dir", c.registry_dir);
                                       }}});
+        }},
+       {"memory",
+        [&](const YAML::Node& n) {
+          rd.mapping(
+              n, "memory",
+              {{"interval_seconds",
+                [&](const YAML::Node& v) {
+                  rd.number(v, "memory.interval_seconds", c.memory.interval_seconds, 0.01);
+                }},
+               {"pss_interval_seconds",
+                [&](const YAML::Node& v) {
+                  rd.number(v, "memory.pss_interval_seconds", c.memory.pss_interval_seconds, 0);
+                }},
+               {"proc_root",
+                [&](const YAML::Node& v) { rd.string(v, "memory.proc_root", c.memory.proc_root); }},
+               {"targets", [&](const YAML::Node& v) { read_targets(rd, v, c.memory.targets); }}});
         }},
        {"log", [&](const YAML::Node& n) {
           rd.mapping(

@@ -10,6 +10,29 @@
 
 namespace gym::exporter {
 
+// One server whose process tree the exporter samples. Exactly one of pid,
+// pidfile and match says which process is the root; pidfiles and matches are
+// resolved again at every sample, so a restarted server is followed.
+struct MemoryTarget {
+  std::string name;
+  std::string server_type;
+  std::optional<int> pid;
+  std::string pidfile;
+  std::string match_comm;     // the process name (/proc/<pid>/comm), exactly
+  std::string match_cmdline;  // an ECMAScript regex searched in the command line
+  bool pss = true;            // read PSS (smaps_rollup) for this tree
+  bool operator==(const MemoryTarget&) const = default;
+};
+
+struct MemoryConfig {
+  double interval_seconds = 5;
+  // PSS at most this often (0: at every sample); see the README for its cost.
+  double pss_interval_seconds = 0;
+  std::string proc_root = "/proc";
+  std::vector<MemoryTarget> targets;
+  bool operator==(const MemoryConfig&) const = default;
+};
+
 struct Config {
   std::string listen_address = ":9478";
   std::string telemetry_path = "/metrics";
@@ -17,6 +40,7 @@ struct Config {
   std::string log_level = "info";     // debug, info, warn, error
   std::string log_format = "logfmt";  // logfmt, json
   int max_connections = 8;            // HTTP worker threads
+  MemoryConfig memory;
 };
 
 // Values given on the command line: they win over the file, also on reload.

@@ -63,6 +63,23 @@ constexpr FamilyDoc kDocs[] = {
      "Files in the registry directory that were not valid segments."},
     {"gym_exporter_registry_invalid_records_total", MetricType::Counter,
      "Series records in segments whose metadata was invalid, skipped."},
+    {"gym_server_memory_usage_bytes", MetricType::Gauge,
+     "Memory of a server's whole process tree now, by memory type (rss, pss)."},
+    {"gym_server_memory_sampled_peak_bytes", MetricType::Gauge,
+     "Largest sampled memory of a server's process tree since the exporter started."},
+    {"gym_server_processes", MetricType::Gauge, "Processes in a server's tree now."},
+    {"gym_server_info", MetricType::Gauge,
+     "A constant 1 labeled by the root pid of a server's process tree now."},
+    {"gym_host_memory_usage_bytes", MetricType::Gauge,
+     "Host memory in use: MemTotal - MemAvailable."},
+    {"gym_host_memory_available_bytes", MetricType::Gauge, "Host MemAvailable."},
+    {"gym_host_memory_total_bytes", MetricType::Gauge, "Host MemTotal."},
+    {"gym_host_memory_sampled_peak_bytes", MetricType::Gauge,
+     "Largest sampled host memory usage since the exporter started."},
+    {"gym_exporter_memory_sample_duration_seconds", MetricType::Gauge,
+     "Time the last memory sample took."},
+    {"gym_exporter_memory_sample_errors_total", MetricType::Counter,
+     "Failed procfs reads during memory samples, by reason."},
     {"process_cpu_seconds_total", MetricType::Counter,
      "Total user and system CPU time spent in seconds."},
     {"process_resident_memory_bytes", MetricType::Gauge, "Resident memory size in bytes."},
@@ -72,6 +89,8 @@ constexpr FamilyDoc kDocs[] = {
     {"process_start_time_seconds", MetricType::Gauge,
      "Start time of the process since unix epoch in seconds."},
 };
+
+}  // namespace
 
 MetricFamily& add_family(Families& out, std::string_view name) {
   const FamilyDoc* doc = family_doc(name);
@@ -92,7 +111,7 @@ ClientMetric& add_metric(MetricFamily& f,
 }
 
 void add_simple(Families& out, std::string_view name, double value,
-                const std::vector<std::pair<std::string, std::string>>& labels = {}) {
+                const std::vector<std::pair<std::string, std::string>>& labels) {
   MetricFamily& f = add_family(out, name);
   ClientMetric& m = add_metric(f, labels);
   if (f.type == MetricType::Counter)
@@ -101,16 +120,15 @@ void add_simple(Families& out, std::string_view name, double value,
     m.gauge.value = value;
 }
 
-}  // namespace
-
 const FamilyDoc* family_doc(std::string_view name) {
   for (const FamilyDoc& d : kDocs)
     if (name == d.name) return &d;
   return nullptr;
 }
 
-RegistryCollector::RegistryCollector(std::string dir, std::function<void(const std::string&)> log)
-    : reader_(std::move(dir)), log_(std::move(log)) {}
+RegistryCollector::RegistryCollector(std::shared_ptr<SharedRegistry> registry,
+                                     std::function<void(const std::string&)> log)
+    : registry_(std::move(registry)), log_(std::move(log)) {}
 
 void RegistryCollector::rebuild() {
   model_.clear();
@@ -192,7 +210,10 @@ void RegistryCollector::update_values(const Snapshot& snap) {
 }
 
 void RegistryCollector::collect(const Emit& emit) {
-  const Snapshot& snap = reader_.snapshot();
+  registry_->with([&](RegistryReader& reader) { collect_locked(reader.snapshot(), emit); });
+}
+
+void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
   for (const std::string& p : snap.problems) log_(p);
   if (snap.directory_error != last_dir_error_) {
     if (!snap.directory_error.empty()) log_(snap.directory_error);

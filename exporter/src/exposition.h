@@ -30,19 +30,39 @@ class Collector {
   virtual void collect(const Emit& emit) = 0;
 };
 
+// The one registry reader of the exporter, shared by the collectors that
+// need it (the registry collector, and the memory sampler for declared
+// servers): a reader must be the only one of its directory.
+class SharedRegistry {
+ public:
+  explicit SharedRegistry(std::string dir) : reader_(std::move(dir)) {}
+  // Runs f(reader) under the lock.
+  template <class F>
+  auto with(F&& f) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return f(reader_);
+  }
+
+ private:
+  std::mutex mu_;
+  RegistryReader reader_;
+};
+
 // The contract's concurrency and resources-operation families, built from a
 // fresh registry snapshot, and the registry's own counts.
 class RegistryCollector : public Collector {
  public:
   // `log` receives each problem the reader reports (once per file or record).
-  RegistryCollector(std::string dir, std::function<void(const std::string&)> log);
+  RegistryCollector(std::shared_ptr<SharedRegistry> registry,
+                    std::function<void(const std::string&)> log);
   void collect(const Emit& emit) override;
 
  private:
   void rebuild();
   void update_values(const Snapshot& snap);
+  void collect_locked(const Snapshot& snap, const Emit& emit);
 
-  RegistryReader reader_;
+  std::shared_ptr<SharedRegistry> registry_;
   std::function<void(const std::string&)> log_;
   std::string last_dir_error_;
   // The model of the served series, kept across scrapes: rebuilt when the
@@ -103,6 +123,15 @@ struct FamilyDoc {
   const char* help;
 };
 const FamilyDoc* family_doc(std::string_view name);
+
+// Helpers for collectors: a family with the contract's HELP and type appended
+// to `out`; a sample with labels appended to a family; a one-sample counter
+// or gauge family appended to `out`.
+prometheus::MetricFamily& add_family(Families& out, std::string_view name);
+prometheus::ClientMetric& add_metric(
+    prometheus::MetricFamily& f, const std::vector<std::pair<std::string, std::string>>& labels);
+void add_simple(Families& out, std::string_view name, double value,
+                const std::vector<std::pair<std::string, std::string>>& labels = {});
 
 extern const char* const kVersion;
 extern const char* const kRevision;

@@ -14,6 +14,7 @@
 #include "exposition.h"
 #include "http_server.h"
 #include "logging.h"
+#include "memory_sampler.h"
 
 namespace gym::exporter {
 namespace {
@@ -118,10 +119,18 @@ ConfigResult effective_config(const Flags& flags) {
   return r;
 }
 
-std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c) {
+// The collectors for `c` over `registry`. The memory sampler is returned too
+// (owned by the list), not yet started.
+std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
+                                                        std::shared_ptr<SharedRegistry> registry,
+                                                        MemorySampler** sampler) {
   std::vector<std::unique_ptr<Collector>> out;
   out.push_back(std::make_unique<RegistryCollector>(
-      c.registry_dir, [](const std::string& problem) { spdlog::warn("registry: {}", problem); }));
+      registry, [](const std::string& problem) { spdlog::warn("registry: {}", problem); }));
+  auto memory = std::make_unique<MemorySampler>(
+      c.memory, registry, [](const std::string& problem) { spdlog::warn("{}", problem); });
+  *sampler = memory.get();
+  out.push_back(std::move(memory));
   out.push_back(std::make_unique<BuildInfoCollector>());
   out.push_back(std::make_unique<ProcessCollector>());
   return out;
@@ -198,8 +207,11 @@ int run(int argc, char** argv) {
   }
   Config config = loaded.config;
   setup_logging(config.log_level, config.log_format);
-  Exposition exposition(make_collectors(config));
+  auto registry = std::make_shared<SharedRegistry>(config.registry_dir);
+  MemorySampler* sampler = nullptr;
+  Exposition exposition(make_collectors(config, registry, &sampler));
   if (flags.once) {
+    sampler->sample_once();
     std::cout << exposition.render() << std::flush;
     return 0;
   }
@@ -226,6 +238,7 @@ int run(int argc, char** argv) {
     spdlog::error("{}", error);
     return 1;
   }
+  sampler->start();
   spdlog::info("gym-exporter {} listening on {} (port {}), telemetry path {}, registry {}",
                kVersion, config.listen_address, server->port(), config.telemetry_path,
                config.registry_dir);
@@ -250,7 +263,17 @@ int run(int argc, char** argv) {
         next.max_connections = config.max_connections;
       }
       setup_logging(next.log_level, next.log_format);
-      if (next.registry_dir != config.registry_dir) exposition.replace(make_collectors(next));
+      if (next.registry_dir != config.registry_dir || !(next.memory == config.memory)) {
+        // A new directory needs a new reader; otherwise keep it, so that the
+        // totals of retired writers survive the reload.
+        if (next.registry_dir != config.registry_dir)
+          registry = std::make_shared<SharedRegistry>(next.registry_dir);
+        MemorySampler* next_sampler = nullptr;
+        auto collectors = make_collectors(next, registry, &next_sampler);
+        next_sampler->start();
+        exposition.replace(std::move(collectors));  // stops the old sampler
+        sampler = next_sampler;
+      }
       config = next;
       {
         std::lock_guard<std::mutex> lock(page_mu);
@@ -264,6 +287,7 @@ int run(int argc, char** argv) {
     break;
   }
   server.reset();
+  sampler->stop();  // the final sample
   return 0;
 }
 

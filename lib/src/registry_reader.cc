@@ -12,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "gym/contract.h"
 #include "label_rules.h"
 #include "owner_lock.h"
 #include "process_identity.h"
@@ -25,6 +26,7 @@ using segment::SeriesKind;
 namespace {
 
 constexpr int32_t kUnparsed = -1;
+
 constexpr int32_t kInvalid = -2;
 // Layout sizes a header may declare; anything larger is not ours.
 constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 30;
@@ -397,8 +399,10 @@ const Snapshot& RegistryReader::snapshot() {
   }
   uint64_t live = 0;
   uint64_t dropped = 0;
+  snapshot_.servers.clear();
   for (auto& [name, seg] : segments_) {
     add_values(*seg, current_, /*gauges=*/true);
+    find_declared_server(*seg);
     dropped += segment::load_relaxed(&seg->header()->dropped_series);
     ++live;
   }
@@ -406,6 +410,29 @@ const Snapshot& RegistryReader::snapshot() {
   snapshot_.stats.dropped_series_total = retired_dropped_ + dropped;
   build_output();
   return snapshot_;
+}
+
+// The identity this segment's owner declared, if any (its live
+// gym_server_identity record).
+void RegistryReader::find_declared_server(Segment& s) {
+  const uint32_t count = s.record_count();
+  for (uint32_t i = 0; i < count; ++i) {
+    if (segment::load_acquire(&s.record(i)->state) != segment::kRecordLive) continue;
+    const int32_t id = series_of(s, i);
+    if (id < 0) continue;
+    const SeriesInfo& info = *infos_[size_t(id)];
+    if (info.family != family::kServerIdentity || info.kind != SeriesKind::kGauge) continue;
+    DeclaredServer server;
+    for (const auto& [k, v] : info.labels) {
+      if (k == label::kServerName) server.name = v;
+      if (k == label::kServerType) server.server_type = v;
+    }
+    if (server.name.empty()) continue;
+    server.pid = s.pid;
+    server.start_ticks = s.start_ticks;
+    snapshot_.servers.push_back(std::move(server));
+    return;
+  }
 }
 
 void RegistryReader::build_output() {

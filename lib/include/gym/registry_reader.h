@@ -53,6 +53,14 @@ struct RegistryStats {
   uint64_t read_errors_total = 0;       // files that could not be opened or read
 };
 
+// A live process that declared its server identity (gym/server_identity.h).
+struct DeclaredServer {
+  std::string name;
+  std::string server_type;
+  pid_t pid = 0;
+  uint64_t start_ticks = 0;  // the owner's start time (/proc/<pid>/stat field 22)
+};
+
 struct Snapshot {
   // Sorted by family, then labels; a family's series are adjacent.
   std::vector<SeriesSample> series;
@@ -62,6 +70,8 @@ struct Snapshot {
   std::vector<std::string> problems;
   // Empty, or why the directory itself could not be listed.
   std::string directory_error;
+  // Live processes with a declared identity (one entry per process).
+  std::vector<DeclaredServer> servers;
 };
 
 class RegistryReader {
@@ -92,6 +102,7 @@ class RegistryReader {
   int32_t series_of(Segment& s, uint32_t index);
   void add_values(Segment& s, std::vector<Accumulator>& into, bool gauges);
   void retire(Segment& s, bool remove_file);
+  void find_declared_server(Segment& s);
   void reject(const std::string& name, ino_t ino, const std::string& why);
   void cleanup_stale_temp(const std::string& name);
   void build_output();

@@ -1,0 +1,211 @@
+#include "procfs.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+
+namespace gym::exporter::procfs {
+
+namespace {
+
+bool to_u64(std::string_view s, uint64_t& out) {
+  auto r = std::from_chars(s.data(), s.data() + s.size(), out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+bool to_i64(std::string_view s, int64_t& out) {
+  auto r = std::from_chars(s.data(), s.data() + s.size(), out);
+  return r.ec == std::errc() && r.ptr == s.data() + s.size();
+}
+
+// "Key:   123 kB" -> 123 * 1024 (or 123 without a unit).
+std::optional<uint64_t> kb_value(std::string_view rest) {
+  size_t i = 0;
+  while (i < rest.size() && (rest[i] == ' ' || rest[i] == '\t')) ++i;
+  size_t j = i;
+  while (j < rest.size() && rest[j] >= '0' && rest[j] <= '9') ++j;
+  uint64_t v = 0;
+  if (j == i || !to_u64(rest.substr(i, j - i), v)) return std::nullopt;
+  std::string_view unit = rest.substr(j);
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  if (unit.starts_with("kB")) v *= 1024;
+  return v;
+}
+
+}  // namespace
+
+std::optional<ProcStat> parse_stat(std::string_view text) {
+  const size_t open = text.find('(');
+  const size_t close = text.rfind(')');
+  if (open == std::string_view::npos || close == std::string_view::npos || close < open)
+    return std::nullopt;
+  ProcStat st;
+  int64_t pid = 0;
+  std::string_view pid_text = text.substr(0, open);
+  while (!pid_text.empty() && pid_text.back() == ' ') pid_text.remove_suffix(1);
+  if (!to_i64(pid_text, pid) || pid <= 0) return std::nullopt;
+  st.pid = pid_t(pid);
+  st.comm = std::string(text.substr(open + 1, close - open - 1));
+  // Fields 3.. after ") ".
+  std::vector<std::string_view> f;
+  size_t pos = close + 1;
+  while (pos < text.size() && f.size() < 22) {
+    while (pos < text.size() && (text[pos] == ' ' || text[pos] == '\n')) ++pos;
+    size_t end = pos;
+    while (end < text.size() && text[end] != ' ' && text[end] != '\n') ++end;
+    if (end > pos) f.push_back(text.substr(pos, end - pos));
+    pos = end;
+  }
+  // f[k] is field k + 3.
+  if (f.size() < 22 || f[0].size() != 1) return std::nullopt;
+  st.state = f[0][0];
+  int64_t ppid = 0;
+  uint64_t rss = 0;
+  if (!to_i64(f[1], ppid) || !to_u64(f[6], st.flags) || !to_u64(f[19], st.start_ticks))
+    return std::nullopt;
+  // rss may be negative in odd kernels' accounting: treat as 0.
+  int64_t rss_signed = 0;
+  if (to_u64(f[21], rss))
+    st.rss_pages = rss;
+  else if (to_i64(f[21], rss_signed))
+    st.rss_pages = 0;
+  else
+    return std::nullopt;
+  st.ppid = pid_t(ppid);
+  return st;
+}
+
+MemInfo parse_meminfo(std::string_view text) {
+  MemInfo m;
+  std::optional<uint64_t> free, buffers, cached;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    const std::string_view key = line.substr(0, colon);
+    const std::optional<uint64_t> v = kb_value(line.substr(colon + 1));
+    if (!v) continue;
+    if (key == "MemTotal")
+      m.total = v;
+    else if (key == "MemAvailable")
+      m.available = v;
+    else if (key == "MemFree")
+      free = v;
+    else if (key == "Buffers")
+      buffers = v;
+    else if (key == "Cached")
+      cached = v;
+  }
+  if (!m.available && free) m.available = *free + buffers.value_or(0) + cached.value_or(0);
+  return m;
+}
+
+std::optional<uint64_t> parse_smaps_rollup_pss(std::string_view text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.starts_with("Pss:")) return kb_value(line.substr(4));
+  }
+  return std::nullopt;
+}
+
+ReadStatus read_file(const std::string& path, std::string& out) {
+  out.clear();
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ESRCH) return ReadStatus::kGone;
+    if (errno == EACCES || errno == EPERM) return ReadStatus::kPermission;
+    return ReadStatus::kError;
+  }
+  char buf[4096];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int e = errno;
+      ::close(fd);
+      if (e == ESRCH || e == ENOENT) return ReadStatus::kGone;
+      if (e == EACCES || e == EPERM) return ReadStatus::kPermission;
+      return ReadStatus::kError;
+    }
+    if (n == 0) break;
+    out.append(buf, size_t(n));
+    if (out.size() > (1 << 20)) break;  // nothing we read is this large
+  }
+  ::close(fd);
+  return ReadStatus::kOk;
+}
+
+bool ProcessTable::scan() {
+  processes_.clear();
+  index_.clear();
+  children_.clear();
+  DIR* d = ::opendir(root_.c_str());
+  if (d == nullptr) return false;
+  std::string text;
+  std::string path;
+  while (dirent* e = ::readdir(d)) {
+    const char* name = e->d_name;
+    if (name[0] < '0' || name[0] > '9') continue;
+    path = root_;
+    path += '/';
+    path += name;
+    path += "/stat";
+    if (read_file(path, text) != ReadStatus::kOk) continue;  // exited since the listing
+    std::optional<ProcStat> st = parse_stat(text);
+    if (!st) continue;
+    index_[st->pid] = processes_.size();
+    processes_.push_back(std::move(*st));
+  }
+  ::closedir(d);
+  for (size_t i = 0; i < processes_.size(); ++i) {
+    const ProcStat& p = processes_[i];
+    auto parent = index_.find(p.ppid);
+    if (parent == index_.end() || p.ppid == p.pid) continue;
+    // A child is never older than its parent: otherwise the parent's pid was
+    // reused by a younger process.
+    if (processes_[parent->second].start_ticks > p.start_ticks) continue;
+    children_[p.ppid].push_back(i);
+  }
+  return true;
+}
+
+const ProcStat* ProcessTable::find(pid_t pid) const {
+  auto it = index_.find(pid);
+  return it == index_.end() ? nullptr : &processes_[it->second];
+}
+
+const ProcStat* ProcessTable::find(pid_t pid, uint64_t start_ticks) const {
+  const ProcStat* p = find(pid);
+  return p != nullptr && p->start_ticks == start_ticks ? p : nullptr;
+}
+
+std::vector<const ProcStat*> ProcessTable::tree(const ProcStat& root) const {
+  std::vector<const ProcStat*> out{&root};
+  // Each process once, even in a table whose parent links loop (equal start
+  // times can make a hand-made tree do so).
+  std::vector<char> seen(processes_.size(), 0);
+  seen[size_t(&root - processes_.data())] = 1;
+  for (size_t i = 0; i < out.size(); ++i) {
+    auto it = children_.find(out[i]->pid);
+    if (it == children_.end()) continue;
+    for (size_t child : it->second) {
+      if (seen[child]) continue;
+      seen[child] = 1;
+      out.push_back(&processes_[child]);
+    }
+  }
+  return out;
+}
+
+}  // namespace gym::exporter::procfs

@@ -1,0 +1,74 @@
+// procfs: parsers as pure functions from file text to values, and a process
+// table read in one pass over <proc root>/*/stat. The proc root is a
+// parameter (containers, fixture trees in tests).
+//
+// Thread-safety: parsers are pure; a ProcessTable belongs to one thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace gym::exporter::procfs {
+
+struct ProcStat {
+  pid_t pid = 0;
+  std::string comm;
+  char state = '?';
+  pid_t ppid = 0;
+  uint64_t flags = 0;
+  uint64_t start_ticks = 0;                                         // field 22
+  uint64_t rss_pages = 0;                                           // field 24
+  bool kernel_thread() const { return (flags & 0x00200000) != 0; }  // PF_KTHREAD
+  bool zombie() const { return state == 'Z' || state == 'X'; }
+};
+
+// /proc/<pid>/stat. The comm may hold spaces and parentheses: it runs from
+// the first '(' to the last ')'.
+std::optional<ProcStat> parse_stat(std::string_view text);
+
+struct MemInfo {
+  std::optional<uint64_t> total;      // bytes
+  std::optional<uint64_t> available;  // bytes
+};
+// /proc/meminfo. Tolerates unknown keys, blank lines and no space after the
+// colon. Without MemAvailable (kernels before 3.14) available is
+// MemFree + Buffers + Cached, as free(1) computed it then.
+MemInfo parse_meminfo(std::string_view text);
+
+// The Pss line of /proc/<pid>/smaps_rollup, in bytes.
+std::optional<uint64_t> parse_smaps_rollup_pss(std::string_view text);
+
+enum class ReadStatus { kOk, kGone, kPermission, kError };
+// Reads a small procfs file whole. kGone: the process (or file) is no more.
+ReadStatus read_file(const std::string& path, std::string& out);
+
+// Every process (not thread) under the proc root, read in one pass, with
+// the parent map; children are linked only when they are not older than
+// their parent (a parent pid reused by a younger process is not a parent).
+class ProcessTable {
+ public:
+  explicit ProcessTable(std::string proc_root) : root_(std::move(proc_root)) {}
+  // Reads the table afresh; false when the proc root cannot be listed.
+  bool scan();
+  const ProcStat* find(pid_t pid) const;
+  // The process `pid` if it is the one that started at `start_ticks`.
+  const ProcStat* find(pid_t pid, uint64_t start_ticks) const;
+  // The root and all its descendants, each once.
+  std::vector<const ProcStat*> tree(const ProcStat& root) const;
+  const std::vector<ProcStat>& processes() const { return processes_; }
+  const std::string& proc_root() const { return root_; }
+
+ private:
+  std::string root_;
+  std::vector<ProcStat> processes_;
+  std::unordered_map<pid_t, size_t> index_;
+  std::unordered_map<pid_t, std::vector<size_t>> children_;
+};
+
+}  // namespace gym::exporter::procfs
