@@ -1,0 +1,284 @@
+// The memory sampler on real process trees.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include "gym/server_identity.h"
+#include "memory_sampler.h"
+#include "test_support.h"
+
+namespace gym::exporter {
+namespace {
+
+using namespace std::chrono_literals;
+
+MemorySampler::ServerMemory sample_pid(pid_t pid, bool pss = true, double pss_interval = 0) {
+  MemoryConfig c;
+  MemoryTarget t;
+  t.name = "server";
+  t.server_type = "resources_server";
+  t.pid = pid;
+  t.pss = pss;
+  c.targets = {t};
+  c.pss_interval_seconds = pss_interval;
+  MemorySampler sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample_once();
+  return sampler.servers().at(0);
+}
+
+TEST(MemorySampler, ThreeLevelTreeWithAChildForkedFromANonMainThread) {
+  testing::Gate gate;
+  testing::Ready ready;
+  pid_t root = testing::spawn([&] {
+    // Root: a second thread forks the child; the child forks the grandchild.
+    std::thread t([&] {
+      pid_t child = testing::spawn([&] {
+        pid_t grandchild = testing::spawn([&] {
+          ready.signal();
+          gate.wait();
+          return 0;
+        });
+        gate.wait();
+        testing::wait_exit(grandchild);
+        return 0;
+      });
+      gate.wait();
+      testing::wait_exit(child);
+    });
+    t.join();
+    return 0;
+  });
+  ready.wait(1);
+  const auto s = sample_pid(root);
+  EXPECT_EQ(s.root_pid, root);
+  EXPECT_EQ(s.processes, 3u) << "threads are not processes";
+  EXPECT_GT(s.rss, 0u);
+  ASSERT_TRUE(s.pss.has_value());
+  EXPECT_GT(*s.pss, 0u);
+  EXPECT_LE(*s.pss, s.rss);
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(root), 0);
+}
+
+// R -> M -> L; M exits. Without a subreaper L goes to init and leaves the
+// tree; with R as subreaper L stays.
+void middle_exits(bool subreaper, uint64_t expected) {
+  testing::Gate gate;
+  testing::Ready ready;
+  pid_t root = testing::spawn([&] {
+    if (subreaper) ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    pid_t middle = testing::spawn([&] {
+      testing::spawn([&] {  // the leaf outlives its parent
+        gate.wait();
+        return 0;
+      });
+      return 0;
+    });
+    testing::wait_exit(middle);
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  const auto s = sample_pid(root);
+  EXPECT_EQ(s.processes, expected) << (subreaper ? "with" : "without") << " a subreaper";
+  gate.open();
+  testing::wait_exit(root);
+}
+
+TEST(MemorySampler, MiddleProcessExitingOrphansItsChildrenOutOfTheTree) {
+  middle_exits(false, 1);
+}
+TEST(MemorySampler, UnderASubreaperOrphansStayInTheTree) {
+  middle_exits(true, 2);
+}
+
+TEST(MemorySampler, SharedMappingCountsTwiceInRssAndOnceInPss) {
+  constexpr size_t kMiB = 1 << 20;
+  constexpr size_t kShared = 64 * kMiB;
+  testing::Gate gate;
+  testing::Ready ready;
+  pid_t root = testing::spawn([&] {
+    void* p = ::mmap(nullptr, kShared, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 1;
+    std::memset(p, 1, kShared);
+    pid_t child = testing::spawn([&] {
+      volatile char sum = 0;  // touch every page in the child too
+      for (size_t i = 0; i < kShared; i += 4096) sum = char(sum + static_cast<char*>(p)[i]);
+      ready.signal();
+      gate.wait();
+      return 0;
+    });
+    gate.wait();
+    testing::wait_exit(child);
+    return 0;
+  });
+  ready.wait(1);
+  const auto s = sample_pid(root);
+  EXPECT_EQ(s.processes, 2u);
+  EXPECT_GE(s.rss, 2 * kShared) << "each process has the mapping resident";
+  ASSERT_TRUE(s.pss.has_value());
+  EXPECT_GE(*s.pss, kShared);
+  EXPECT_LT(*s.pss, kShared + kShared / 2) << "PSS splits the shared pages";
+  gate.open();
+  testing::wait_exit(root);
+}
+
+TEST(MemorySampler, AZombieAddsNothing) {
+  testing::Gate gate;
+  testing::Ready ready;
+  pid_t root = testing::spawn([&] {
+    testing::spawn([] { return 0; });  // exits at once, never reaped: a zombie
+    std::this_thread::sleep_for(100ms);
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  const auto s = sample_pid(root);
+  EXPECT_EQ(s.processes, 1u);
+  gate.open();
+  testing::wait_exit(root);
+}
+
+TEST(MemorySampler, ARootPidNowHeldByAnotherProcessCountsAsGone) {
+  MemoryConfig c;
+  testing::Gate first_gate;
+  pid_t first = testing::spawn([&] {
+    first_gate.wait();
+    return 0;
+  });
+  MemoryTarget t;
+  t.name = "server";
+  t.server_type = "model_server";
+  t.pid = first;
+  c.targets = {t};
+  MemorySampler sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample_once();
+  ASSERT_EQ(sampler.servers().at(0).processes, 1u);
+  first_gate.open();
+  testing::wait_exit(first);
+  std::this_thread::sleep_for(30ms);  // a later clock tick
+
+  testing::Gate gate;
+  pid_t reused = -1;
+  for (int attempt = 0; attempt < 20 && reused != first; ++attempt) {
+    std::ofstream last("/proc/sys/kernel/ns_last_pid");
+    if (!last) break;
+    last << (first - 1);
+    last.close();
+    if (!last) break;
+    pid_t p = testing::spawn([&] {
+      gate.wait();
+      return 0;
+    });
+    if (p == first) {
+      reused = p;
+    } else {
+      ::kill(p, SIGKILL);
+      testing::wait_exit(p);
+    }
+  }
+  if (reused != first) GTEST_SKIP() << "cannot steer pid allocation here (needs root)";
+  sampler.sample_once();
+  const auto s = sampler.servers().at(0);
+  EXPECT_FALSE(s.root_pid.has_value());
+  EXPECT_EQ(s.processes, 0u);
+  EXPECT_EQ(s.rss, 0u);
+  gate.open();
+  testing::wait_exit(reused);
+}
+
+TEST(MemorySampler, ADeclaredServerIsSampledWithNoConfiguration) {
+  testing::TempDir tmp;
+  testing::Gate gate;
+  testing::Ready ready;
+  pid_t server = testing::spawn([&] {
+    ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
+    declare_server("math_verifier", "resources_server");
+    // A verifier it forks inherits the declaration; the server is the oldest.
+    pid_t verifier = testing::spawn([&] {
+      SegmentWriter::process().counter("x_total", {}).add();  // its own segment
+      ready.signal();
+      gate.wait();
+      return 0;
+    });
+    gate.wait();
+    testing::wait_exit(verifier);
+    return 0;
+  });
+  ready.wait(1);
+  auto registry = std::make_shared<SharedRegistry>(tmp.path());
+  MemorySampler sampler(MemoryConfig{}, registry, [](const std::string&) {});
+  sampler.sample_once();
+  const auto servers = sampler.servers();
+  ASSERT_EQ(servers.size(), 1u);
+  EXPECT_EQ(servers[0].name, "math_verifier");
+  EXPECT_EQ(servers[0].server_type, "resources_server");
+  EXPECT_EQ(servers[0].root_pid, server);
+  EXPECT_EQ(servers[0].processes, 2u);
+  gate.open();
+  testing::wait_exit(server);
+}
+
+TEST(MemorySampler, BetweenPssReadsTheLastValueStandsUntilTheTreeChanges) {
+  testing::Gate gate;
+  testing::Gate grow;
+  testing::Ready ready;
+  pid_t root = testing::spawn([&] {
+    ready.signal();
+    grow.wait();
+    pid_t child = testing::spawn([&] {
+      ready.signal();
+      gate.wait();
+      return 0;
+    });
+    gate.wait();
+    testing::wait_exit(child);
+    return 0;
+  });
+  ready.wait(1);
+  MemoryConfig c;
+  MemoryTarget t;
+  t.name = "server";
+  t.server_type = "agent_server";
+  t.pid = root;
+  c.targets = {t};
+  c.pss_interval_seconds = 3600;
+  MemorySampler sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample_once();
+  const auto first = sampler.servers().at(0);
+  ASSERT_TRUE(first.pss.has_value()) << "the first sample reads PSS";
+  sampler.sample_once();
+  EXPECT_EQ(sampler.servers().at(0).pss, first.pss) << "not due: the last value stands";
+  grow.open();
+  ready.wait(1);
+  sampler.sample_once();
+  EXPECT_EQ(sampler.servers().at(0).processes, 2u);
+  EXPECT_FALSE(sampler.servers().at(0).pss.has_value()) << "the tree changed: RSS only";
+  gate.open();
+  testing::wait_exit(root);
+}
+
+TEST(MemorySampler, StartSamplesAtOnceAndStopTakesAFinalSample) {
+  MemoryConfig c;
+  c.interval_seconds = 3600;
+  MemoryTarget t;
+  t.name = "self";
+  t.server_type = "other";
+  t.pid = ::getpid();
+  c.targets = {t};
+  MemorySampler sampler(c, nullptr, [](const std::string&) {});
+  EXPECT_TRUE(sampler.servers().empty());
+  sampler.start();
+  EXPECT_EQ(sampler.servers().size(), 1u) << "a sample at start";
+  sampler.stop();  // returns at once despite the hour-long interval
+  EXPECT_EQ(sampler.servers().at(0).processes, 1u);
+}
+
+}  // namespace
+}  // namespace gym::exporter
