@@ -1,0 +1,150 @@
+// Sampling a 200-process tree: the sampler with PSS and RSS-only, against the
+// floor, reading the same procfs files once with bare open/read/close (every
+// process's stat, which the one pass over /proc reads, and the members'
+// smaps_rollup). bench/memory_compare.py adds psutil and the exporter's CPU.
+//
+//   memory_bench [benchmark flags]
+//   memory_bench --hold-tree=N   (keeps a tree of N processes until killed)
+#include <benchmark/benchmark.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "memory_sampler.h"
+
+namespace {
+
+constexpr int kTree = 200;
+
+// A root and its children, `n` processes in all, sleeping until killed.
+pid_t start_tree(int n) {
+  int ready[2];
+  if (::pipe(ready) != 0) std::abort();
+  pid_t root = ::fork();
+  if (root == 0) {
+    ::close(ready[0]);
+    // Its own process group (killed whole), and no inherited output pipes.
+    ::setpgid(0, 0);
+    int null = ::open("/dev/null", O_RDWR);
+    ::dup2(null, 0);
+    ::dup2(null, 1);
+    ::dup2(null, 2);
+    for (int i = 1; i < n; ++i) {
+      if (::fork() == 0) {
+        ::pause();
+        ::_exit(0);
+      }
+    }
+    char c = 'r';
+    if (::write(ready[1], &c, 1) != 1) ::_exit(1);
+    ::close(ready[1]);
+    ::pause();
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  char c;
+  if (::read(ready[0], &c, 1) != 1) std::abort();
+  ::close(ready[0]);
+  return root;
+}
+
+pid_t tree_root() {
+  static pid_t root = start_tree(kTree);
+  return root;
+}
+
+void sample(benchmark::State& state, bool pss) {
+  gym::exporter::MemoryConfig c;
+  gym::exporter::MemoryTarget t;
+  t.name = "tree";
+  t.server_type = "resources_server";
+  t.pid = tree_root();
+  t.pss = pss;
+  c.targets = {t};
+  gym::exporter::MemorySampler sampler(c, nullptr, [](const std::string&) {});
+  for (auto _ : state) sampler.sample_once();
+  state.counters["processes"] = double(sampler.servers().at(0).processes);
+}
+void sample_pss_gym(benchmark::State& state) {
+  sample(state, true);
+}
+void sample_rss_gym(benchmark::State& state) {
+  sample(state, false);
+}
+
+size_t read_whole(const char* path, char* buf, size_t cap) {
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  size_t got = 0;
+  ssize_t n;
+  while ((n = ::read(fd, buf, cap)) > 0) got += size_t(n);
+  ::close(fd);
+  return got;
+}
+
+// Every /proc/<pid>/stat, and the tree members' smaps_rollup when `pss`.
+void floor(benchmark::State& state, bool pss) {
+  const pid_t root = tree_root();
+  std::vector<std::string> members;
+  members.push_back("/proc/" + std::to_string(root) + "/smaps_rollup");
+  {
+    gym::exporter::procfs::ProcessTable table("/proc");
+    table.scan();
+    for (const auto* p : table.tree(*table.find(root)))
+      if (p->pid != root) members.push_back("/proc/" + std::to_string(p->pid) + "/smaps_rollup");
+  }
+  char buf[4096];
+  char path[300];
+  for (auto _ : state) {
+    DIR* d = ::opendir("/proc");
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      std::snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+      benchmark::DoNotOptimize(read_whole(path, buf, sizeof buf));
+    }
+    ::closedir(d);
+    if (pss)
+      for (const auto& m : members)
+        benchmark::DoNotOptimize(read_whole(m.c_str(), buf, sizeof buf));
+  }
+  state.counters["processes"] = double(members.size());
+}
+void sample_pss_floor(benchmark::State& state) {
+  floor(state, true);
+}
+void sample_rss_floor(benchmark::State& state) {
+  floor(state, false);
+}
+
+BENCHMARK(sample_pss_gym)->Unit(benchmark::kMillisecond);
+BENCHMARK(sample_pss_floor)->Unit(benchmark::kMillisecond);
+BENCHMARK(sample_rss_gym)->Unit(benchmark::kMillisecond);
+BENCHMARK(sample_rss_floor)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--hold-tree=", 12) == 0) {
+      pid_t root = start_tree(std::atoi(argv[i] + 12));
+      std::printf("%d\n", root);
+      std::fflush(stdout);
+      ::pause();
+      return 0;
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  if (pid_t root = tree_root(); root > 0) {
+    ::kill(-root, SIGKILL);
+    ::waitpid(root, nullptr, 0);
+  }
+  return 0;
+}
