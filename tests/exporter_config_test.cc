@@ -75,5 +75,40 @@ TEST(ExporterConfig, FlagsOverrideTheFile) {
   EXPECT_EQ(r.config.log_level, "debug");
 }
 
+TEST(ExporterConfig, MemoryTargetsAndTheirErrors) {
+  ConfigResult ok = parse_config(
+      "memory:\n  interval_seconds: 2\n  pss_interval_seconds: 60\n  targets:\n"
+      "    - {name: a, server_type: model_server, pid: 42, pss: false}\n"
+      "    - {name: b, server_type: agent_server, pidfile: /run/b.pid}\n"
+      "    - {name: c, server_type: other, match: {comm: python3}}\n"
+      "    - {name: d, server_type: other, match: {cmdline: 'gym\\.server'}}\n",
+      "m.yml");
+  ASSERT_TRUE(ok.ok()) << ok.errors.at(0);
+  ASSERT_EQ(ok.config.memory.targets.size(), 4u);
+  EXPECT_EQ(ok.config.memory.interval_seconds, 2);
+  EXPECT_EQ(ok.config.memory.targets[0].pid, 42);
+  EXPECT_FALSE(ok.config.memory.targets[0].pss);
+  EXPECT_EQ(ok.config.memory.targets[3].match_cmdline, "gym\\.server");
+
+  auto errors = [](const std::string& targets) {
+    return parse_config("memory:\n  targets:\n" + targets, "m.yml");
+  };
+  EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, pid: 1}\n"
+                               "    - {name: a, server_type: x, pid: 2}\n"),
+                        "m.yml:4:7: memory target name 'a' is used twice (also at 3:7)"));
+  EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x}\n"), "exactly one of pid"));
+  EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, pid: 1, pidfile: /p}\n"),
+                        "exactly one of pid"));
+  EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, match: {comm: a, cmdline: b}}\n"),
+                        "exactly one of comm and cmdline"));
+  EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, match: {cmdline: '(('}}\n"),
+                        "not a valid regular expression"));
+  EXPECT_TRUE(has_error(errors("    - {server_type: x, pid: 1}\n"), "needs a name"));
+  EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, pid: 1, extra: 2}\n"),
+                        "unknown key 'memory.targets[].extra'"));
+  EXPECT_TRUE(has_error(parse_config("memory:\n  interval_seconds: 0\n", "m.yml"), "at least"));
+  EXPECT_TRUE(has_error(parse_config("memory:\n  targets: 3\n", "m.yml"), "must be a list"));
+}
+
 }  // namespace
 }  // namespace gym::exporter
