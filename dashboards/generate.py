@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Writes the Grafana dashboards (dashboards/*.json) from one description, so
+that all three share their variables and conventions: schemaVersion 39, a
+stable uid, a datasource variable and job and instance variables, a unit on
+every panel, $__rate_interval in every rate, job and instance matchers in
+every query. Run it after changing a panel: python3 dashboards/generate.py
+"""
+import json
+import os
+
+SEL = 'job=~"$job", instance=~"$instance"'
+LIMIT = "nemo_gym_concurrency_component, nemo_gym_concurrency_limit_name, nemo_gym_server_name"
+OP = "nemo_gym_resources_operation, nemo_gym_resources_executor"
+SERVER = "nemo_gym_server_name, nemo_gym_server_type"
+
+
+def variables():
+    ds = {"type": "prometheus", "uid": "${datasource}"}
+    return [
+        {"name": "datasource", "label": "Data source", "type": "datasource",
+         "query": "prometheus", "current": {}, "hide": 0},
+        {"name": "job", "label": "Job", "type": "query", "datasource": ds,
+         "query": {"query": "label_values(gym_exporter_build_info, job)", "refId": "job"},
+         "definition": "label_values(gym_exporter_build_info, job)",
+         "multi": True, "includeAll": True, "refresh": 2, "current": {}, "hide": 0},
+        {"name": "instance", "label": "Instance", "type": "query", "datasource": ds,
+         "query": {"query": 'label_values(gym_exporter_build_info{job=~"$job"}, instance)',
+                   "refId": "instance"},
+         "definition": 'label_values(gym_exporter_build_info{job=~"$job"}, instance)',
+         "multi": True, "includeAll": True, "refresh": 2, "current": {}, "hide": 0},
+    ]
+
+
+def panel(title, unit, targets, kind="timeseries", description="", stack=False):
+    p = {
+        "type": kind,
+        "title": title,
+        "description": description,
+        "datasource": {"type": "prometheus", "uid": "${datasource}"},
+        "fieldConfig": {"defaults": {"unit": unit}, "overrides": []},
+        "options": {},
+        "targets": [],
+    }
+    if kind == "timeseries":
+        p["fieldConfig"]["defaults"]["custom"] = {
+            "stacking": {"mode": "normal" if stack else "none"}}
+        p["options"] = {"legend": {"displayMode": "table", "placement": "bottom",
+                                   "calcs": ["lastNotNull", "max"]},
+                        "tooltip": {"mode": "multi"}}
+    if kind == "heatmap":
+        p["options"] = {"calculate": False, "yAxis": {"unit": unit},
+                        "cellGap": 1, "color": {"scheme": "Oranges", "mode": "scheme"}}
+    for i, (expr, legend) in enumerate(targets):
+        t = {"refId": chr(ord("A") + i), "expr": expr, "legendFormat": legend,
+             "datasource": {"type": "prometheus", "uid": "${datasource}"}}
+        if kind == "heatmap":
+            t["format"] = "heatmap"
+        p["targets"].append(t)
+    return p
+
+
+def dashboard(uid, title, description, panels):
+    placed = []
+    for i, p in enumerate(panels):
+        p = dict(p, id=i + 1, gridPos={"h": 8, "w": 12, "x": (i % 2) * 12, "y": (i // 2) * 8})
+        placed.append(p)
+    return {
+        "uid": uid, "title": title, "description": description,
+        "tags": ["gym", "nemo-gym"], "schemaVersion": 39, "version": 1,
+        "editable": True, "graphTooltip": 1, "refresh": "30s",
+        "time": {"from": "now-1h", "to": "now"}, "timezone": "",
+        "templating": {"list": variables()}, "annotations": {"list": []},
+        "links": [], "panels": placed,
+    }
+
+
+def rate(metric, extra=""):
+    return f'rate({metric}{{{SEL}{extra}}}[$__rate_interval])'
+
+
+CONCURRENCY = dashboard(
+    "gym-concurrency", "Gym / Concurrency limits",
+    "Every concurrency limit: its slots, who holds them and who waits.",
+    [
+        panel("Limit, active and queued", "short", [
+            (f"sum by ({LIMIT}) (gym_concurrency_limit{{{SEL}}})",
+             "limit {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
+            (f"sum by ({LIMIT}) (gym_concurrency_active{{{SEL}}})",
+             "active {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
+            (f"sum by ({LIMIT}) (gym_concurrency_queue_depth{{{SEL}}})",
+             "queued {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
+        ], description="Summed over the selected hosts."),
+        panel("Saturation", "percentunit", [
+            (f"sum by ({LIMIT}) (gym_concurrency_active{{{SEL}}}) / "
+             f"sum by ({LIMIT}) (gym_concurrency_limit{{{SEL}}})",
+             "{{nemo_gym_concurrency_component}}/{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
+        ], description="Share of slots held; 100% with a queue means work waits on this limit."),
+        panel("Queue depth", "short", [
+            (f"sum by ({LIMIT}) (gym_concurrency_queue_depth{{{SEL}}})",
+             "{{nemo_gym_concurrency_component}}/{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
+        ], stack=True),
+        panel("Free slots", "short", [
+            (f"sum by ({LIMIT}) (gym_concurrency_available{{{SEL}}})",
+             "{{nemo_gym_concurrency_component}}/{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
+        ]),
+        panel("Admission timeouts", "ops", [
+            (f"sum by ({LIMIT}) ({rate('gym_concurrency_admission_timeouts_total')})",
+             "{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
+        ], description="Waits that ran out of the admission timeout, per second."),
+        panel("Admission cancellations", "ops", [
+            (f"sum by ({LIMIT}) ({rate('gym_concurrency_admission_cancelled_total')})",
+             "{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
+        ], description="Waits cancelled before a slot was free, per second."),
+    ])
+
+
+def quantiles(family):
+    return [(f"histogram_quantile({q}, sum by (le, {OP}) ({rate(family + '_bucket')}))",
+             f"p{int(q * 100)} {{{{nemo_gym_resources_operation}}}} {{{{nemo_gym_resources_executor}}}}")
+            for q in (0.5, 0.9, 0.99)]
+
+
+OPERATIONS = dashboard(
+    "gym-resources-operations", "Gym / Resources operations",
+    "Bounded work of resources servers: how long it queued, ran, and how it ended.",
+    [
+        panel("Queue time quantiles", "s", quantiles("gym_resources_operation_queue_duration_seconds")),
+        panel("Run time quantiles", "s", quantiles("gym_resources_operation_duration_seconds")),
+        panel("Queue time", "s", [
+            (f"sum by (le) ({rate('gym_resources_operation_queue_duration_seconds_bucket')})",
+             "{{le}}")], kind="heatmap"),
+        panel("Run time", "s", [
+            (f"sum by (le) ({rate('gym_resources_operation_duration_seconds_bucket')})",
+             "{{le}}")], kind="heatmap"),
+        panel("Outcomes", "ops", [
+            (f"sum by (nemo_gym_resources_operation_outcome) "
+             f"({rate('gym_resources_operation_duration_seconds_count')})",
+             "{{nemo_gym_resources_operation_outcome}}")], stack=True,
+            description="Finished operations per second, by outcome."),
+        panel("Queued and running", "short", [
+            (f"sum by ({OP}) (gym_resources_operation_queued{{{SEL}}})",
+             "queued {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}}"),
+            (f"sum by ({OP}) (gym_resources_operation_active{{{SEL}}})",
+             "running {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}}"),
+        ]),
+    ])
+
+MEMORY = dashboard(
+    "gym-memory", "Gym / Memory",
+    "Memory of every Gym server's whole process tree, and of the host.",
+    [
+        panel("Server RSS", "bytes", [
+            (f'sum by ({SERVER}) (gym_server_memory_usage_bytes{{{SEL}, memory_type="rss"}})',
+             "{{nemo_gym_server_name}}"),
+            (f'max by ({SERVER}) (gym_server_memory_sampled_peak_bytes{{{SEL}, memory_type="rss"}})',
+             "peak {{nemo_gym_server_name}}"),
+        ]),
+        panel("Server PSS", "bytes", [
+            (f'sum by ({SERVER}) (gym_server_memory_usage_bytes{{{SEL}, memory_type="pss"}})',
+             "{{nemo_gym_server_name}}"),
+            (f'max by ({SERVER}) (gym_server_memory_sampled_peak_bytes{{{SEL}, memory_type="pss"}})',
+             "peak {{nemo_gym_server_name}}"),
+        ], description="Proportional set size: shared pages split between the processes sharing them."),
+        panel("Processes per server", "short", [
+            (f"sum by ({SERVER}) (gym_server_processes{{{SEL}}})", "{{nemo_gym_server_name}}")]),
+        panel("Host memory", "bytes", [
+            (f"sum by (instance) (gym_host_memory_usage_bytes{{{SEL}}})", "used {{instance}}"),
+            (f"sum by (instance) (gym_host_memory_available_bytes{{{SEL}}})", "available {{instance}}"),
+            (f"sum by (instance) (gym_host_memory_total_bytes{{{SEL}}})", "total {{instance}}"),
+            (f"max by (instance) (gym_host_memory_sampled_peak_bytes{{{SEL}}})", "peak used {{instance}}"),
+        ]),
+        panel("Servers' share of host memory", "percentunit", [
+            (f"max by (instance, {SERVER}) (gym_server_memory_usage_bytes{{{SEL}}}) "
+             f"/ on (instance) group_left sum by (instance) (gym_host_memory_total_bytes{{{SEL}}})",
+             "{{nemo_gym_server_name}} {{instance}}")]),
+        panel("Memory sample time", "s", [
+            (f"max by (instance) (gym_exporter_memory_sample_duration_seconds{{{SEL}}})",
+             "{{instance}}")]),
+    ])
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name, d in (("gym-concurrency", CONCURRENCY), ("gym-resources-operations", OPERATIONS),
+                    ("gym-memory", MEMORY)):
+        with open(os.path.join(here, name + ".json"), "w") as f:
+            json.dump(d, f, indent=2)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The Grafana dashboards: valid JSON of schemaVersion 39 with unique, stable
+uids; datasource, job and instance variables; a unit on every panel; every
+rate over $__rate_interval; job and instance matchers in every selector; and
+the files are what dashboards/generate.py writes."""
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+FILES = sorted(glob.glob(os.path.join(SOURCE, "dashboards", "*.json")))
+
+
+def load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def queries(d):
+    for p in d["panels"]:
+        for t in p.get("targets", []):
+            yield p, t["expr"]
+
+
+def test_there_are_three_dashboards():
+    assert [os.path.basename(f) for f in FILES] == [
+        "gym-concurrency.json", "gym-memory.json", "gym-resources-operations.json"]
+
+
+def test_uids_are_unique_and_schema_is_39():
+    uids = [load(f)["uid"] for f in FILES]
+    assert len(set(uids)) == len(uids)
+    for f in FILES:
+        d = load(f)
+        assert d["schemaVersion"] == 39
+        assert re.fullmatch(r"[a-z0-9-]{1,40}", d["uid"])
+        ids = [p["id"] for p in d["panels"]]
+        assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("path", FILES)
+def test_variables_are_datasource_job_and_instance(path):
+    names = {v["name"]: v for v in load(path)["templating"]["list"]}
+    assert set(names) == {"datasource", "job", "instance"}
+    assert names["datasource"]["type"] == "datasource"
+    assert names["datasource"]["query"] == "prometheus"
+    for p in load(path)["panels"]:
+        assert p["datasource"]["uid"] == "${datasource}"
+
+
+@pytest.mark.parametrize("path", FILES)
+def test_every_panel_has_a_unit(path):
+    for p in load(path)["panels"]:
+        assert p["fieldConfig"]["defaults"].get("unit"), p["title"]
+
+
+@pytest.mark.parametrize("path", FILES)
+def test_rates_use_rate_interval(path):
+    for p, expr in queries(load(path)):
+        for window in re.findall(r"(?:rate|increase)\([^\[]*\[([^\]]+)\]", expr):
+            assert window == "$__rate_interval", (p["title"], expr)
+
+
+# A metric selector: a metric name followed by {...}.
+SELECTOR = re.compile(r"\b(gym_[a-z_]+|process_[a-z_]+)\{([^}]*)\}")
+
+
+@pytest.mark.parametrize("path", FILES)
+def test_every_selector_matches_job_and_instance(path):
+    for p, expr in queries(load(path)):
+        selectors = SELECTOR.findall(expr)
+        assert selectors, (p["title"], expr)
+        # No bare metric names without a selector.
+        bare = re.findall(r"\b(gym_[a-z_]+)\b(?!\{|_)", expr)
+        assert not [b for b in bare if not expr.count(b + "{")], (p["title"], expr)
+        for name, matchers in selectors:
+            assert 'job=~"$job"' in matchers, (p["title"], name)
+            assert 'instance=~"$instance"' in matchers, (p["title"], name)
+
+
+def test_files_are_what_the_generator_writes(tmp_path):
+    gen = os.path.join(SOURCE, "dashboards", "generate.py")
+    copy = tmp_path / "generate.py"
+    copy.write_text(open(gen).read())
+    subprocess.run([sys.executable, str(copy)], check=True)
+    for f in FILES:
+        assert json.loads((tmp_path / os.path.basename(f)).read_text()) == load(f), f

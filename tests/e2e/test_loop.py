@@ -1,0 +1,238 @@
+"""The whole loop against the real Prometheus (Debian's package): two Gym
+hosts (gym-demo + gym-exporter, separate registries) scraped by one
+Prometheus as two instances of one job. Every process the tests start is
+stopped by its pid at the end, also on failure."""
+import glob
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.parse
+import urllib.request
+
+import pytest
+
+SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
+
+LIMIT_LABELS = {"nemo_gym_concurrency_component", "nemo_gym_concurrency_limit_name",
+                "nemo_gym_server_name"}
+OP_LABELS = {"nemo_gym_resources_operation", "nemo_gym_resources_executor", "nemo_gym_server_name"}
+SERVER_LABELS = {"nemo_gym_server_name", "nemo_gym_server_type"}
+# Family: (type, label names besides job and instance, allowed to be absent).
+CONTRACT = {
+    "gym_concurrency_limit": ("gauge", LIMIT_LABELS),
+    "gym_concurrency_active": ("gauge", LIMIT_LABELS),
+    "gym_concurrency_available": ("gauge", LIMIT_LABELS),
+    "gym_concurrency_queue_depth": ("gauge", LIMIT_LABELS),
+    "gym_concurrency_admission_timeouts_total": ("counter", LIMIT_LABELS),
+    "gym_concurrency_admission_cancelled_total": ("counter", LIMIT_LABELS),
+    "gym_resources_operation_queue_duration_seconds": ("histogram", OP_LABELS | {"le"}),
+    "gym_resources_operation_duration_seconds": (
+        "histogram", OP_LABELS | {"le", "nemo_gym_resources_operation_outcome"}),
+    "gym_resources_operation_queued": ("gauge", OP_LABELS),
+    "gym_resources_operation_active": ("gauge", OP_LABELS),
+    "gym_server_memory_usage_bytes": ("gauge", SERVER_LABELS | {"memory_type"}),
+    "gym_server_memory_sampled_peak_bytes": ("gauge", SERVER_LABELS | {"memory_type"}),
+    "gym_server_processes": ("gauge", SERVER_LABELS),
+    "gym_server_info": ("gauge", SERVER_LABELS | {"process_pid"}),
+    "gym_host_memory_usage_bytes": ("gauge", set()),
+    "gym_host_memory_available_bytes": ("gauge", set()),
+    "gym_host_memory_total_bytes": ("gauge", set()),
+    "gym_host_memory_sampled_peak_bytes": ("gauge", set()),
+    "gym_exporter_build_info": ("gauge", {"version", "revision"}),
+    "gym_exporter_scrape_duration_seconds": ("gauge", set()),
+    "gym_exporter_registry_segments": ("gauge", set()),
+    "gym_exporter_registry_retired_segments_total": ("counter", set()),
+    "gym_exporter_registry_dropped_series_total": ("counter", set()),
+    "gym_exporter_registry_rejected_segments_total": ("counter", set()),
+    "gym_exporter_memory_sample_duration_seconds": ("gauge", set()),
+    "gym_exporter_memory_sample_errors_total": ("counter", {"reason"}),
+    "process_cpu_seconds_total": ("counter", set()),
+    "process_resident_memory_bytes": ("gauge", set()),
+    "process_open_fds": ("gauge", set()),
+    "process_start_time_seconds": ("gauge", set()),
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=10) as r:
+        return json.loads(r.read())
+
+
+class Loop:
+    def __init__(self):
+        self.dir = tempfile.mkdtemp(prefix="gym-loop-", dir="/dev/shm")
+        self.procs = []
+        self.exporter_ports = []
+
+    def start(self, *args, **kwargs):
+        p = subprocess.Popen(list(args), **kwargs)
+        self.procs.append(p)
+        return p
+
+    def start_host(self, n):
+        registry = os.path.join(self.dir, f"registry-{n}")
+        self.start(f"{BUILD}/demo/gym-demo", f"--registry.dir={registry}",
+                   stderr=subprocess.DEVNULL)
+        port = free_port()
+        cfg = os.path.join(self.dir, f"exporter-{n}.yml")
+        with open(cfg, "w") as f:
+            f.write("memory:\n  interval_seconds: 1\n")
+        self.start(f"{BUILD}/exporter/gym-exporter", f"--config.file={cfg}",
+                   f"--registry.dir={registry}", f"--web.listen-address=127.0.0.1:{port}",
+                   stderr=open(os.path.join(self.dir, f"exporter-{n}.log"), "w"))
+        self.exporter_ports.append(port)
+
+    def start_prometheus(self):
+        self.prom_port = free_port()
+        rules = os.path.join(SOURCE, "config", "rules")
+        cfg = os.path.join(self.dir, "prometheus.yml")
+        targets = ", ".join(f'"127.0.0.1:{p}"' for p in self.exporter_ports)
+        with open(cfg, "w") as f:
+            f.write(f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                    f"rule_files:\n  - {rules}/gym-recording.yml\n  - {rules}/gym-alerts.yml\n"
+                    f"scrape_configs:\n  - job_name: gym\n    static_configs:\n"
+                    f"      - targets: [{targets}]\n")
+        self.start(PROMETHEUS, f"--config.file={cfg}",
+                   f"--storage.tsdb.path={os.path.join(self.dir, 'tsdb')}",
+                   f"--web.listen-address=127.0.0.1:{self.prom_port}",
+                   stderr=open(os.path.join(self.dir, "prometheus.log"), "w"))
+        self.api = f"http://127.0.0.1:{self.prom_port}/api/v1"
+
+    def query(self, expr):
+        url = f"{self.api}/query?" + urllib.parse.urlencode({"query": expr})
+        return get_json(url)
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def loop():
+    lp = Loop()
+    try:
+        lp.start_host(1)
+        lp.start_host(2)
+        lp.start_prometheus()
+        deadline = time.time() + 60
+        up = []
+        while time.time() < deadline:
+            try:
+                targets = get_json(f"{lp.api}/targets")["data"]["activeTargets"]
+                up = [t for t in targets if t["health"] == "up"]
+                if len(up) == 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        assert len(up) == 2, f"targets not up: {up}"
+        time.sleep(8)  # enough scrapes for rates over 15 s
+        yield lp
+    finally:
+        lp.stop()
+
+
+def test_every_family_of_the_contract_arrives_with_its_type(loop):
+    meta = get_json(f"{loop.api}/metadata")["data"]
+    for family, (kind, _) in CONTRACT.items():
+        assert family in meta, f"{family} missing from metadata"
+        assert meta[family][0]["type"] == kind, family
+
+
+def test_every_family_has_the_contract_label_names(loop):
+    for family, (kind, labels) in CONTRACT.items():
+        name = family + "_bucket" if kind == "histogram" else family
+        url = f"{loop.api}/series?" + urllib.parse.urlencode({"match[]": name})
+        series = get_json(url)["data"]
+        assert series, f"no series of {name}"
+        for s in series:
+            names = set(s) - {"__name__", "job", "instance"}
+            assert names <= labels, (name, names - labels)
+            assert s["job"] == "gym"
+
+
+def dashboard_queries():
+    for path in sorted(glob.glob(os.path.join(SOURCE, "dashboards", "*.json"))):
+        with open(path) as f:
+            d = json.load(f)
+        for p in d["panels"]:
+            for t in p["targets"]:
+                yield f"{d['uid']}: {p['title']}", t["expr"]
+
+
+@pytest.mark.parametrize("title,expr", list(dashboard_queries()))
+def test_every_dashboard_query_evaluates_and_returns_data(loop, title, expr):
+    filled = (expr.replace("$job", "gym").replace("$instance", ".*")
+              .replace("$__rate_interval", "15s"))
+    r = loop.query(filled)
+    assert r["status"] == "success", (title, r)
+    assert r["data"]["result"], f"{title}: no data for {filled}"
+
+
+def test_dashboard_queries_aggregate_across_the_two_instances(loop):
+    instances = loop.query('count(count by (instance) (gym_exporter_build_info{job=~"gym"}))')
+    assert float(instances["data"]["result"][0]["value"][1]) == 2
+    # Each demo host has a rollouts limit of 16: the dashboard's sum is both.
+    r = loop.query('sum by (nemo_gym_concurrency_component, nemo_gym_concurrency_limit_name, '
+                   'nemo_gym_server_name) (gym_concurrency_limit{job=~"gym", instance=~".*", '
+                   'nemo_gym_concurrency_limit_name="rollouts"})')
+    assert float(r["data"]["result"][0]["value"][1]) == 32
+    one = loop.query('sum(gym_concurrency_limit{job=~"gym", instance=~"127.0.0.1:'
+                     f'{loop.exporter_ports[0]}", nemo_gym_concurrency_limit_name="rollouts"}})')
+    assert float(one["data"]["result"][0]["value"][1]) == 16
+
+
+def test_recording_rules_evaluate_over_real_data(loop):
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        r = loop.query("gym:concurrency_saturation:ratio")
+        if r["data"]["result"]:
+            break
+        time.sleep(1)
+    assert r["data"]["result"]
+    for s in r["data"]["result"]:
+        assert 0 <= float(s["value"][1]) <= 1
+
+
+def test_promtool_accepts_the_exposition(loop):
+    body = urllib.request.urlopen(f"http://127.0.0.1:{loop.exporter_ports[0]}/metrics").read()
+    r = subprocess.run([PROMTOOL, "check", "metrics"], input=body, capture_output=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout + r.stderr == b""
+
+
+def test_promtool_checks_and_tests_the_rules():
+    rules = os.path.join(SOURCE, "config", "rules")
+    r = subprocess.run([PROMTOOL, "check", "rules", f"{rules}/gym-recording.yml",
+                        f"{rules}/gym-alerts.yml"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([PROMTOOL, "test", "rules", f"{rules}/gym-rules.test.yml"],
+                       capture_output=True, text=True, cwd=rules)
+    assert r.returncode == 0, r.stdout + r.stderr
+    r = subprocess.run([PROMTOOL, "check", "config", os.path.join(SOURCE, "config",
+                                                                  "prometheus.yml")],
+                       capture_output=True, text=True, cwd=os.path.join(SOURCE, "config"))
+    assert r.returncode == 0, r.stdout + r.stderr
