@@ -8,7 +8,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libspdlog-dev zlib1g-dev
   prometheus
-  python3 python3-pytest python3-prometheus-client python3-psutil
+  python3 python3-dev python3-setuptools python3-pytest python3-prometheus-client python3-psutil
 )
 
 missing=()

@@ -1,0 +1,300 @@
+"""The seeds' semantics, one test each, read back through gym-exporter."""
+import asyncio
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import BUILD, REGISTRY, scrape, value
+import gym_metrics
+from gym_metrics import MeteredSemaphore, declare_server, resources_operation
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def labels(name, component="agent_server", server=None):
+    out = {"nemo_gym_concurrency_component": component, "nemo_gym_concurrency_limit_name": name}
+    if server:
+        out["nemo_gym_server_name"] = server
+    return out
+
+
+def test_properties():
+    async def body():
+        sem = MeteredSemaphore(3, "agent_server", "props", server_name="agent_a",
+                               admission_timeout_s=2.5)
+        assert isinstance(sem, asyncio.BoundedSemaphore)
+        assert (sem.limit, sem.active, sem.queued, sem.admission_timeout_s) == (3, 0, 0, 2.5)
+        assert sem.attributes == labels("props", server="agent_a")
+        async with sem:
+            assert sem.active == 1
+            assert not sem.locked()
+            s = scrape()
+            assert value(s, "gym_concurrency_limit", **labels("props", server="agent_a")) == 3
+            assert value(s, "gym_concurrency_active", **labels("props", server="agent_a")) == 1
+            assert value(s, "gym_concurrency_available", **labels("props", server="agent_a")) == 2
+        assert sem.active == 0
+    run(body())
+
+
+def test_limits_with_the_same_labels_are_summed():
+    async def body():
+        a = MeteredSemaphore(2, "model_server", "summed")
+        b = MeteredSemaphore(5, "model_server", "summed")
+        await a.acquire()
+        await b.acquire()
+        await b.acquire()
+        s = scrape()
+        assert value(s, "gym_concurrency_limit", **labels("summed", "model_server")) == 7
+        assert value(s, "gym_concurrency_active", **labels("summed", "model_server")) == 3
+        a.release(); b.release(); b.release()
+    run(body())
+
+
+def test_a_garbage_collected_limit_no_longer_reports_but_its_counters_stay():
+    async def body():
+        sem = MeteredSemaphore(1, "other", "collected", admission_timeout_s=0.01)
+        await sem.acquire()
+        with pytest.raises(TimeoutError):
+            await sem.acquire()
+        sem.release()
+        del sem
+        gc.collect()
+        s = scrape()
+        assert value(s, "gym_concurrency_limit", **labels("collected", "other")) is None
+        assert value(s, "gym_concurrency_admission_timeouts_total",
+                     **labels("collected", "other")) == 1
+    run(body())
+
+
+def test_timeouts_are_raised_counted_and_reported_only_for_limits_with_a_timeout():
+    async def body():
+        timed = MeteredSemaphore(1, "resources_server", "timed", admission_timeout_s=0.02)
+        plain = MeteredSemaphore(1, "resources_server", "untimed")
+        await timed.acquire()
+        with pytest.raises(TimeoutError):
+            await timed.acquire()
+        assert timed.queued == 0
+        s = scrape()
+        assert value(s, "gym_concurrency_admission_timeouts_total",
+                     **labels("timed", "resources_server")) == 1
+        assert value(s, "gym_concurrency_admission_timeouts_total",
+                     **labels("untimed", "resources_server")) is None
+        assert value(s, "gym_concurrency_admission_cancelled_total",
+                     **labels("timed", "resources_server")) == 0
+        timed.release()
+        del plain
+    run(body())
+
+
+def test_cancelled_waits_are_counted_also_under_wait_for():
+    async def body():
+        sem = MeteredSemaphore(1, "agent_server", "cancels", admission_timeout_s=60)
+        await sem.acquire()
+        waiter = asyncio.ensure_future(sem.acquire())
+        await asyncio.sleep(0.01)
+        assert sem.queued == 1
+        assert value(scrape(), "gym_concurrency_queue_depth", **labels("cancels")) == 1
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        # The seed: wrapping acquire in wait_for counts as a cancellation.
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(sem.acquire(), 0.01)
+        assert sem.queued == 0
+        s = scrape()
+        assert value(s, "gym_concurrency_admission_cancelled_total", **labels("cancels")) == 2
+        assert value(s, "gym_concurrency_admission_timeouts_total", **labels("cancels")) == 0
+        assert value(s, "gym_concurrency_queue_depth", **labels("cancels")) == 0
+        sem.release()
+    run(body())
+
+
+def test_waiters_are_admitted_in_turn():
+    async def body():
+        sem = MeteredSemaphore(2, "rollout_driver", "turns")
+        most = 0
+
+        async def worker():
+            nonlocal most
+            async with sem:
+                most = max(most, sem.active)
+                await asyncio.sleep(0.001)
+
+        await asyncio.gather(*(worker() for _ in range(20)))
+        assert most == 2
+        assert (sem.active, sem.queued) == (0, 0)
+        assert value(scrape(), "gym_concurrency_active", **labels("turns", "rollout_driver")) == 0
+    run(body())
+
+
+def test_over_release_raises_value_error_and_changes_no_number():
+    async def body():
+        sem = MeteredSemaphore(2, "other", "over")
+        with pytest.raises(ValueError):
+            sem.release()
+        await sem.acquire()
+        sem.release()
+        with pytest.raises(ValueError):
+            sem.release()
+        assert sem.active == 0
+        assert value(scrape(), "gym_concurrency_available", **labels("over", "other")) == 2
+    run(body())
+
+
+@pytest.mark.parametrize("args,needle", [
+    ((0, "agent_server", "x"), "at least 1"),
+    ((1, "nowhere", "x"), "nowhere"),
+    ((1, "agent_server", "Bad-Name"), "Bad-Name"),
+    ((1, "agent_server", "x" * 65), "x" * 65),
+    ((1, "agent_server", "x", "s" * 129), "s" * 129),
+    ((1, "agent_server", "x", None, -1), "admission timeout"),
+])
+def test_invalid_limits_are_rejected(args, needle):
+    with pytest.raises(ValueError, match=needle):
+        MeteredSemaphore(*args)
+
+
+def outcome_count(s, operation, executor, outcome):
+    return value(s, "gym_resources_operation_duration_seconds_count",
+                 nemo_gym_resources_operation=operation, nemo_gym_resources_executor=executor,
+                 nemo_gym_resources_operation_outcome=outcome)
+
+
+def test_outcomes_explicit_wins_then_cancelled_then_error_then_ok():
+    async def body():
+        limit = asyncio.Semaphore(2)
+        async with resources_operation(limit, "judge", "inline") as op:
+            pass
+        with pytest.raises(RuntimeError):
+            async with resources_operation(limit, "judge", "inline") as op:
+                raise RuntimeError("boom")
+        with pytest.raises(RuntimeError):
+            async with resources_operation(limit, "judge", "inline") as op:
+                op.outcome = "crashed"
+                raise RuntimeError("boom")
+        async with resources_operation(limit, "judge", "inline") as op:
+            op.outcome = "timeout"
+
+        async def cancelled():
+            async with resources_operation(limit, "judge", "inline"):
+                await asyncio.sleep(10)
+        task = asyncio.ensure_future(cancelled())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert limit._value == 2, "every operation left its limit"
+        s = scrape()
+        assert outcome_count(s, "judge", "inline", "ok") == 1
+        assert outcome_count(s, "judge", "inline", "error") == 1
+        assert outcome_count(s, "judge", "inline", "crashed") == 1
+        assert outcome_count(s, "judge", "inline", "timeout") == 1
+        assert outcome_count(s, "judge", "inline", "cancelled") == 1
+        assert value(s, "gym_resources_operation_queue_duration_seconds_count",
+                     nemo_gym_resources_operation="judge",
+                     nemo_gym_resources_executor="inline") == 5
+        assert value(s, "gym_resources_operation_active", nemo_gym_resources_operation="judge",
+                     nemo_gym_resources_executor="inline") == 0
+    run(body())
+
+
+def test_an_operation_counts_as_queued_while_waiting_and_records_its_durations():
+    async def body():
+        sem = MeteredSemaphore(1, "resources_server", "verifiers_q")
+        await sem.acquire()
+
+        async def op():
+            async with resources_operation(sem, "tool", "process") as o:
+                await asyncio.sleep(0.02)
+        task = asyncio.ensure_future(op())
+        await asyncio.sleep(0.01)
+        s = scrape()
+        assert value(s, "gym_resources_operation_queued", nemo_gym_resources_operation="tool",
+                     nemo_gym_resources_executor="process") == 1
+        await asyncio.sleep(0.03)
+        sem.release()
+        await task
+        s = scrape()
+        assert value(s, "gym_resources_operation_queued", nemo_gym_resources_operation="tool",
+                     nemo_gym_resources_executor="process") == 0
+        queue_sum = value(s, "gym_resources_operation_queue_duration_seconds_sum",
+                          nemo_gym_resources_operation="tool",
+                          nemo_gym_resources_executor="process")
+        assert queue_sum >= 0.03
+        run_sum = value(s, "gym_resources_operation_duration_seconds_sum",
+                        nemo_gym_resources_operation="tool",
+                        nemo_gym_resources_executor="process")
+        assert run_sum >= 0.02
+    run(body())
+
+
+def test_invalid_operation_executor_and_outcome_are_rejected():
+    async def body():
+        limit = asyncio.Semaphore(1)
+        with pytest.raises(ValueError, match="dance"):
+            async with resources_operation(limit, "dance", "inline"):
+                pass
+        with pytest.raises(ValueError, match="teleport"):
+            async with resources_operation(limit, "tool", "teleport"):
+                pass
+        async with resources_operation(limit, "tool", "inline") as op:
+            with pytest.raises(ValueError, match="exploded"):
+                op.outcome = "exploded"
+        assert limit._value == 1
+        with pytest.raises(ValueError):
+            declare_server("", "x")
+    run(body())
+
+
+WRITER = textwrap.dedent("""
+    import asyncio, sys
+    import gym_metrics
+    gym_metrics.declare_server("py_verifier", "resources_server")
+    async def main():
+        sem = gym_metrics.MeteredSemaphore(4, "resources_server", "py_e2e",
+                                           server_name="py_verifier")
+        await sem.acquire()
+        async with gym_metrics.resources_operation(sem, "verify", "subprocess") as op:
+            op.outcome = "timeout"
+        print("ready", flush=True)
+        sys.stdin.read()
+    asyncio.run(main())
+""")
+
+
+def test_python_writers_beside_a_cpp_writer_end_to_end(tmp_path):
+    registry = str(tmp_path / "registry")
+    env = dict(os.environ, GYM_METRICS_DIR=registry)
+    writers = [subprocess.Popen([sys.executable, "-c", WRITER], env=env, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    demo = subprocess.Popen([os.path.join(BUILD, "demo", "gym-demo"),
+                             f"--registry.dir={registry}"], stderr=subprocess.DEVNULL)
+    try:
+        for w in writers:
+            assert w.stdout.readline().strip() == "ready"
+        import time
+        time.sleep(1)
+        s = scrape(registry)
+        l = labels("py_e2e", "resources_server", server="py_verifier")
+        assert value(s, "gym_concurrency_limit", **l) == 8
+        assert value(s, "gym_concurrency_active", **l) == 2
+        assert outcome_count(s, "verify", "subprocess", "timeout") >= 2
+        assert value(s, "gym_resources_operation_duration_seconds_count",
+                     nemo_gym_server_name="py_verifier",
+                     nemo_gym_resources_operation_outcome="timeout") == 2
+        # The C++ demo's series, in the same exposition.
+        assert value(s, "gym_concurrency_limit", nemo_gym_concurrency_limit_name="rollouts") == 16
+        # Declared Python servers are sampled for memory with no configuration.
+        assert value(s, "gym_server_processes", nemo_gym_server_name="py_verifier") >= 1
+    finally:
+        for w in writers:
+            w.stdin.close()
+            w.wait(timeout=10)
+        demo.terminate()
+        demo.wait(timeout=10)
