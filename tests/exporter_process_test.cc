@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <zlib.h>
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <map>
 #include <regex>
@@ -301,6 +303,19 @@ TEST(ExporterProcess, CheckConfigValidatesAndReportsEachError) {
   auto [v_rc, v_out] = shell(exporter() + " --version");
   EXPECT_EQ(v_rc, 0);
   EXPECT_NE(v_out.find("gym-exporter version"), std::string::npos);
+}
+
+TEST(ExporterProcess, RefusesARegistryAnyoneMayWriteToUnlessSticky) {
+  TempDir tmp;
+  const std::string dir = tmp.sub("open");
+  ASSERT_EQ(::mkdir(dir.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(dir.c_str(), 0777), 0);
+  auto [rc, out] = shell(exporter() + " --once --registry.dir=" + dir);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("is writable by anyone and has no sticky bit"), std::string::npos) << out;
+  ASSERT_EQ(::chmod(dir.c_str(), 01777), 0);
+  auto [sticky_rc, sticky_out] = shell(exporter() + " --once --registry.dir=" + dir);
+  EXPECT_EQ(sticky_rc, 0) << sticky_out;
 }
 
 TEST(ExporterProcess, SighupReloadsAGoodFileAndKeepsTheRunningConfigOnABadOne) {

@@ -264,6 +264,23 @@ TEST(RegistryReader, RegistrationRacingASnapshotNeverShowsAHalfRegisteredSeries)
   EXPECT_EQ(testing::count_family(reader.snapshot(), "raced_total"), 1000u);
 }
 
+TEST(RegistryReader, SegmentsOfUntrustedUsersAreSkippedAndCounted) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  writer.counter("mine_total", {}).add(1);
+  if (::geteuid() != 0) GTEST_SKIP() << "giving a file to another user needs root";
+  ASSERT_EQ(::chown(writer.path().c_str(), 4242, 4242), 0);
+  RegistryReader by_default(tmp.path());
+  const Snapshot& snap = by_default.snapshot();
+  EXPECT_EQ(snap.stats.rejected_files_total, 1u);
+  EXPECT_EQ(find_series(snap, "mine_total"), nullptr);
+  ASSERT_EQ(snap.problems.size(), 1u);
+  EXPECT_NE(snap.problems[0].find("untrusted user 4242"), std::string::npos);
+  // Trusted by configuration: read.
+  RegistryReader trusting(tmp.path(), {0, 4242});
+  EXPECT_NE(find_series(trusting.snapshot(), "mine_total"), nullptr);
+}
+
 TEST(RegistryReader, MissingDirectoryIsReportedNotFatal) {
   TempDir tmp;
   RegistryReader reader(tmp.sub("absent"));

@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <fstream>
 #include <functional>
@@ -171,6 +173,17 @@ void read_targets(Reader& rd, const YAML::Node& n, std::vector<MemoryTarget>& ou
 
 }  // namespace
 
+std::string registry_dir_problem(const std::string& dir) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return {};
+  if ((st.st_mode & S_IWOTH) != 0 && (st.st_mode & S_ISVTX) == 0)
+    return "registry directory " + dir +
+           " is writable by anyone and has no sticky bit: any user could replace or remove "
+           "segments. Remove the write permission (chmod o-w " +
+           dir + ") or set the sticky bit (chmod +t " + dir + ")";
+  return {};
+}
+
 void ConfigOverrides::apply(Config& c) const {
   if (listen_address) c.listen_address = *listen_address;
   if (telemetry_path) c.telemetry_path = *telemetry_path;
@@ -230,9 +243,21 @@ ConfigResult parse_config(const std::string& yaml, const std::string& name) {
         }},
        {"registry",
         [&](const YAML::Node& n) {
-          rd.mapping(n, "registry", {{"dir", [&](const YAML::Node& v) {
-                                        rd.string(v, "registry.dir", c.registry_dir);
-                                      }}});
+          rd.mapping(
+              n, "registry",
+              {{"dir", [&](const YAML::Node& v) { rd.string(v, "registry.dir", c.registry_dir); }},
+               {"trusted_uids", [&](const YAML::Node& v) {
+                  if (!v.IsSequence()) {
+                    rd.errors.push_back(where(rd.name, v.Mark()) +
+                                        "registry.trusted_uids must be a list of user ids");
+                    return;
+                  }
+                  for (const auto& uid : v) {
+                    int u = -1;
+                    rd.integer(uid, "registry.trusted_uids[]", u, 0, 0x7fffffff);
+                    if (u >= 0) c.trusted_uids.push_back(u);
+                  }
+                }}});
         }},
        {"memory",
         [&](const YAML::Node& n) {

@@ -40,8 +40,15 @@ struct Config {
   std::string log_level = "info";     // debug, info, warn, error
   std::string log_format = "logfmt";  // logfmt, json
   int max_connections = 8;            // HTTP worker threads
+  // Users whose segments are read; empty: the registry directory's owner and
+  // the exporter's own user.
+  std::vector<int> trusted_uids;
   MemoryConfig memory;
 };
+
+// Why the registry directory may not be used (anyone may write to it and it
+// has no sticky bit), or empty. A missing directory is fine: writers make it.
+std::string registry_dir_problem(const std::string& dir);
 
 // Values given on the command line: they win over the file, also on reload.
 struct ConfigOverrides {

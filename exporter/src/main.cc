@@ -116,6 +116,8 @@ ConfigResult effective_config(const Flags& flags) {
   if (!r.ok()) return r;
   flags.overrides.apply(r.config);
   r.errors = validate(r.config, flags.config_file.empty() ? "flags" : flags.config_file);
+  if (std::string problem = registry_dir_problem(r.config.registry_dir); !problem.empty())
+    r.errors.push_back(problem);
   return r;
 }
 
@@ -134,6 +136,10 @@ std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
   out.push_back(std::make_unique<BuildInfoCollector>());
   out.push_back(std::make_unique<ProcessCollector>());
   return out;
+}
+
+std::vector<uid_t> trusted(const Config& c) {
+  return std::vector<uid_t>(c.trusted_uids.begin(), c.trusted_uids.end());
 }
 
 std::string html_escape(const std::string& s) {
@@ -207,7 +213,7 @@ int run(int argc, char** argv) {
   }
   Config config = loaded.config;
   setup_logging(config.log_level, config.log_format);
-  auto registry = std::make_shared<SharedRegistry>(config.registry_dir);
+  auto registry = std::make_shared<SharedRegistry>(config.registry_dir, trusted(config));
   MemorySampler* sampler = nullptr;
   Exposition exposition(make_collectors(config, registry, &sampler));
   if (flags.once) {
@@ -263,11 +269,12 @@ int run(int argc, char** argv) {
         next.max_connections = config.max_connections;
       }
       setup_logging(next.log_level, next.log_format);
-      if (next.registry_dir != config.registry_dir || !(next.memory == config.memory)) {
+      if (next.registry_dir != config.registry_dir || next.trusted_uids != config.trusted_uids ||
+          !(next.memory == config.memory)) {
         // A new directory needs a new reader; otherwise keep it, so that the
         // totals of retired writers survive the reload.
-        if (next.registry_dir != config.registry_dir)
-          registry = std::make_shared<SharedRegistry>(next.registry_dir);
+        if (next.registry_dir != config.registry_dir || next.trusted_uids != config.trusted_uids)
+          registry = std::make_shared<SharedRegistry>(next.registry_dir, trusted(next));
         MemorySampler* next_sampler = nullptr;
         auto collectors = make_collectors(next, registry, &next_sampler);
         next_sampler->start();

@@ -75,7 +75,21 @@ struct RegistryReader::Segment {
   }
 };
 
-RegistryReader::RegistryReader(std::string dir) : dir_(std::move(dir)) {}
+RegistryReader::RegistryReader(std::string dir, std::vector<uid_t> trusted_uids)
+    : dir_(std::move(dir)),
+      trusted_uids_(std::move(trusted_uids)),
+      default_trust_(trusted_uids_.empty()) {}
+
+bool RegistryReader::trusted(uid_t owner) {
+  if (default_trust_) {
+    // The directory's owner (looked up each time: it may be made later) and
+    // our own effective user.
+    struct stat st {};
+    if (owner == ::geteuid()) return true;
+    return dir_fd_ >= 0 && ::fstat(dir_fd_, &st) == 0 && st.st_uid == owner;
+  }
+  return std::find(trusted_uids_.begin(), trusted_uids_.end(), owner) != trusted_uids_.end();
+}
 
 RegistryReader::~RegistryReader() {
   if (dir_fd_ >= 0) ::close(dir_fd_);
@@ -120,6 +134,9 @@ void RegistryReader::open_segment(const std::string& name, ino_t ino) {
   }
   seg->ino = st.st_ino;
   if (!S_ISREG(st.st_mode)) return reject(name, st.st_ino, "not a regular file");
+  if (!trusted(st.st_uid))
+    return reject(name, st.st_ino,
+                  "owned by untrusted user " + std::to_string(st.st_uid) + ", ignored");
   if (st.st_size < static_cast<off_t>(segment::kHeaderBytes))
     return reject(name, st.st_ino, "truncated: shorter than a segment header");
   Header h;

@@ -76,7 +76,10 @@ struct Snapshot {
 
 class RegistryReader {
  public:
-  explicit RegistryReader(std::string dir);
+  // Segments owned by a user outside `trusted_uids` are skipped and counted
+  // (as rejected files). Empty: the owner of the directory and this
+  // process's effective user.
+  explicit RegistryReader(std::string dir, std::vector<uid_t> trusted_uids = {});
   ~RegistryReader();
   RegistryReader(const RegistryReader&) = delete;
   RegistryReader& operator=(const RegistryReader&) = delete;
@@ -107,7 +110,11 @@ class RegistryReader {
   void cleanup_stale_temp(const std::string& name);
   void build_output();
 
+  bool trusted(uid_t owner);
+
   std::string dir_;
+  std::vector<uid_t> trusted_uids_;
+  bool default_trust_;
   int dir_fd_ = -1;
   std::unordered_map<std::string, std::unique_ptr<Segment>> segments_;
   std::unordered_map<std::string, ino_t> rejected_;  // name -> inode counted
