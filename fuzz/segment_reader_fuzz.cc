@@ -1,0 +1,106 @@
+// Fuzz target: the segment reader on hostile segment files.
+//
+// A valid segment is larger than fuzz inputs, so the input is applied to a
+// real segment made by the writer (counters, gauges, histograms):
+//   byte 0: flags (bit 0: hold the owner lock, so the segment is live and
+//           read as such; bit 1: truncate the file to the length in bytes 1-4)
+//   then patches: [offset: 4 bytes LE][length: 1 byte][bytes], the offset
+//   taken modulo the segment's size.
+// The reader must neither crash nor read out of bounds, whatever the bytes.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "gym/registry_reader.h"
+#include "gym/segment_writer.h"
+
+namespace {
+
+const std::vector<unsigned char>& segment_template() {
+  static const std::vector<unsigned char> bytes = [] {
+    const std::string dir = "/dev/shm/gym-fuzz-template-" + std::to_string(::getpid());
+    std::filesystem::remove_all(dir);
+    std::vector<unsigned char> out;
+    {
+      gym::SegmentWriter writer(dir);
+      gym::Label l[] = {{"nemo_gym_concurrency_component", "agent_server"},
+                        {"nemo_gym_concurrency_limit_name", "rollouts"}};
+      writer.counter("gym_concurrency_admission_cancelled_total", l).add(3);
+      gym::Gauge g = writer.gauge("gym_concurrency_limit", l);
+      g.set(8);
+      const int64_t bounds[] = {1000, 5000, 10000};
+      gym::Label o[] = {{"nemo_gym_resources_operation", "verify"}};
+      writer.histogram("gym_resources_operation_duration_seconds", o, bounds, 1e9).observe(42);
+      const std::string path = writer.path();
+      out.resize(std::filesystem::file_size(path));
+      int fd = ::open(path.c_str(), O_RDONLY);
+      if (::pread(fd, out.data(), out.size(), 0) != ssize_t(out.size())) std::abort();
+      ::close(fd);
+    }
+    std::filesystem::remove_all(dir);
+    return out;
+  }();
+  return bytes;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const std::string dir = [] {
+    std::string d = "/dev/shm/gym-fuzz-reader-" + std::to_string(::getpid());
+    std::filesystem::remove_all(d);
+    std::filesystem::create_directory(d);
+    return d;
+  }();
+  std::vector<unsigned char> seg = segment_template();
+  size_t pos = 0;
+  uint8_t flags = size > 0 ? data[pos++] : 0;
+  uint32_t truncate_to = 0;
+  if (flags & 2) {
+    if (size < pos + 4) return 0;
+    std::memcpy(&truncate_to, data + pos, 4);
+    pos += 4;
+  }
+  while (pos + 5 <= size) {
+    uint32_t offset;
+    std::memcpy(&offset, data + pos, 4);
+    const size_t len = std::min<size_t>(data[pos + 4], size - pos - 5);
+    pos += 5;
+    offset %= uint32_t(seg.size());
+    const size_t n = std::min(len, seg.size() - offset);
+    std::memcpy(seg.data() + offset, data + pos, n);
+    pos += len;
+  }
+  const std::string path = dir + "/gym-1-1-1.seg";
+  int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR, 0600);
+  if (fd < 0) return 0;
+  const size_t length = (flags & 2) ? std::min<size_t>(truncate_to % (seg.size() + 1), seg.size())
+                                    : seg.size();
+  if (::pwrite(fd, seg.data(), length, 0) != ssize_t(length)) {
+    ::close(fd);
+    return 0;
+  }
+  if (flags & 1) {
+    struct flock fl {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    ::fcntl(fd, F_OFD_SETLK, &fl);
+  }
+  {
+    gym::RegistryReader reader(dir);
+    for (int i = 0; i < 2; ++i) {
+      const gym::Snapshot& snap = reader.snapshot();
+      for (const auto& s : snap.series) {
+        if (!s.cumulative_buckets.empty() && s.cumulative_buckets.back() != s.count()) std::abort();
+      }
+    }
+  }
+  ::close(fd);  // drops the lock
+  ::unlink(path.c_str());
+  return 0;
+}
