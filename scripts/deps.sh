@@ -7,7 +7,7 @@ packages=(
   cmake make g++ pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libspdlog-dev zlib1g-dev
-  prometheus
+  prometheus openssl libcrypt-dev wrk clang
   python3 python3-dev python3-setuptools python3-pytest python3-prometheus-client python3-psutil
 )
 

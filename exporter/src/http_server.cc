@@ -1,10 +1,16 @@
 #include "http_server.h"
 
 #include <civetweb.h>
+#include <spdlog/spdlog.h>
 #include <zlib.h>
 
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <vector>
 
 namespace gym::exporter {
 
@@ -34,6 +40,66 @@ std::string civet_port(const std::string& address) {
 
 std::once_flag g_init;
 
+// CivetWeb wants the certificate and its key in one PEM file: write both to
+// a private temporary file (removed once the server has read it).
+std::string combined_pem(const WebConfig& web, std::string* error) {
+  std::string out = "/tmp/gym-exporter-tls-XXXXXX";
+  int fd = ::mkstemp(out.data());
+  if (fd < 0) {
+    *error = std::string("cannot create a temporary file: ") + std::strerror(errno);
+    return {};
+  }
+  std::string pem;
+  for (const std::string* f : {&web.cert_file, &web.key_file}) {
+    FILE* in = std::fopen(f->c_str(), "rb");
+    if (in == nullptr) {
+      *error = "cannot read " + *f + ": " + std::strerror(errno);
+      ::close(fd);
+      ::unlink(out.c_str());
+      return {};
+    }
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, in)) > 0) pem.append(buf, n);
+    std::fclose(in);
+    if (!pem.empty() && pem.back() != '\n') pem += '\n';
+  }
+  const bool ok = ::write(fd, pem.data(), pem.size()) == ssize_t(pem.size());
+  ::close(fd);
+  if (!ok) {
+    *error = "cannot write " + out;
+    ::unlink(out.c_str());
+    return {};
+  }
+  return out;
+}
+
+const char* protocol_version(const std::string& min_version) {
+  if (min_version == "TLS10") return "2";
+  if (min_version == "TLS11") return "3";
+  if (min_version == "TLS13") return "5";
+  return "4";  // TLS12
+}
+
+std::string base64_decode(const std::string& in) {
+  static const std::string chars =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  int val = 0, bits = -8;
+  for (char c : in) {
+    if (c == '=') break;
+    const auto pos = chars.find(c);
+    if (pos == std::string::npos) return {};
+    val = (val << 6) + int(pos);
+    bits += 6;
+    if (bits >= 0) {
+      out.push_back(char((val >> bits) & 0xFF));
+      bits -= 8;
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string gzip_compress(const std::string& in) {
@@ -55,30 +121,44 @@ std::string gzip_compress(const std::string& in) {
 std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition& exposition,
                                               std::function<std::string()> landing_page,
                                               std::string* error) {
-  std::call_once(g_init, [] { mg_init_library(0); });
+  std::call_once(g_init, [] { mg_init_library(MG_FEATURES_TLS); });
   std::unique_ptr<HttpServer> server(new HttpServer);
   server->options_ = options;
   server->exposition_ = &exposition;
   server->landing_page_ = std::move(landing_page);
-  const std::string ports = civet_port(options.listen_address);
+  const bool tls = options.web.tls;
+  const std::string ports = civet_port(options.listen_address) + (tls ? "s" : "");
   const std::string threads = std::to_string(options.threads);
-  const char* opts[] = {"listening_ports",
-                        ports.c_str(),
-                        "num_threads",
-                        threads.c_str(),
-                        "request_timeout_ms",
-                        "10000",
-                        "enable_keep_alive",
-                        "yes",
-                        "max_request_size",
-                        "16384",
-                        nullptr};
+  std::vector<const char*> opts = {
+      "listening_ports",    ports.c_str(), "num_threads",       threads.c_str(),
+      "request_timeout_ms", "10000",       "enable_keep_alive", "yes",
+      "max_request_size",   "16384"};
+  std::string pem;
+  if (tls) {
+    pem = combined_pem(options.web, error);
+    if (pem.empty()) return nullptr;
+    opts.insert(opts.end(), {"ssl_certificate", pem.c_str(), "ssl_protocol_version",
+                             protocol_version(options.web.min_version)});
+    if (options.web.client_auth_type != "NoClientCert") {
+      opts.insert(
+          opts.end(),
+          {"ssl_verify_peer",
+           options.web.client_auth_type == "RequireAndVerifyClientCert" ? "yes" : "optional",
+           "ssl_ca_file", options.web.client_ca_file.c_str()});
+    }
+  }
+  opts.push_back(nullptr);
+  server->users_ = options.web.basic_auth_users;
   mg_callbacks callbacks{};
-  callbacks.log_message = [](const mg_connection*, const char*) { return 1; };  // we log
+  // CivetWeb's own messages go to our log, at debug level.
+  callbacks.log_message = [](const mg_connection*, const char* message) {
+    spdlog::debug("civetweb: {}", message);
+    return 1;
+  };
   mg_init_data init{};
   init.callbacks = &callbacks;
   init.user_data = server.get();
-  init.configuration_options = opts;
+  init.configuration_options = opts.data();
   char text[256] = {0};
   unsigned code = 0;
   mg_error_data err{};
@@ -86,6 +166,7 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
   err.text = text;
   err.text_buffer_size = sizeof text;
   server->ctx_ = mg_start2(&init, &err);
+  if (!pem.empty()) ::unlink(pem.c_str());  // read at start
   if (server->ctx_ == nullptr) {
     if (error)
       *error = "cannot listen on " + options.listen_address + ": " +
@@ -102,9 +183,39 @@ HttpServer::~HttpServer() {
   if (ctx_ != nullptr) mg_stop(ctx_);
 }
 
+void HttpServer::set_basic_auth_users(std::map<std::string, std::string> users) {
+  std::lock_guard<std::mutex> lock(users_mu_);
+  users_ = std::move(users);
+}
+
+bool HttpServer::authorized(mg_connection* conn) {
+  std::string hash;
+  std::string password;
+  {
+    std::lock_guard<std::mutex> lock(users_mu_);
+    if (users_.empty()) return true;
+    const char* header = mg_get_header(conn, "Authorization");
+    if (header == nullptr || std::strncmp(header, "Basic ", 6) != 0) return false;
+    const std::string pair = base64_decode(header + 6);
+    const auto colon = pair.find(':');
+    if (colon == std::string::npos) return false;
+    auto it = users_.find(pair.substr(0, colon));
+    if (it == users_.end()) return false;
+    hash = it->second;
+    password = pair.substr(colon + 1);
+  }
+  return verify_password(password, hash);  // bcrypt is slow: outside the lock
+}
+
 int HttpServer::handle(mg_connection* conn, void* self_ptr) {
   auto* self = static_cast<HttpServer*>(self_ptr);
   const mg_request_info* req = mg_get_request_info(conn);
+  if (!self->authorized(conn)) {
+    send(conn, 401, "Unauthorized", "text/plain; charset=utf-8", "Unauthorized\n",
+         std::strcmp(req->request_method ? req->request_method : "", "HEAD") == 0,
+         "WWW-Authenticate: Basic realm=\"gym-exporter\"\r\n");
+    return 401;
+  }
   const std::string method = req->request_method ? req->request_method : "";
   const std::string uri = req->local_uri ? req->local_uri : "";
   const bool head = method == "HEAD";

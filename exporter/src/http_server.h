@@ -7,10 +7,13 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "exposition.h"
+#include "web_config.h"
 
 struct mg_context;
 struct mg_connection;
@@ -23,6 +26,7 @@ class HttpServer {
     std::string listen_address = ":9478";  // [host]:port; port 0 picks a free one
     std::string telemetry_path = "/metrics";
     int threads = 8;
+    WebConfig web;  // TLS and basic auth (--web.config.file)
   };
   // Starts serving, or returns nullptr with a one-line reason in `error`.
   static std::unique_ptr<HttpServer> start(const Options& options, Exposition& exposition,
@@ -30,11 +34,16 @@ class HttpServer {
                                            std::string* error);
   ~HttpServer();
   int port() const { return port_; }
+  // Replaces the basic auth users (a reload); empty: no authentication.
+  void set_basic_auth_users(std::map<std::string, std::string> users);
 
  private:
   HttpServer() = default;
   static int handle(::mg_connection* conn, void* self);
+  bool authorized(::mg_connection* conn);
   Options options_;
+  std::mutex users_mu_;
+  std::map<std::string, std::string> users_;
   Exposition* exposition_ = nullptr;
   std::function<std::string()> landing_page_;
   mg_context* ctx_ = nullptr;

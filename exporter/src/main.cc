@@ -15,6 +15,7 @@
 #include "http_server.h"
 #include "logging.h"
 #include "memory_sampler.h"
+#include "web_config.h"
 
 namespace gym::exporter {
 namespace {
@@ -27,6 +28,7 @@ Flags:
   --web.listen-address=ADDR   address to listen on ([host]:port, default ":9478")
   --web.telemetry-path=PATH   path under which to expose metrics (default "/metrics")
   --config.file=FILE          YAML configuration (see config/gym-exporter.yml)
+  --web.config.file=FILE      TLS and basic auth, in exporter-toolkit's format
   --registry.dir=DIR          registry directory (default "/dev/shm/gym-metrics")
   --log.level=LEVEL           debug, info, warn or error (default "info")
   --log.format=FORMAT         logfmt or json (default "logfmt")
@@ -41,6 +43,7 @@ Flags override the configuration file, also after a reload (SIGHUP).
 struct Flags {
   ConfigOverrides overrides;
   std::string config_file;
+  std::string web_config_file;
   bool check_config = false;
   bool once = false;
 };
@@ -101,6 +104,8 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error, bool& 
       ok = take(&flags.overrides.log_format, nullptr);
     else if (name == "--config.file")
       ok = take(nullptr, &flags.config_file);
+    else if (name == "--web.config.file")
+      ok = take(nullptr, &flags.web_config_file);
     else {
       error = "unknown flag " + name + " (see --help)";
       return false;
@@ -119,6 +124,11 @@ ConfigResult effective_config(const Flags& flags) {
   if (std::string problem = registry_dir_problem(r.config.registry_dir); !problem.empty())
     r.errors.push_back(problem);
   return r;
+}
+
+WebConfigResult effective_web_config(const Flags& flags) {
+  if (flags.web_config_file.empty()) return {};
+  return load_web_config_file(flags.web_config_file);
 }
 
 // The collectors for `c` over `registry`. The memory sampler is returned too
@@ -203,6 +213,8 @@ int run(int argc, char** argv) {
   }
   if (exit_now) return 0;
   ConfigResult loaded = effective_config(flags);
+  WebConfigResult web = effective_web_config(flags);
+  for (const auto& e : web.errors) loaded.errors.push_back(e);
   if (!loaded.ok()) {
     for (const auto& e : loaded.errors) std::fprintf(stderr, "gym-exporter: %s\n", e.c_str());
     return 1;
@@ -232,7 +244,8 @@ int run(int argc, char** argv) {
 
   std::mutex page_mu;
   std::string page = landing_page(config, flags.config_file);
-  HttpServer::Options http{config.listen_address, config.telemetry_path, config.max_connections};
+  HttpServer::Options http{config.listen_address, config.telemetry_path, config.max_connections,
+                           web.config};
   auto server = HttpServer::start(
       http, exposition,
       [&] {
@@ -252,6 +265,21 @@ int run(int argc, char** argv) {
     int sig = 0;
     if (sigwait(&signals, &sig) != 0) continue;
     if (sig == SIGHUP) {
+      WebConfigResult next_web = effective_web_config(flags);
+      if (!next_web.ok()) {
+        for (const auto& e : next_web.errors)
+          spdlog::error("reload failed, keeping the running configuration: {}", e);
+        continue;
+      }
+      if (next_web.config.tls != web.config.tls ||
+          next_web.config.cert_file != web.config.cert_file ||
+          next_web.config.key_file != web.config.key_file ||
+          next_web.config.client_auth_type != web.config.client_auth_type ||
+          next_web.config.client_ca_file != web.config.client_ca_file ||
+          next_web.config.min_version != web.config.min_version)
+        spdlog::warn("reload: TLS settings change only at restart");
+      server->set_basic_auth_users(next_web.config.basic_auth_users);
+      web.config.basic_auth_users = next_web.config.basic_auth_users;
       ConfigResult r = effective_config(flags);
       if (!r.ok()) {
         for (const auto& e : r.errors)

@@ -1,0 +1,200 @@
+"""gym-exporter's web configuration (exporter-toolkit format) with a real
+client: TLS with and without a client certificate, basic auth right and
+wrong, bad web configuration files at start and on reload."""
+import base64
+import os
+import re
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import warnings
+
+import pytest
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    import crypt
+
+SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
+EXPORTER = os.path.join(BUILD, "exporter", "gym-exporter")
+
+
+def openssl(*args, cwd):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def pki():
+    d = tempfile.mkdtemp(prefix="gym-pki-")
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
+            "-subj", "/CN=gym-test-ca", "-days", "2", cwd=d)
+    for name, san in (("server", "IP:127.0.0.1"), ("client", "DNS:prometheus")):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+                f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+        with open(os.path.join(d, f"{name}.ext"), "w") as f:
+            f.write(f"subjectAltName={san}\n")
+        openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+                "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext",
+                cwd=d)
+    return d
+
+
+class Exporter:
+    def __init__(self, web_config_text, tmp):
+        self.tmp = tmp
+        self.web = os.path.join(tmp, "web.yml")
+        with open(self.web, "w") as f:
+            f.write(web_config_text)
+        self.log = os.path.join(tmp, "exporter.log")
+        self.proc = subprocess.Popen(
+            [EXPORTER, f"--web.config.file={self.web}", f"--registry.dir={tmp}/registry",
+             "--web.listen-address=127.0.0.1:0"], stderr=open(self.log, "w"))
+        self.port = None
+        for _ in range(500):
+            m = re.search(r"\(port (\d+)\)", open(self.log).read())
+            if m:
+                self.port = int(m.group(1))
+                break
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.01)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(timeout=10)
+
+
+@pytest.fixture
+def exporter(tmp_path):
+    started = []
+
+    def start(text):
+        e = Exporter(text, str(tmp_path))
+        started.append(e)
+        return e
+    yield start
+    for e in started:
+        e.stop()
+
+
+def get(url, context=None, headers=None):
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, context=context, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers
+
+
+def tls_context(pki, client_cert=False):
+    ctx = ssl.create_default_context(cafile=os.path.join(pki, "ca.crt"))
+    if client_cert:
+        ctx.load_cert_chain(os.path.join(pki, "client.crt"), os.path.join(pki, "client.key"))
+    return ctx
+
+
+def test_tls_serves_https_and_refuses_plain_http(exporter, pki):
+    e = exporter(f"tls_server_config:\n  cert_file: {pki}/server.crt\n"
+                 f"  key_file: {pki}/server.key\n")
+    assert e.port, open(e.log).read()
+    status, body = get(f"https://127.0.0.1:{e.port}/metrics", tls_context(pki))
+    assert status == 200 and b"gym_exporter_build_info" in body
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        urllib.request.urlopen(f"http://127.0.0.1:{e.port}/metrics", timeout=5).read()
+
+
+def test_a_required_client_certificate_is_enforced(exporter, pki):
+    e = exporter(f"tls_server_config:\n  cert_file: {pki}/server.crt\n"
+                 f"  key_file: {pki}/server.key\n"
+                 f"  client_auth_type: RequireAndVerifyClientCert\n"
+                 f"  client_ca_file: {pki}/ca.crt\n")
+    assert e.port, open(e.log).read()
+    status, _ = get(f"https://127.0.0.1:{e.port}/metrics", tls_context(pki, client_cert=True))
+    assert status == 200
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError, OSError)):
+        urllib.request.urlopen(f"https://127.0.0.1:{e.port}/metrics",
+                               context=tls_context(pki), timeout=5).read()
+
+
+def basic(user, password):
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def test_basic_auth_right_and_wrong(exporter):
+    hashed = crypt.crypt("s3cret", crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=1 << 4))
+    e = exporter(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    assert e.port, open(e.log).read()
+    url = f"http://127.0.0.1:{e.port}/metrics"
+    status, headers = get(url)
+    assert status == 401
+    assert headers["WWW-Authenticate"] == 'Basic realm="gym-exporter"'
+    assert get(url, headers=basic("prometheus", "wrong"))[0] == 401
+    assert get(url, headers=basic("nobody", "s3cret"))[0] == 401
+    assert get(url, headers={"Authorization": "Basic !!!notbase64"})[0] == 401
+    status, body = get(url, headers=basic("prometheus", "s3cret"))
+    assert status == 200 and b"gym_exporter_build_info" in body
+    assert get(f"http://127.0.0.1:{e.port}/-/healthy")[0] == 401, "every path is protected"
+
+
+def test_tls_and_basic_auth_together(exporter, pki):
+    hashed = crypt.crypt("pw", crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=1 << 4))
+    e = exporter(f"tls_server_config:\n  cert_file: {pki}/server.crt\n  key_file: {pki}/server.key\n"
+                 f"basic_auth_users:\n  p: '{hashed}'\n")
+    url = f"https://127.0.0.1:{e.port}/metrics"
+    assert get(url, tls_context(pki))[0] == 401
+    assert get(url, tls_context(pki), basic("p", "pw"))[0] == 200
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("tls_server_config:\n  cert_file: /nonexistent.crt\n  key_file: /nonexistent.key\n",
+     "cannot read /nonexistent.crt"),
+    ("tls_server_config:\n  cert_file: x\n", "needs cert_file and key_file"),
+    ("basic_auth_users:\n  p: plaintext\n", "web.yml:2:6: the password of 'p' must be a bcrypt hash"),
+    ("tls_config:\n  cert_file: x\n", "web.yml:1:1: unknown key 'tls_config'"),
+    ("tls_server_config:\n  min_version: SSL3\n", "min_version 'SSL3'"),
+    ("tls_server_config:\n  client_auth_type: RequireAnyClientCert\n", "is not supported"),
+    ("basic_auth_users: [\n", "invalid YAML"),
+])
+def test_a_bad_web_config_is_a_clear_error_at_start(tmp_path, text, needle):
+    web = tmp_path / "web.yml"
+    web.write_text(text)
+    r = subprocess.run([EXPORTER, f"--web.config.file={web}", "--check-config"],
+                       capture_output=True, text=True)
+    assert r.returncode == 1
+    assert needle in r.stderr, r.stderr
+    r = subprocess.run([EXPORTER, f"--web.config.file={web}", f"--registry.dir={tmp_path}/r",
+                        "--web.listen-address=127.0.0.1:0"], capture_output=True, text=True,
+                       timeout=20)
+    assert r.returncode == 1 and needle in r.stderr
+
+
+def test_reload_swaps_users_and_keeps_running_on_a_bad_web_config(exporter):
+    first = crypt.crypt("one", crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=1 << 4))
+    second = crypt.crypt("two", crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=1 << 4))
+    e = exporter(f"basic_auth_users:\n  p: '{first}'\n")
+    url = f"http://127.0.0.1:{e.port}/metrics"
+    assert get(url, headers=basic("p", "one"))[0] == 200
+    with open(e.web, "w") as f:
+        f.write(f"basic_auth_users:\n  p: '{second}'\n")
+    e.proc.send_signal(signal.SIGHUP)
+    deadline = time.time() + 10
+    while time.time() < deadline and get(url, headers=basic("p", "two"))[0] != 200:
+        time.sleep(0.05)
+    assert get(url, headers=basic("p", "two"))[0] == 200
+    assert get(url, headers=basic("p", "one"))[0] == 401
+    with open(e.web, "w") as f:
+        f.write("basic_auth_users: [broken\n")
+    e.proc.send_signal(signal.SIGHUP)
+    deadline = time.time() + 10
+    while time.time() < deadline and "reload failed" not in open(e.log).read():
+        time.sleep(0.05)
+    assert "reload failed" in open(e.log).read()
+    assert e.proc.poll() is None
+    assert get(url, headers=basic("p", "two"))[0] == 200, "the running configuration is kept"
