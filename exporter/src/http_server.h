@@ -25,7 +25,7 @@ class HttpServer {
   struct Options {
     std::string listen_address = ":9478";  // [host]:port; port 0 picks a free one
     std::string telemetry_path = "/metrics";
-    int threads = 8;
+    int threads = 64;
     WebConfig web;  // TLS and basic auth (--web.config.file)
   };
   // Starts serving, or returns nullptr with a one-line reason in `error`.

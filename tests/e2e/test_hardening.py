@@ -198,3 +198,49 @@ def test_reload_swaps_users_and_keeps_running_on_a_bad_web_config(exporter):
     assert "reload failed" in open(e.log).read()
     assert e.proc.poll() is None
     assert get(url, headers=basic("p", "two"))[0] == 200, "the running configuration is kept"
+
+
+def raw_status(port, data, wait=5):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(wait)
+    s.sendall(data)
+    out = b""
+    try:
+        while b"\r\n" not in out:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            out += chunk
+    finally:
+        s.close()
+    return int(out.split(b" ")[1]) if out.startswith(b"HTTP/") else None
+
+
+def test_malformed_oversized_and_unknown_requests_get_the_right_status(exporter):
+    e = exporter("")
+    assert raw_status(e.port, b"GARBAGE\r\n\r\n") == 400
+    assert raw_status(e.port, b"GET /metrics HTTP/9.9\r\n\r\n") == 505
+    assert raw_status(e.port, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * 40000 + b"\r\n\r\n") == 400
+    assert raw_status(e.port, b"GET /" + b"a" * 40000 + b" HTTP/1.1\r\n\r\n") == 400
+    assert raw_status(e.port, b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n") == 404
+    assert raw_status(e.port, b"DELETE /metrics HTTP/1.1\r\nHost: x\r\n\r\n") == 405
+    assert get(f"http://127.0.0.1:{e.port}/metrics")[0] == 200, "still serving"
+
+
+def test_slow_clients_do_not_stall_other_scrapes(exporter):
+    e = exporter("")
+    slow = []
+    try:
+        for _ in range(16):  # each sends half a request and then nothing
+            s = socket.create_connection(("127.0.0.1", e.port))
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            slow.append(s)
+        time.sleep(0.2)
+        start = time.monotonic()
+        status, body = get(f"http://127.0.0.1:{e.port}/metrics")
+        took = time.monotonic() - start
+        assert status == 200 and b"gym_exporter_build_info" in body
+        assert took < 5, f"a scrape waited {took:.1f} s behind slow clients"
+    finally:
+        for s in slow:
+            s.close()
