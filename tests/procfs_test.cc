@@ -32,6 +32,13 @@ TEST(Procfs, StatCommMayHoldSpacesAndParentheses) {
   EXPECT_FALSE(st->kernel_thread());
   EXPECT_FALSE(procfs::parse_stat("101 (x) S 1 2").has_value()) << "too few fields";
   EXPECT_FALSE(procfs::parse_stat("garbage").has_value());
+  // Found by fuzzing: a pid beyond pid_t used to wrap to a negative number.
+  EXPECT_FALSE(procfs::parse_stat("1000000000000000002 (x) S 1 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 "
+                                  "600 1000 30 0")
+                   .has_value());
+  EXPECT_FALSE(procfs::parse_stat("5 (x) S 99999999999 0 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 600 "
+                                  "1000 30 0")
+                   .has_value());
   EXPECT_FALSE(procfs::parse_stat("").has_value());
 }
 

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <limits>
 
 namespace gym::exporter::procfs {
 
@@ -46,7 +47,9 @@ std::optional<ProcStat> parse_stat(std::string_view text) {
   int64_t pid = 0;
   std::string_view pid_text = text.substr(0, open);
   while (!pid_text.empty() && pid_text.back() == ' ') pid_text.remove_suffix(1);
-  if (!to_i64(pid_text, pid) || pid <= 0) return std::nullopt;
+  // pid_t is 32 bits: a larger number is not a pid (found by fuzzing).
+  constexpr int64_t kMaxPid = std::numeric_limits<pid_t>::max();
+  if (!to_i64(pid_text, pid) || pid <= 0 || pid > kMaxPid) return std::nullopt;
   st.pid = pid_t(pid);
   st.comm = std::string(text.substr(open + 1, close - open - 1));
   // Fields 3.. after ") ".
@@ -64,7 +67,8 @@ std::optional<ProcStat> parse_stat(std::string_view text) {
   st.state = f[0][0];
   int64_t ppid = 0;
   uint64_t rss = 0;
-  if (!to_i64(f[1], ppid) || !to_u64(f[6], st.flags) || !to_u64(f[19], st.start_ticks))
+  if (!to_i64(f[1], ppid) || ppid < 0 || ppid > kMaxPid || !to_u64(f[6], st.flags) ||
+      !to_u64(f[19], st.start_ticks))
     return std::nullopt;
   // rss may be negative in odd kernels' accounting: treat as 0.
   int64_t rss_signed = 0;
