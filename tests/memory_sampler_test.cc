@@ -168,24 +168,7 @@ TEST(MemorySampler, ARootPidNowHeldByAnotherProcessCountsAsGone) {
   std::this_thread::sleep_for(30ms);  // a later clock tick
 
   testing::Gate gate;
-  pid_t reused = -1;
-  for (int attempt = 0; attempt < 20 && reused != first; ++attempt) {
-    std::ofstream last("/proc/sys/kernel/ns_last_pid");
-    if (!last) break;
-    last << (first - 1);
-    last.close();
-    if (!last) break;
-    pid_t p = testing::spawn([&] {
-      gate.wait();
-      return 0;
-    });
-    if (p == first) {
-      reused = p;
-    } else {
-      ::kill(p, SIGKILL);
-      testing::wait_exit(p);
-    }
-  }
+  const pid_t reused = testing::spawn_with_pid(first, gate);
   if (reused != first) GTEST_SKIP() << "cannot steer pid allocation here (needs root)";
   sampler.sample_once();
   const auto s = sampler.servers().at(0);

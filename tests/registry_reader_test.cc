@@ -191,24 +191,7 @@ TEST(RegistryReader, DeadOwnerWhosePidNowBelongsToAnotherProcessIsRetired) {
 
   // Make the kernel hand the dead writer's pid to a new process.
   testing::Gate gate;
-  pid_t reused = -1;
-  for (int attempt = 0; attempt < 20 && reused != writer_pid; ++attempt) {
-    std::ofstream last("/proc/sys/kernel/ns_last_pid");
-    if (!last) break;
-    last << (writer_pid - 1);
-    last.close();
-    if (!last) break;
-    pid_t p = testing::spawn([&] {
-      gate.wait();
-      return 0;
-    });
-    if (p == writer_pid) {
-      reused = p;
-    } else {
-      ::kill(p, SIGKILL);
-      testing::wait_exit(p);
-    }
-  }
+  const pid_t reused = testing::spawn_with_pid(writer_pid, gate);
   if (reused != writer_pid) GTEST_SKIP() << "cannot steer pid allocation here (needs root)";
 
   // Both ways of deciding liveness call the owner gone: no lock is held, and

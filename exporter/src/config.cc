@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "yaml_support.h"
+
 #include <sys/stat.h>
 
 #include <cmath>
@@ -14,11 +16,6 @@
 namespace gym::exporter {
 
 namespace {
-
-std::string where(const std::string& name, const YAML::Mark& m) {
-  // yaml-cpp counts from 0.
-  return name + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) + ": ";
-}
 
 struct Reader {
   const std::string& name;
@@ -288,15 +285,13 @@ ConfigResult parse_config(const std::string& yaml, const std::string& name) {
 }
 
 ConfigResult load_config_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  std::optional<std::string> text = read_text_file(path);
+  if (!text) {
     ConfigResult r;
     r.errors.push_back(path + ": cannot read the configuration file");
     return r;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_config(ss.str(), path);
+  return parse_config(*text, path);
 }
 
 }  // namespace gym::exporter

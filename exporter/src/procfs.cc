@@ -36,6 +36,18 @@ std::optional<uint64_t> kb_value(std::string_view rest) {
   return v;
 }
 
+// Calls f(line) for each line until it returns false.
+template <class F>
+void for_each_line(std::string_view text, F&& f) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    if (!f(text.substr(pos, end - pos))) return;
+    pos = end + 1;
+  }
+}
+
 }  // namespace
 
 std::optional<ProcStat> parse_stat(std::string_view text) {
@@ -85,17 +97,12 @@ std::optional<ProcStat> parse_stat(std::string_view text) {
 MemInfo parse_meminfo(std::string_view text) {
   MemInfo m;
   std::optional<uint64_t> free, buffers, cached;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
+  for_each_line(text, [&](std::string_view line) {
     const size_t colon = line.find(':');
-    if (colon == std::string_view::npos) continue;
+    if (colon == std::string_view::npos) return true;
     const std::string_view key = line.substr(0, colon);
     const std::optional<uint64_t> v = kb_value(line.substr(colon + 1));
-    if (!v) continue;
+    if (!v) return true;
     if (key == "MemTotal")
       m.total = v;
     else if (key == "MemAvailable")
@@ -106,21 +113,20 @@ MemInfo parse_meminfo(std::string_view text) {
       buffers = v;
     else if (key == "Cached")
       cached = v;
-  }
+    return true;
+  });
   if (!m.available && free) m.available = *free + buffers.value_or(0) + cached.value_or(0);
   return m;
 }
 
 std::optional<uint64_t> parse_smaps_rollup_pss(std::string_view text) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    if (line.starts_with("Pss:")) return kb_value(line.substr(4));
-  }
-  return std::nullopt;
+  std::optional<uint64_t> pss;
+  for_each_line(text, [&](std::string_view line) {
+    if (!line.starts_with("Pss:")) return true;
+    pss = kb_value(line.substr(4));
+    return false;
+  });
+  return pss;
 }
 
 ReadStatus read_file(const std::string& path, std::string& out) {

@@ -4,6 +4,8 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
+#include "yaml_support.h"
+
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -12,10 +14,6 @@
 namespace gym::exporter {
 
 namespace {
-
-std::string where(const std::string& name, const YAML::Mark& m) {
-  return name + ":" + std::to_string(m.line + 1) + ":" + std::to_string(m.column + 1) + ": ";
-}
 
 bool is_bcrypt(const std::string& hash) {
   return hash.size() == 60 &&
@@ -139,15 +137,13 @@ WebConfigResult parse_web_config(const std::string& yaml, const std::string& nam
 }
 
 WebConfigResult load_web_config_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
+  std::optional<std::string> text = read_text_file(path);
+  if (!text) {
     WebConfigResult r;
     r.errors.push_back(path + ": cannot read the web configuration file");
     return r;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_web_config(ss.str(), path);
+  return parse_web_config(*text, path);
 }
 
 }  // namespace gym::exporter
