@@ -205,7 +205,7 @@ void RegistryCollector::update_values(const Snapshot& snap) {
     const int64_t limit = snap.series[served_index_[size_t(a.limit)]].gauge;
     const int64_t available =
         a.available < 0 ? 0 : snap.series[served_index_[size_t(a.available)]].gauge;
-    a.metric->gauge.value = static_cast<double>(limit - available);
+    a.metric->gauge.value = static_cast<double>(segment::wrapping_sub(limit, available));
   }
 }
 

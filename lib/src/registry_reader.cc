@@ -290,7 +290,8 @@ void RegistryReader::add_values(Segment& s, std::vector<Accumulator>& into, bool
         break;
       case SeriesKind::kGauge:
         if (!gauges) break;
-        acc.gauge += segment::load_relaxed(reinterpret_cast<const int64_t*>(line));
+        acc.gauge = segment::wrapping_add(
+            acc.gauge, segment::load_relaxed(reinterpret_cast<const int64_t*>(line)));
         acc.present = true;
         break;
       case SeriesKind::kHistogram: {
@@ -300,7 +301,8 @@ void RegistryReader::add_values(Segment& s, std::vector<Accumulator>& into, bool
         const auto* shard = reinterpret_cast<const uint64_t*>(line);
         for (uint32_t k = 0; k < s.record_shards[i]; ++k, shard += stride) {
           for (size_t b = 0; b < n; ++b) acc.buckets[b] += segment::load_relaxed(&shard[b]);
-          acc.sum += segment::load_relaxed(reinterpret_cast<const int64_t*>(shard + n));
+          acc.sum = segment::wrapping_add(
+              acc.sum, segment::load_relaxed(reinterpret_cast<const int64_t*>(shard + n)));
         }
         acc.present = true;
         break;

@@ -208,4 +208,14 @@ inline void add_relaxed(T* p, T v) {
   __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
 
+// a + b and a - b on int64 values that come from shared memory: any process
+// may have written them, so they wrap (as the atomic updates do) instead of
+// overflowing, which would be undefined behaviour (found by fuzzing).
+inline int64_t wrapping_add(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+inline int64_t wrapping_sub(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) - static_cast<uint64_t>(b));
+}
+
 }  // namespace gym::segment
