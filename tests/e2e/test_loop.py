@@ -103,7 +103,10 @@ class Loop:
         cfg = os.path.join(self.dir, "prometheus.yml")
         targets = ", ".join(f'"127.0.0.1:{p}"' for p in self.exporter_ports)
         with open(cfg, "w") as f:
-            f.write(f"global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+            # Slow builds (ThreadSanitizer) need more than the 1 s a 1 s
+            # interval would leave a scrape.
+            f.write(f"global:\n  scrape_interval: 2s\n  scrape_timeout: 2s\n"
+                    f"  evaluation_interval: 2s\n"
                     f"rule_files:\n  - {rules}/gym-recording.yml\n  - {rules}/gym-alerts.yml\n"
                     f"scrape_configs:\n  - job_name: gym\n    static_configs:\n"
                     f"      - targets: [{targets}]\n")
@@ -116,6 +119,19 @@ class Loop:
     def query(self, expr):
         url = f"{self.api}/query?" + urllib.parse.urlencode({"query": expr})
         return get_json(url)
+
+    def query_until(self, expr, accept, seconds=20):
+        """The query's result once `accept(result)` holds, or the last one after
+        `seconds`: a failed scrape (a slow, sanitized build) briefly marks a
+        target's series stale, and instant queries then miss them."""
+        deadline = time.time() + seconds
+        while True:
+            r = self.query(expr)
+            if r["status"] == "success" and accept(r["data"]["result"]):
+                return r
+            if time.time() > deadline:
+                return r
+            time.sleep(0.5)
 
     def stop(self):
         for p in self.procs:
@@ -149,7 +165,16 @@ def loop():
                 pass
             time.sleep(0.5)
         assert len(up) == 2, f"targets not up: {up}"
-        time.sleep(8)  # enough scrapes for rates over 15 s
+        # Every server of both demo hosts (5 limits and 5 servers each; slow
+        # builds start them at different times), and enough scrapes for rates.
+        ready = ('count(gym_concurrency_limit) == 10 and '
+                 'count(gym_server_memory_usage_bytes{memory_type="rss"}) == 10 and '
+                 'count(gym_server_memory_usage_bytes{memory_type="pss"}) > 0 and '
+                 'count(count by (instance) (rate(gym_concurrency_admission_cancelled_total[15s]))) == 2')
+        wait_until = time.time() + 90
+        while time.time() < wait_until and not lp.query(ready)["data"]["result"]:
+            time.sleep(1)
+        time.sleep(6)  # a few more scrapes, so that every rate has points
         yield lp
     finally:
         lp.stop()
@@ -187,21 +212,27 @@ def dashboard_queries():
 def test_every_dashboard_query_evaluates_and_returns_data(loop, title, expr):
     filled = (expr.replace("$job", "gym").replace("$instance", ".*")
               .replace("$__rate_interval", "15s"))
-    r = loop.query(filled)
+    r = loop.query_until(filled, lambda result: bool(result))
     assert r["status"] == "success", (title, r)
     assert r["data"]["result"], f"{title}: no data for {filled}"
 
 
 def test_dashboard_queries_aggregate_across_the_two_instances(loop):
-    instances = loop.query('count(count by (instance) (gym_exporter_build_info{job=~"gym"}))')
+    def equals(n):
+        return lambda result: bool(result) and float(result[0]["value"][1]) == n
+
+    instances = loop.query_until(
+        'count(count by (instance) (gym_exporter_build_info{job=~"gym"}))', equals(2))
     assert float(instances["data"]["result"][0]["value"][1]) == 2
     # Each demo host has a rollouts limit of 16: the dashboard's sum is both.
-    r = loop.query('sum by (nemo_gym_concurrency_component, nemo_gym_concurrency_limit_name, '
-                   'nemo_gym_server_name) (gym_concurrency_limit{job=~"gym", instance=~".*", '
-                   'nemo_gym_concurrency_limit_name="rollouts"})')
+    r = loop.query_until(
+        'sum by (nemo_gym_concurrency_component, nemo_gym_concurrency_limit_name, '
+        'nemo_gym_server_name) (gym_concurrency_limit{job=~"gym", instance=~".*", '
+        'nemo_gym_concurrency_limit_name="rollouts"})', equals(32))
     assert float(r["data"]["result"][0]["value"][1]) == 32
-    one = loop.query('sum(gym_concurrency_limit{job=~"gym", instance=~"127.0.0.1:'
-                     f'{loop.exporter_ports[0]}", nemo_gym_concurrency_limit_name="rollouts"}})')
+    one = loop.query_until('sum(gym_concurrency_limit{job=~"gym", instance=~"127.0.0.1:'
+                           f'{loop.exporter_ports[0]}", nemo_gym_concurrency_limit_name="rollouts"}})',
+                           equals(16))
     assert float(one["data"]["result"][0]["value"][1]) == 16
 
 
