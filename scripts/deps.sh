@@ -7,8 +7,8 @@ packages=(
   cmake make g++ pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libspdlog-dev zlib1g-dev
-  prometheus openssl libcrypt-dev wrk clang
-  python3 python3-dev python3-setuptools python3-pytest python3-prometheus-client python3-psutil
+  prometheus openssl libcrypt-dev wrk clang libclang-rt-14-dev
+  python3 python3-dev python3-setuptools python3-pip python3-pytest python3-prometheus-client python3-psutil
 )
 
 missing=()

@@ -152,11 +152,6 @@ inline pid_t spawn_with_pid(pid_t pid, Gate& gate) {
   return -1;
 }
 
-inline bool has_labels(const SeriesSample& s,
-                       const std::vector<std::pair<std::string, std::string>>& labels) {
-  return s.info->labels == labels;
-}
-
 // The series of `family` with exactly `labels` (sorted by name), or nullptr.
 inline const SeriesSample* find_series(
     const Snapshot& snap, std::string_view family,

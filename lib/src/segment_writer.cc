@@ -75,14 +75,19 @@ Gauge::Gauge() : local_(new int64_t[8]()) {
   value_ = local_.get();
 }
 
+namespace {
+// Where moved-from gauges point: they may still be updated (atomically, so
+// sharing it is no data race) but nothing reads it.
+int64_t g_moved_from_sink[8];
+}  // namespace
+
 Gauge::Gauge(Gauge&& other) noexcept
     : writer_(other.writer_),
       record_(other.record_),
       value_(other.value_),
       local_(std::move(other.local_)) {
   other.writer_ = nullptr;
-  other.local_.reset(new (std::nothrow) int64_t[8]());
-  other.value_ = other.local_.get();
+  other.value_ = g_moved_from_sink;
 }
 
 Gauge& Gauge::operator=(Gauge&& other) noexcept {
@@ -93,8 +98,7 @@ Gauge& Gauge::operator=(Gauge&& other) noexcept {
     value_ = other.value_;
     local_ = std::move(other.local_);
     other.writer_ = nullptr;
-    other.local_.reset(new (std::nothrow) int64_t[8]());
-    other.value_ = other.local_.get();
+    other.value_ = g_moved_from_sink;
   }
   return *this;
 }

@@ -71,7 +71,8 @@ class Counter {
 
 // A value that goes up and down, one slot per instance: the slot is released
 // when the Gauge is destroyed, and the reader sums the live slots that share
-// family and labels. Move-only.
+// family and labels. Move-only; a moved-from Gauge may still be updated, and
+// its value is unspecified.
 class Gauge {
  public:
   Gauge();
