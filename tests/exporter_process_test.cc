@@ -118,7 +118,7 @@ TEST(ExporterProcess, OnceServesTheWritersSeriesAndPromtoolAcceptsIt) {
                             server + "}"),
             4);
   EXPECT_EQ(sample(out, "gym_resources_operation_active{" + op + "," + server + "}"), 0);
-  EXPECT_EQ(sample(out, "gym_exporter_registry_segments"), 2);
+  EXPECT_EQ(sample(out, "gym_exporter_registry_segments{format_version=\"2\"}"), 2);
   EXPECT_NE(out.find("# HELP gym_concurrency_limit "), std::string::npos);
   EXPECT_NE(out.find("# TYPE gym_resources_operation_duration_seconds histogram"),
             std::string::npos);
@@ -274,7 +274,8 @@ TEST(ExporterProcess, PortInUseIsAOneLineErrorAndNonZeroExit) {
   TempDir tmp;
   RunningExporter first(tmp, "--registry.dir=" + tmp.path());
   ASSERT_GT(first.port(), 0);
-  auto [rc, out] = shell(exporter() + " --registry.dir=" + tmp.path() +
+  // Another directory: a second exporter on the same one is refused first.
+  auto [rc, out] = shell(exporter() + " --registry.dir=" + tmp.sub("other") +
                          " --web.listen-address=127.0.0.1:" + std::to_string(first.port()));
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("cannot listen on 127.0.0.1:" + std::to_string(first.port())),

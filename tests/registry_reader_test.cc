@@ -260,7 +260,7 @@ TEST(RegistryReader, SegmentsOfUntrustedUsersAreSkippedAndCounted) {
   ASSERT_EQ(snap.problems.size(), 1u);
   EXPECT_NE(snap.problems[0].find("untrusted user 4242"), std::string::npos);
   // Trusted by configuration: read.
-  RegistryReader trusting(tmp.path(), {0, 4242});
+  RegistryReader trusting(tmp.path(), ReaderOptions{.trusted_uids = {0, 4242}});
   EXPECT_NE(find_series(trusting.snapshot(), "mine_total"), nullptr);
 }
 

@@ -321,9 +321,12 @@ TEST(SegmentWriter, ForkedChildWritesIntoItsOwnSegmentThroughHandlesMadeBeforeFo
   pid_t child = testing::spawn([&] {
     if (writer.path() == parent_path || !writer.has_segment()) return 2;
     c.add(3);
-    g.add(1);  // the child's copy of the object held 2, now 3
+    g.add(1);  // the child's copy of the object held 2, now 3: not exported
+    if (g.value() != 3) return 3;
     h.observe(100);
     writer.counter("child_only_total", {}).add(1);
+    Gauge own = writer.gauge("held", {});  // a gauge the child made: exported
+    own.set(7);
     ready.signal();
     gate.wait();
     return 0;
@@ -335,7 +338,8 @@ TEST(SegmentWriter, ForkedChildWritesIntoItsOwnSegmentThroughHandlesMadeBeforeFo
     EXPECT_EQ(snap.stats.live_segments, 2u);
     ASSERT_NE(find_series(snap, "forked_total"), nullptr);
     EXPECT_EQ(find_series(snap, "forked_total")->counter, 8u);
-    EXPECT_EQ(find_series(snap, "held")->gauge, 5);
+    EXPECT_EQ(find_series(snap, "held")->gauge, 9)
+        << "the parent's 2 and the child's own 7; the child's inherited copy is not counted";
     EXPECT_EQ(find_series(snap, "sizes")->cumulative_buckets, (std::vector<uint64_t>{1, 2}));
     EXPECT_EQ(find_series(snap, "child_only_total")->counter, 1u);
   }

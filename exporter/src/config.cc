@@ -205,7 +205,9 @@ std::vector<std::string> validate(const Config& c, const std::string& origin) {
   if (port_ok) {
     for (size_t i = colon + 1; i < c.listen_address.size(); ++i)
       port_ok = port_ok && std::isdigit(static_cast<unsigned char>(c.listen_address[i]));
-    port_ok = port_ok && std::stol(c.listen_address.substr(colon + 1)) <= 65535;
+    // At most five digits before converting: a longer number would throw.
+    port_ok = port_ok && c.listen_address.size() - colon - 1 <= 5 &&
+              std::stol(c.listen_address.substr(colon + 1)) <= 65535;
   }
   if (!port_ok)
     errors.push_back(p + "listen address must be [host]:port, got '" + c.listen_address + "'");
@@ -243,6 +245,15 @@ ConfigResult parse_config(const std::string& yaml, const std::string& name) {
           rd.mapping(
               n, "registry",
               {{"dir", [&](const YAML::Node& v) { rd.string(v, "registry.dir", c.registry_dir); }},
+               {"retired_series_ttl_seconds",
+                [&](const YAML::Node& v) {
+                  rd.number(v, "registry.retired_series_ttl_seconds",
+                            c.retired_series_ttl_seconds, 1);
+                }},
+               {"max_series",
+                [&](const YAML::Node& v) {
+                  rd.integer(v, "registry.max_series", c.max_series, 1, 100000000);
+                }},
                {"trusted_uids", [&](const YAML::Node& v) {
                   if (!v.IsSequence()) {
                     rd.errors.push_back(where(rd.name, v.Mark()) +

@@ -43,6 +43,10 @@ struct Config {
   // Users whose segments are read; empty: the registry directory's owner and
   // the exporter's own user.
   std::vector<int> trusted_uids;
+  // A series with no live writer that has not changed for this long is
+  // forgotten; at most max_series series are tracked (the rest are counted).
+  double retired_series_ttl_seconds = 3600;
+  int max_series = 100000;
   MemoryConfig memory;
 };
 

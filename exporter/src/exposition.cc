@@ -54,7 +54,27 @@ constexpr FamilyDoc kDocs[] = {
     {"gym_exporter_scrape_duration_seconds", MetricType::Gauge,
      "Time gym-exporter took to build this exposition."},
     {"gym_exporter_registry_segments", MetricType::Gauge,
-     "Live writer processes seen in the registry."},
+     "Live writer processes seen in the registry, by segment format version."},
+    {"gym_exporter_registry_unmetered_writers", MetricType::Gauge,
+     "Live writer processes whose numbers cannot be read: no segment (registry full or "
+     "unwritable) or a damaged one."},
+    {"gym_exporter_registry_damaged_segments_total", MetricType::Counter,
+     "Live segments that lost pages under the reader (truncated): last values kept."},
+    {"gym_exporter_registry_resets_total", MetricType::Counter,
+     "Live counters or histograms that went down, folded in as a reset of their segment."},
+    {"gym_exporter_registry_read_errors_total", MetricType::Counter,
+     "Files in the registry directory that could not be opened or read."},
+    {"gym_exporter_registry_totals_write_errors_total", MetricType::Counter,
+     "Failed writes of the folded totals file (exited writers' segments are kept meanwhile)."},
+    {"gym_exporter_registry_retiring", MetricType::Gauge,
+     "1 when this exporter holds the registry directory's lock and retires segments."},
+    {"gym_exporter_registry_bytes", MetricType::Gauge,
+     "Memory the registry directory's files take (allocated blocks)."},
+    {"gym_exporter_series", MetricType::Gauge, "Series the registry reader tracks now."},
+    {"gym_exporter_series_expired_total", MetricType::Counter,
+     "Series without a live writer forgotten after registry.retired_series_ttl."},
+    {"gym_exporter_series_over_limit_total", MetricType::Counter,
+     "Series records not tracked because registry.max_series was reached."},
     {"gym_exporter_registry_retired_segments_total", MetricType::Counter,
      "Writer processes that exited and whose counters were folded in."},
     {"gym_exporter_registry_dropped_series_total", MetricType::Counter,
@@ -245,7 +265,25 @@ void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
   if (!active_.metric.empty()) emit(active_);
 
   Families stats;
-  add_simple(stats, "gym_exporter_registry_segments", double(snap.stats.live_segments));
+  const RegistryStats& st = snap.stats;
+  {
+    prometheus::MetricFamily& f = add_family(stats, "gym_exporter_registry_segments");
+    for (uint32_t v = segment::kMinFormatVersion; v <= segment::kFormatVersion; ++v)
+      add_metric(f, {{"format_version", std::to_string(v)}}).gauge.value =
+          double(st.live_segments_by_version[v]);
+  }
+  add_simple(stats, "gym_exporter_registry_unmetered_writers", double(st.unmetered_writers));
+  add_simple(stats, "gym_exporter_registry_damaged_segments_total",
+             double(st.damaged_segments_total));
+  add_simple(stats, "gym_exporter_registry_resets_total", double(st.counter_resets_total));
+  add_simple(stats, "gym_exporter_registry_read_errors_total", double(st.read_errors_total));
+  add_simple(stats, "gym_exporter_registry_totals_write_errors_total",
+             double(st.totals_write_errors_total));
+  add_simple(stats, "gym_exporter_registry_retiring", st.retiring ? 1 : 0);
+  add_simple(stats, "gym_exporter_registry_bytes", double(st.registry_bytes));
+  add_simple(stats, "gym_exporter_series", double(st.series));
+  add_simple(stats, "gym_exporter_series_expired_total", double(st.expired_series_total));
+  add_simple(stats, "gym_exporter_series_over_limit_total", double(st.series_over_limit_total));
   add_simple(stats, "gym_exporter_registry_retired_segments_total",
              double(snap.stats.retired_segments_total));
   add_simple(stats, "gym_exporter_registry_dropped_series_total",

@@ -35,8 +35,8 @@ class Collector {
 // servers): a reader must be the only one of its directory.
 class SharedRegistry {
  public:
-  explicit SharedRegistry(std::string dir, std::vector<uid_t> trusted_uids = {})
-      : reader_(std::move(dir), std::move(trusted_uids)) {}
+  explicit SharedRegistry(std::string dir, ReaderOptions options = {})
+      : reader_(std::move(dir), std::move(options)) {}
   // Runs f(reader) under the lock.
   template <class F>
   auto with(F&& f) {

@@ -148,8 +148,13 @@ std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
   return out;
 }
 
-std::vector<uid_t> trusted(const Config& c) {
-  return std::vector<uid_t>(c.trusted_uids.begin(), c.trusted_uids.end());
+ReaderOptions reader_options(const Config& c) {
+  ReaderOptions o;
+  o.trusted_uids.assign(c.trusted_uids.begin(), c.trusted_uids.end());
+  o.retired_series_ttl =
+      std::chrono::milliseconds(static_cast<int64_t>(c.retired_series_ttl_seconds * 1000));
+  o.max_series = static_cast<size_t>(c.max_series);
+  return o;
 }
 
 std::string html_escape(const std::string& s) {
@@ -225,7 +230,16 @@ int run(int argc, char** argv) {
   }
   Config config = loaded.config;
   setup_logging(config.log_level, config.log_format);
-  auto registry = std::make_shared<SharedRegistry>(config.registry_dir, trusted(config));
+  auto registry = std::make_shared<SharedRegistry>(config.registry_dir, reader_options(config));
+  // One retiring reader per directory. --once beside a running exporter
+  // reads without retiring anything (its first snapshot finds the lock held).
+  if (!flags.once) {
+    std::string why;
+    if (!registry->with([&](RegistryReader& r) { return r.claim(&why); })) {
+      std::fprintf(stderr, "gym-exporter: %s\n", why.c_str());
+      return 1;
+    }
+  }
   MemorySampler* sampler = nullptr;
   Exposition exposition(make_collectors(config, registry, &sampler));
   if (flags.once) {
@@ -297,16 +311,22 @@ int run(int argc, char** argv) {
         next.max_connections = config.max_connections;
       }
       setup_logging(next.log_level, next.log_format);
-      if (next.registry_dir != config.registry_dir || next.trusted_uids != config.trusted_uids ||
-          !(next.memory == config.memory)) {
+      const bool reader_changed =
+          next.registry_dir != config.registry_dir || next.trusted_uids != config.trusted_uids ||
+          next.retired_series_ttl_seconds != config.retired_series_ttl_seconds ||
+          next.max_series != config.max_series;
+      if (reader_changed || !(next.memory == config.memory)) {
         // A new directory needs a new reader; otherwise keep it, so that the
         // totals of retired writers survive the reload.
-        if (next.registry_dir != config.registry_dir || next.trusted_uids != config.trusted_uids)
-          registry = std::make_shared<SharedRegistry>(next.registry_dir, trusted(next));
+        // The new reader takes the directory's lock at its first snapshot,
+        // once the old collectors (and so the old reader) are gone, and
+        // reloads the totals file: nothing folded is lost.
+        if (reader_changed)
+          registry = std::make_shared<SharedRegistry>(next.registry_dir, reader_options(next));
         MemorySampler* next_sampler = nullptr;
         auto collectors = make_collectors(next, registry, &next_sampler);
-        next_sampler->start();
         exposition.replace(std::move(collectors));  // stops the old sampler
+        next_sampler->start();
         sampler = next_sampler;
       }
       config = next;

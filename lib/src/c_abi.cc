@@ -58,14 +58,7 @@ int64_t seconds_to_ns(const char* what, double s) {
 
 // Moves one unit between free slots and held ones, within [0, limit].
 bool move_slot(const gym_limit* l, int64_t delta) {
-  int64_t* a = l->meter.available();
-  int64_t v = __atomic_load_n(a, __ATOMIC_RELAXED);
-  do {
-    const int64_t next = v + delta;
-    if (next < 0 || next > l->meter.limit()) return false;
-  } while (
-      !__atomic_compare_exchange_n(a, &v, v + delta, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
-  return true;
+  return l->meter.move_available(delta);
 }
 
 int take_slot(gym_limit* l) {

@@ -9,5 +9,9 @@ namespace gym::detail {
 bool valid_metric_name(std::string_view name);
 // [a-zA-Z_][a-zA-Z0-9_]*, not starting with "__", at most kMaxNameBytes.
 bool valid_label_name(std::string_view name);
+// Well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF): the text formats require it of every label value, so one bad
+// value would make a whole exposition invalid.
+bool valid_utf8(std::string_view s);
 
 }  // namespace gym::detail

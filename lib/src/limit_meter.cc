@@ -40,7 +40,9 @@ std::vector<Label> views(const std::vector<std::pair<std::string, std::string>>&
 LimitMeter::LimitMeter(int64_t limit, Component component, std::string_view limit_name,
                        std::optional<std::string_view> server_name, bool has_admission_timeout,
                        SegmentWriter& writer)
-    : limit_(limit), labels_(limit_labels(limit, component, limit_name, server_name)) {
+    : limit_(limit),
+      labels_(limit_labels(limit, component, limit_name, server_name)),
+      available_local_(new Slot{limit}) {
   const std::vector<Label> l = views(labels_);
   limit_gauge_ = writer.gauge(family::kConcurrencyLimit, l);
   available_ = writer.gauge(family::kConcurrencyAvailable, l);
@@ -50,6 +52,17 @@ LimitMeter::LimitMeter(int64_t limit, Component component, std::string_view limi
   // The timeouts series exists only for a limit that can time out.
   if (has_admission_timeout) timeouts_ = writer.counter(family::kAdmissionTimeouts, l);
   cancelled_ = writer.counter(family::kAdmissionCancelled, l);
+}
+
+bool LimitMeter::move_available(int64_t delta) const {
+  int64_t* a = available();
+  int64_t v = __atomic_load_n(a, __ATOMIC_RELAXED);
+  do {
+    const int64_t next = v + delta;
+    if (next < 0 || next > limit_) return false;
+  } while (!__atomic_compare_exchange_n(a, &v, v + delta, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+  available_.add(delta);
+  return true;
 }
 
 }  // namespace gym

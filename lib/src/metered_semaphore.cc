@@ -57,6 +57,7 @@ void MeteredSemaphore::release() {
     if (v >= meter_.limit())
       throw std::logic_error("release of " + meter_.labels()[1].second + " without a slot held");
   } while (!__atomic_compare_exchange_n(a, &v, v + 1, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+  meter_.published_available_add(1);
   // A waiter publishes itself (waiting_) before its last look at the free
   // slots, and we published the slot before this look at waiting_: one of us
   // sees the other.

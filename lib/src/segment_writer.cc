@@ -13,6 +13,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "fault_guard.h"
 #include "label_rules.h"
 #include "owner_lock.h"
 #include "process_identity.h"
@@ -56,6 +57,22 @@ uint64_t now_unix_ns() {
 
 std::string errno_text(const char* what, const std::string& path) {
   return std::string(what) + " " + path + ": " + std::strerror(errno);
+}
+
+// Allocates the file's pages under [begin, end) (rounded out to pages), so
+// that touching them can never fault: on a full tmpfs this fails with ENOSPC
+// here instead of raising SIGBUS at the first store.
+bool reserve_pages(int fd, uint64_t begin, uint64_t end) {
+  begin = begin / segment::kPageBytes * segment::kPageBytes;
+  end = (end + segment::kPageBytes - 1) / segment::kPageBytes * segment::kPageBytes;
+  if (end <= begin) return true;
+  const auto off = static_cast<off_t>(begin);
+  const auto len = static_cast<off_t>(end - begin);
+  if (::fallocate(fd, 0, off, len) == 0) return true;
+  if (errno != EOPNOTSUPP && errno != ENOSYS) return false;
+  const int rc = ::posix_fallocate(fd, off, len);
+  if (rc != 0) errno = rc;
+  return rc == 0;
 }
 
 }  // namespace
@@ -129,8 +146,12 @@ SegmentWriter::~SegmentWriter() {
     auto& list = writers();
     list.erase(std::remove(list.begin(), list.end(), this), list.end());
   }
-  if (base_ != nullptr) ::munmap(base_, segment::kTotalBytes);
+  if (base_ != nullptr) {
+    detail::unprotect_writer_mapping(base_);
+    ::munmap(base_, segment::kTotalBytes);
+  }
   if (fd_ >= 0) ::close(fd_);
+  drop_marker();
 }
 
 SegmentWriter& SegmentWriter::process() {
@@ -162,14 +183,79 @@ std::string SegmentWriter::error() const {
 }
 
 bool SegmentWriter::ensure_segment_locked() {
-  if (base_ != nullptr) return !detached_;
+  if (base_ != nullptr) {
+    if (!detached_ && detail::writer_mapping_lost(base_)) {
+      // A fault replaced the mapping with private pages (the file was
+      // truncated under us): from now on this process is unmetered.
+      detached_ = true;
+      error_ = "segment " + path_ + " lost its pages (truncated by another process?)";
+      mark_unmetered_locked();
+    }
+    return !detached_;
+  }
   if (tried_) return false;
   tried_ = true;
   if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
     error_ = errno_text("cannot create registry directory", dir_);
     return false;
   }
-  return create_segment_locked(false);
+  if (create_segment_locked(false)) return true;
+  mark_unmetered_locked();
+  return false;
+}
+
+// A process that has no segment leaves an empty, locked marker file, so that
+// the exporter counts it (gym_exporter_registry_unmetered_writers): "no data"
+// must never look like "no work". An empty file needs no page, only an inode.
+void SegmentWriter::mark_unmetered_locked() noexcept {
+  if (marker_fd_ >= 0) return;
+  try {
+    const pid_t pid = ::getpid();
+    const uint64_t ticks = detail::process_start_ticks(pid).value_or(0);
+    std::string path = dir_ + "/gym-" + std::to_string(pid) + "-" + std::to_string(ticks) + "-" +
+                       std::to_string(g_sequence.fetch_add(1)) + ".unmetered";
+    int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) return;
+    if (!detail::take_owner_lock(fd) && errno != EINVAL) {
+      ::unlink(path.c_str());
+      ::close(fd);
+      return;
+    }
+    marker_fd_ = fd;
+    marker_path_ = std::move(path);
+  } catch (...) {
+    // Out of memory: nothing more can be said.
+  }
+}
+
+void SegmentWriter::drop_marker() noexcept {
+  if (marker_fd_ < 0) return;
+  ::unlink(marker_path_.c_str());
+  ::close(marker_fd_);
+  marker_fd_ = -1;
+}
+
+bool SegmentWriter::unmetered() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return marker_fd_ >= 0;
+}
+
+// Pages up to record `records` (exclusive) and value line `lines` are
+// reserved before they are touched (see reserve_pages).
+bool SegmentWriter::reserve_locked(int fd, uint32_t records, uint32_t lines) {
+  const uint64_t rec_end = segment::kRecordsOffset + uint64_t{records} * segment::kRecordBytes;
+  const uint64_t val_end = segment::kValuesOffset + uint64_t{lines} * segment::kLineBytes;
+  if (rec_end > reserved_records_end_) {
+    if (!reserve_pages(fd, reserved_records_end_, rec_end)) return false;
+    reserved_records_end_ = (rec_end + segment::kPageBytes - 1) / segment::kPageBytes *
+                            segment::kPageBytes;
+  }
+  if (val_end > reserved_values_end_) {
+    if (!reserve_pages(fd, reserved_values_end_, val_end)) return false;
+    reserved_values_end_ = (val_end + segment::kPageBytes - 1) / segment::kPageBytes *
+                           segment::kPageBytes;
+  }
+  return true;
 }
 
 // Creates a complete segment and links it into the directory (see the
@@ -207,6 +293,18 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
   if (::fchmod(fd, 0600) != 0) return fail("cannot chmod segment in");
   if (::ftruncate(fd, static_cast<off_t>(segment::kTotalBytes)) != 0)
     return fail("cannot size segment in");
+  // The header now; records and values as they are registered (or, after a
+  // fork, as far as the parent's go).
+  reserved_records_end_ = segment::kRecordsOffset;
+  reserved_values_end_ = segment::kValuesOffset;
+  if (!reserve_pages(fd, 0, segment::kHeaderBytes)) return fail("cannot reserve segment pages in");
+  uint32_t inherited_count = 0;
+  if (after_fork && base_ != nullptr) {
+    inherited_count =
+        std::min(segment::load_acquire(&header_of(base_)->record_count), segment::kMaxRecords);
+    if (!reserve_locked(fd, inherited_count, next_line_))
+      return fail("cannot reserve segment pages in");
+  }
   void* map = ::mmap(nullptr, segment::kTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) return fail("cannot map segment in");
   auto* base = static_cast<unsigned char*>(map);
@@ -228,18 +326,19 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
 
   if (after_fork && base_ != nullptr) {
     // Same records; counters and histograms start at zero in the child (the
-    // parent's counts stay in the parent's segment); gauges keep the values
-    // of the objects the child inherited.
-    const uint32_t count =
-        std::min(segment::load_acquire(&header_of(base_)->record_count), segment::kMaxRecords);
+    // parent's counts stay in the parent's segment). Gauges keep the values
+    // of the objects the child inherited, for the child's own use, but are
+    // not exported from the child: the parent still reports them.
+    const uint32_t count = inherited_count;
     std::memcpy(base + segment::kRecordsOffset, base_ + segment::kRecordsOffset,
                 uint64_t{count} * segment::kRecordBytes);
     for (uint32_t i = 0; i < count; ++i) {
-      const Record* r = record_of(base, i);
-      if (r->kind == static_cast<uint8_t>(SeriesKind::kGauge)) {
+      Record* r = record_of(base, i);
+      if (r->kind != static_cast<uint8_t>(SeriesKind::kGauge)) continue;
+      if (r->value_line < segment::kValueLines)
         std::memcpy(line_of(base, r->value_line), line_of(base_, r->value_line),
                     segment::kLineBytes);
-      }
+      if (r->state == segment::kRecordLive) r->state = segment::kRecordInherited;
     }
     segment::store_release(&h->record_count, count);
   }
@@ -289,8 +388,10 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
       error_ = errno_text("cannot remap segment after fork in", dir_);
       return false;
     }
+    detail::reset_writer_mapping_lost(base_);
   } else {
     base_ = base;
+    detail::protect_writer_mapping(base_, segment::kTotalBytes);
   }
   if (fd_ >= 0) ::close(fd_);
   fd_ = fd;
@@ -325,7 +426,8 @@ int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_vi
     const Label& l = sorted[i];
     bool duplicate = i > 0 && sorted[i - 1].name == l.name;
     if (duplicate || !detail::valid_label_name(l.name) ||
-        l.value.size() > segment::kMaxValueBytes || l.value.find('\0') != std::string_view::npos) {
+        l.value.size() > segment::kMaxValueBytes || l.value.find('\0') != std::string_view::npos ||
+        !detail::valid_utf8(l.value)) {
       ensure_segment_locked();
       count_drop_locked();
       return -1;
@@ -376,7 +478,8 @@ int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_vi
   const uint32_t shards = kind == SeriesKind::kHistogram ? segment::kHistogramShards : 1;
   const uint32_t lines =
       segment::value_lines_for(kind, static_cast<uint32_t>(bounds.size()), shards);
-  if (index >= segment::kMaxRecords || next_line_ + lines > segment::kValueLines) {
+  if (index >= segment::kMaxRecords || next_line_ + lines > segment::kValueLines ||
+      !reserve_locked(fd_, index + 1, next_line_ + lines)) {
     count_drop_locked();
     return -1;
   }
@@ -473,7 +576,14 @@ void SegmentWriter::after_fork_child() noexcept {
 }
 
 void SegmentWriter::renew_after_fork() noexcept {
-  if (base_ == nullptr) return;
+  // The parent's marker and its lock belong to the parent.
+  const bool parent_unmetered = marker_fd_ >= 0;
+  if (marker_fd_ >= 0) ::close(marker_fd_);
+  marker_fd_ = -1;
+  if (base_ == nullptr || detached_) {
+    if (parent_unmetered) mark_unmetered_locked();
+    return;
+  }
   bool ok = false;
   try {
     ok = create_segment_locked(true);
@@ -490,6 +600,7 @@ void SegmentWriter::renew_after_fork() noexcept {
     // Records stay allocated in process memory; no new ones are made.
     tried_ = true;
     detached_ = true;
+    mark_unmetered_locked();
   }
 }
 

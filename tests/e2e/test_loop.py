@@ -49,7 +49,7 @@ CONTRACT = {
     "gym_host_memory_sampled_peak_bytes": ("gauge", set()),
     "gym_exporter_build_info": ("gauge", {"version", "revision"}),
     "gym_exporter_scrape_duration_seconds": ("gauge", set()),
-    "gym_exporter_registry_segments": ("gauge", set()),
+    "gym_exporter_registry_segments": ("gauge", {"format_version"}),
     "gym_exporter_registry_retired_segments_total": ("counter", set()),
     "gym_exporter_registry_dropped_series_total": ("counter", set()),
     "gym_exporter_registry_rejected_segments_total": ("counter", set()),

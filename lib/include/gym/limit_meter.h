@@ -4,10 +4,15 @@
 // for a language that keeps its own semaphore (asyncio), so both report the
 // same numbers.
 //
+// The free-slot count is the semaphore's state, so it lives in process memory:
+// the registry gets a copy (an atomic add per change). Nothing another
+// process does to the registry file can change what the semaphore admits.
+//
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,9 +34,14 @@ class LimitMeter {
              SegmentWriter& writer);
 
   int64_t limit() const { return limit_; }
-  // Free slots. The counter itself (a registry gauge, or process memory when
-  // there is no registry), for a semaphore whose state it is.
-  int64_t* available() const { return available_.raw(); }
+  // Free slots: the semaphore's own state, in process memory. Whoever
+  // changes it with a compare-exchange reports the change with
+  // published_available_add.
+  int64_t* available() const { return &available_local_->value; }
+  void published_available_add(int64_t delta) const { available_.add(delta); }
+  // Moves `delta` slots between free and held, within [0, limit]; false,
+  // changing nothing, when that would leave the range.
+  bool move_available(int64_t delta) const;
   int64_t queued() const { return queued_.value(); }
   void add_queued(int64_t delta) const { queued_.add(delta); }
   void count_timeout() const { timeouts_.add(); }
@@ -43,7 +53,11 @@ class LimitMeter {
   int64_t limit_;
   std::vector<std::pair<std::string, std::string>> labels_;
   Gauge limit_gauge_;
-  Gauge available_;
+  Gauge available_;  // the registry's copy of *available()
+  struct alignas(64) Slot {
+    int64_t value;
+  };
+  std::unique_ptr<Slot> available_local_;
   Gauge queued_;
   Counter timeouts_;
   Counter cancelled_;

@@ -4,8 +4,9 @@
 //
 // Thread-safety: no concurrent call to any API of this type causes a data
 // race. An uncontended acquire or release is one atomic compare-exchange on
-// the free-slot count, which lives in the registry (so metering adds nothing);
-// only waiters touch the queue count and the mutex.
+// the free-slot count (in process memory, so that no other process can change
+// what the semaphore admits) and one atomic add on its registry copy; only
+// waiters touch the queue count and the mutex.
 //
 // Fork-safety: as the registry's; a child inherits the semaphore's state.
 #pragma once
@@ -57,8 +58,10 @@ class MeteredSemaphore {
     int64_t* a = meter_.available();
     int64_t v = __atomic_load_n(a, __ATOMIC_RELAXED);
     while (v > 0) {
-      if (__atomic_compare_exchange_n(a, &v, v - 1, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+      if (__atomic_compare_exchange_n(a, &v, v - 1, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+        meter_.published_available_add(-1);
         return true;
+      }
     }
     return false;
   }

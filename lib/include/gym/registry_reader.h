@@ -2,22 +2,42 @@
 // Takes snapshots of every segment in a registry directory, sums series with
 // the same family and labels across live segments, and retires the segments
 // of owners that are gone: their counters and histograms are folded into
-// totals the reader keeps (so they never go down), their gauges are dropped,
-// and their files are removed.
+// totals (so they never go down), their gauges are dropped, and their files
+// are removed.
+//
+// One retiring reader per directory, enforced by an OFD lock on
+// `<dir>/.exporter.lock`: the reader that holds it (claim()) retires segments
+// and keeps the folded totals in `<dir>/.exporter-totals`, written crash-safely
+// (a new file renamed over the old) before any folded segment is removed, so
+// that totals survive a restart or SIGKILL of the exporter. A reader without
+// the lock reads only: it retires and removes nothing, and adds the holder's
+// totals file to what it sees.
+//
+// Trust: nothing in the directory can make the reader crash, hang or report a
+// falling counter. Metadata is copied out with pread and validated once;
+// values are read with aligned atomic loads under a SIGBUS guard
+// (fault_guard.h), so a segment truncated or emptied under the reader is
+// counted as damaged (its last values are folded) instead of faulting. A live
+// counter or histogram that goes down is taken as a reset of its segment: the
+// values seen before are folded in. Sums saturate instead of wrapping.
+//
+// Bounded state: a series with no live writer that has not changed for
+// `retired_series_ttl` is forgotten; at most `max_series` series are tracked,
+// further ones are skipped and counted.
 //
 // Thread-safety: none; one thread takes snapshots (the exporter serializes
 // scrapes). A snapshot never blocks or waits for a writer.
-//
-// One reader per registry directory: a second one would miss the totals of
-// the segments the first retires.
 #pragma once
 
 #include <sys/types.h>
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -45,12 +65,27 @@ struct SeriesSample {
 };
 
 struct RegistryStats {
-  uint64_t live_segments = 0;           // live writer segments in this snapshot
+  uint64_t live_segments = 0;  // live writer segments in this snapshot
+  // Live segments by format version (index = version; 0 unused).
+  std::array<uint64_t, segment::kFormatVersion + 1> live_segments_by_version{};
   uint64_t retired_segments_total = 0;  // owners gone, folded in and removed
   uint64_t rejected_files_total = 0;    // files that were not valid segments
   uint64_t dropped_series_total = 0;    // registrations writers could not make
   uint64_t invalid_records_total = 0;   // records with bad metadata, skipped
   uint64_t read_errors_total = 0;       // files that could not be opened or read
+  // Live segments whose pages went away under the reader (truncated, or a
+  // fault while reading): last values folded in, not read again.
+  uint64_t damaged_segments_total = 0;
+  // Live writer processes whose numbers cannot be read now: those that run
+  // without a segment (their marker files) and those whose segment is damaged.
+  uint64_t unmetered_writers = 0;
+  uint64_t counter_resets_total = 0;     // live counters or histograms that went down
+  uint64_t expired_series_total = 0;     // series forgotten after retired_series_ttl
+  uint64_t series_over_limit_total = 0;  // series not tracked: max_series reached
+  uint64_t series = 0;                   // series the reader tracks now
+  uint64_t registry_bytes = 0;           // memory the directory's files take (blocks)
+  uint64_t totals_write_errors_total = 0;
+  bool retiring = false;  // this reader holds the directory's lock
 };
 
 // A live process that declared its server identity (gym/server_identity.h).
@@ -74,15 +109,34 @@ struct Snapshot {
   std::vector<DeclaredServer> servers;
 };
 
-class RegistryReader {
- public:
+struct ReaderOptions {
   // Segments owned by a user outside `trusted_uids` are skipped and counted
   // (as rejected files). Empty: the owner of the directory and this
   // process's effective user.
-  explicit RegistryReader(std::string dir, std::vector<uid_t> trusted_uids = {});
+  std::vector<uid_t> trusted_uids;
+  // kRetire: claim the directory's lock at the first snapshot that finds the
+  // directory (read only, with a problem reported once, while another
+  // process holds it). kReadOnly: never claim, never change the directory.
+  enum class Mode { kRetire, kReadOnly } mode = Mode::kRetire;
+  std::chrono::milliseconds retired_series_ttl = std::chrono::hours(1);
+  size_t max_series = 100000;
+};
+
+class RegistryReader {
+ public:
+  static constexpr const char* kLockFile = ".exporter.lock";
+  static constexpr const char* kTotalsFile = ".exporter-totals";
+
+  explicit RegistryReader(std::string dir, ReaderOptions options = {});
   ~RegistryReader();
   RegistryReader(const RegistryReader&) = delete;
   RegistryReader& operator=(const RegistryReader&) = delete;
+
+  // Takes the directory's lock now. False, with `why` naming the holder's
+  // pid, when another process holds it; true when the directory does not
+  // exist yet (the lock is then taken by the first snapshot that finds it).
+  bool claim(std::string* why);
+  bool retiring() const { return lock_fd_ >= 0; }
 
   // Reads every segment now. The reference stays valid until the next call.
   const Snapshot& snapshot();
@@ -91,6 +145,11 @@ class RegistryReader {
 
  private:
   struct Segment;
+  struct Marker {
+    int fd = -1;
+    ino_t ino = 0;
+    bool listed = false;
+  };
   struct Accumulator {
     bool present = false;
     uint64_t counter = 0;
@@ -99,29 +158,52 @@ class RegistryReader {
     std::vector<uint64_t> buckets;  // not cumulative
   };
 
+  bool open_dir();
+  bool try_lock(std::string* why);
   void list_directory();
   void open_segment(const std::string& name, ino_t ino);
+  void open_marker(const std::string& name, ino_t ino);
+  void check_markers();
   bool owner_alive(const Segment& s) const;
-  int32_t series_of(Segment& s, uint32_t index);
-  void add_values(Segment& s, std::vector<Accumulator>& into, bool gauges);
-  void retire(Segment& s, bool remove_file);
-  void find_declared_server(Segment& s);
+  void parse_new_records(Segment& s, uint32_t count);
+  int32_t intern(const segment::Record& rec, std::string* why);
+  bool read_values(Segment& s, uint32_t* count);
+  void read_segment(Segment& s, bool gauges);
+  void fold_last(Segment& s);
+  void damage(Segment& s, const std::string& why);
+  void retire(Segment& s);
+  void drop_segment(const std::string& name);
   void reject(const std::string& name, ino_t ino, const std::string& why);
+  void read_error(const std::string& name, ino_t ino, const std::string& what);
   void cleanup_stale_temp(const std::string& name);
+  void load_totals(bool adopt_folded);
+  void persist_totals();
+  void expire_series(int64_t now_ns);
   void build_output();
-
   bool trusted(uid_t owner);
 
   std::string dir_;
-  std::vector<uid_t> trusted_uids_;
+  ReaderOptions options_;
   bool default_trust_;
   int dir_fd_ = -1;
+  int lock_fd_ = -1;
+  bool lock_refused_ = false;  // reported once
   std::unordered_map<std::string, std::unique_ptr<Segment>> segments_;
-  std::unordered_map<std::string, ino_t> rejected_;  // name -> inode counted
-  std::vector<std::string> listed_;                  // scratch
+  std::unordered_map<std::string, Marker> markers_;
+  std::unordered_map<std::string, ino_t> rejected_;     // name -> inode counted
+  std::unordered_map<std::string, ino_t> read_failed_;  // name -> inode reported
+  std::vector<std::string> listed_;                     // scratch
 
+  // Series, by id. An id is free (infos_[id] == nullptr) once expired, and
+  // reused by the next new series.
   std::unordered_map<std::string, uint32_t> series_ids_;  // identity key -> id
-  std::vector<std::unique_ptr<SeriesInfo>> infos_;        // by id
+  std::vector<std::unique_ptr<SeriesInfo>> infos_;
+  std::vector<std::string> keys_;       // id -> identity key
+  std::vector<uint32_t> refs_;          // id -> records of open segments naming it
+  std::vector<int64_t> last_change_;    // id -> when its folded total last changed (ns)
+  std::vector<uint32_t> free_ids_;
+  size_t live_series_ = 0;
+  bool over_limit_reported_ = false;
   struct FamilyShape {
     segment::SeriesKind kind;
     std::vector<int64_t> bounds;
@@ -134,6 +216,21 @@ class RegistryReader {
   std::vector<Accumulator> retired_;  // by id: folded counters, histograms
   std::vector<Accumulator> current_;  // by id: this snapshot
   uint64_t retired_dropped_ = 0;
+  std::vector<uint64_t> scratch_;     // one segment's values, copied out
+  std::vector<uint32_t> scratch_states_;
+
+  // Totals: folded segments whose files are kept until the totals that hold
+  // them are written (name -> inode); whether the totals changed since.
+  std::unordered_map<std::string, ino_t> folded_pending_;
+  std::unordered_set<std::string> folded_by_owner_;  // read only: the holder's
+  bool totals_dirty_ = false;
+  bool totals_error_reported_ = false;
+  struct stat_key {
+    ino_t ino = 0;
+    int64_t mtime_ns = 0;
+    off_t size = 0;
+    bool operator==(const stat_key&) const = default;
+  } totals_seen_;
 
   Snapshot snapshot_;
 };

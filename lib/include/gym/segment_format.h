@@ -42,7 +42,7 @@
 //   offset size field
 //   ------ ---- -----------------------------------------------------------
 //        0    4 state            atomic: kRecordEmpty, kRecordLive,
-//                                kRecordReleased
+//                                kRecordReleased, kRecordInherited (v2)
 //        4    1 kind             SeriesKind
 //        5    1 label_count      <= kMaxLabels
 //        6    1 bound_count      histograms: finite upper bounds, <= kMaxBounds
@@ -70,20 +70,33 @@
 //                a reader's +Inf bucket always equals its count.
 //
 // Publication rule. The owner creates the file unnamed (O_TMPFILE), sizes it
-// (zero-filled), takes an OFD write lock on it that it holds until it exits,
-// writes the header with the magic last, and only then links it into the
-// directory: a named segment is always complete. To register a series the
-// owner (under a process-local mutex) fills a record whose state is
-// kRecordEmpty, then stores state = kRecordLive with release, then raises
-// record_count with release. Metadata of a record never changes after that;
-// a released gauge slot is only reused for the same family and labels. Value
-// updates are relaxed atomic read-modify-writes on the value lines. A gauge
-// is released by storing 0 into its value, then state = kRecordReleased
-// (release); it is reused by zeroing the value, then state = kRecordLive.
-// The reader loads record_count and each state with acquire, so it never sees
-// a record before its metadata, and reads values with relaxed loads. The
-// owner is alive exactly while its OFD lock is held; the kernel drops it when
-// the process dies.
+// (sparse), reserves the header page with fallocate, takes an OFD write lock
+// on it that it holds until it exits, writes the header with the magic last,
+// and only then links it into the directory: a named segment is always
+// complete. To register a series the owner (under a process-local mutex)
+// first reserves (fallocate) the pages of the record and of its value lines,
+// so that no page it or a reader touches is ever a hole (on a full tmpfs a
+// hole faults with SIGBUS; a failed reservation is a counted drop instead),
+// then fills a record whose state is kRecordEmpty, stores state = kRecordLive
+// with release, then raises record_count with release. Metadata of a record
+// never changes after that; a released gauge slot is only reused for the same
+// family and labels. Value updates are relaxed atomic read-modify-writes on
+// the value lines. A gauge is released by storing 0 into its value, then
+// state = kRecordReleased (release); it is reused by zeroing the value, then
+// state = kRecordLive. The reader loads record_count and each state with
+// acquire, so it never sees a record before its metadata, and reads values
+// with relaxed loads. The owner is alive exactly while its OFD lock is held;
+// the kernel drops it when the process dies.
+//
+// Fork (version 2). A child gets a segment of its own with the parent's
+// records: counters and histograms start at zero there, and the gauges it
+// inherited are marked kRecordInherited: their values live on in the child
+// (a primitive may still use them) but are not exported from it, because the
+// parent still reports them. A released-and-reused slot in the child is
+// kRecordLive again: a gauge the child made itself.
+//
+// Versions. 2 added kRecordInherited and the reservation rule; the layout is
+// that of 1, and a reader accepts both (kMinFormatVersion..kFormatVersion).
 #pragma once
 
 #include <atomic>
@@ -99,7 +112,10 @@ inline uint64_t magic_word() {
   __builtin_memcpy(&w, kMagic, sizeof w);
   return w;
 }
-inline constexpr uint32_t kFormatVersion = 1;
+inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kMinFormatVersion = 1;
+// Reservations (fallocate) are made in whole pages.
+inline constexpr uint64_t kPageBytes = 4096;
 inline constexpr uint32_t kHeaderBytes = 4096;
 inline constexpr uint32_t kRecordBytes = 1024;
 inline constexpr uint32_t kLineBytes = 64;
@@ -119,6 +135,7 @@ enum class SeriesKind : uint8_t { kCounter = 1, kGauge = 2, kHistogram = 3 };
 inline constexpr uint32_t kRecordEmpty = 0;
 inline constexpr uint32_t kRecordLive = 1;
 inline constexpr uint32_t kRecordReleased = 2;
+inline constexpr uint32_t kRecordInherited = 3;  // v2: a forked child's copy of a gauge
 
 struct Header {
   uint64_t magic;  // the bytes of kMagic

@@ -9,14 +9,20 @@
 // Fork-safety: in a child created by fork(), every SegmentWriter of the parent
 // moves to a segment of the child's own (same series, counters and histograms
 // starting from zero, gauges keeping the values of the objects the child
-// inherited), so handles created before the fork keep working in the child and
-// never write into the parent's segment.
+// inherited but not exported from the child, since the parent still reports
+// them), so handles created before the fork keep working in the child and
+// never write into the parent's segment, and nothing is counted twice.
 //
-// Failure: when the directory is missing or unwritable, or the segment is
-// full, the writer keeps working; counter and histogram updates become no-ops,
-// a gauge keeps its value in process memory, and (when a segment exists) the
-// number of series that could not be registered is kept in its header.
-// Nothing here throws to the caller on the update path.
+// Failure: when the directory is missing, unwritable or full, or the segment
+// is full, the writer keeps working; counter and histogram updates become
+// no-ops, a gauge keeps its value in process memory, and (when a segment
+// exists) the number of series that could not be registered is kept in its
+// header. Every page is reserved (fallocate) before it is touched, so a full
+// tmpfs is a counted drop, never SIGBUS; if another process truncates the
+// segment, the fault is caught (fault_guard.h) and the process goes on
+// unmetered. A process left without a segment leaves an empty locked marker
+// file that the exporter counts. Nothing here throws to the caller on the
+// update path, and no signal reaches it.
 #pragma once
 
 #include <cstdint>
@@ -161,6 +167,8 @@ class SegmentWriter {
   uint64_t dropped_series() const;
   // Why the segment could not be created, empty if it could (or was not tried).
   std::string error() const;
+  // Whether this process runs unmetered and says so with a marker file.
+  bool unmetered() const;
 
  private:
   friend class Gauge;
@@ -170,6 +178,9 @@ class SegmentWriter {
                                     std::span<const Label> labels, std::span<const int64_t> bounds,
                                     double unit_divisor, bool reuse_released);
   void count_drop_locked();
+  bool reserve_locked(int fd, uint32_t records, uint32_t lines);
+  void mark_unmetered_locked() noexcept;
+  void drop_marker() noexcept;
   void release_gauge(uint32_t record) noexcept;
   void renew_after_fork() noexcept;
   static void prepare_fork() noexcept;
@@ -181,6 +192,10 @@ class SegmentWriter {
   int fd_ = -1;
   unsigned char* base_ = nullptr;  // mapping of segment::kTotalBytes
   uint32_t next_line_ = 0;         // first free value line
+  uint64_t reserved_records_end_ = 0;  // file offsets reserved up to
+  uint64_t reserved_values_end_ = 0;
+  int marker_fd_ = -1;  // the unmetered marker, when there is one
+  std::string marker_path_;
   uint64_t local_dropped_ = 0;
   bool tried_ = false;
   bool detached_ = false;  // a child whose own segment could not be made
