@@ -2,7 +2,9 @@
 // processes, and lookups in a reader snapshot.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -46,6 +48,42 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// A real tmpfs of `size` (e.g. "1m") mounted on a fresh directory, like a
+// container's small /dev/shm; needs root (ok() is false otherwise).
+class TmpfsMount {
+ public:
+  explicit TmpfsMount(const std::string& size) {
+    std::string tmpl = "/tmp/gym-tmpfs-XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
+    path_ = tmpl;
+    const std::string opts = "size=" + size + ",mode=0700";
+    ok_ = ::mount("tmpfs", path_.c_str(), "tmpfs", 0, opts.c_str()) == 0;
+  }
+  ~TmpfsMount() {
+    if (ok_) ::umount2(path_.c_str(), MNT_DETACH);
+    ::rmdir(path_.c_str());
+  }
+  bool ok() const { return ok_; }
+  const std::string& path() const { return path_; }
+  // Fills the file system with `name` until no page is left but `leave`
+  // bytes (then removes that much again).
+  void fill(const std::string& name = "filler", size_t leave = 0) const {
+    const std::string file = path_ + "/" + name;
+    int fd = ::open(file.c_str(), O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    if (fd < 0) std::abort();
+    std::vector<char> chunk(4096, 'x');
+    off_t size = 0;
+    while (::write(fd, chunk.data(), chunk.size()) > 0) size += off_t(chunk.size());
+    if (leave > 0 && ::ftruncate(fd, size > off_t(leave) ? size - off_t(leave) : 0) != 0)
+      std::abort();
+    ::close(fd);
+  }
+
+ private:
+  std::string path_;
+  bool ok_ = false;
 };
 
 // Runs `body` in a child process that exits with its return value.

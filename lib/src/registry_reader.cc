@@ -991,8 +991,8 @@ const Snapshot& RegistryReader::snapshot() {
     ++snapshot_.stats.live_segments_by_version[seg->version];
   }
   check_markers();
-  if (retiring() && totals_dirty_) persist_totals();
   expire_series(now);
+  if (retiring() && totals_dirty_) persist_totals();
   if (struct stat st {}; open_dir() && ::fstatat(dir_fd_, kTotalsFile, &st, AT_SYMLINK_NOFOLLOW) == 0)
     snapshot_.stats.registry_bytes += uint64_t(st.st_blocks) * 512;
   snapshot_.stats.live_segments = live;

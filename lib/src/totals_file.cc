@@ -126,7 +126,7 @@ bool decode_totals(std::string_view text, Totals& out, std::string* why) {
       if (f[1].empty() || f[1].size() > 255 || f[1].find('/') != std::string_view::npos)
         return bad("bad segment name");
       out.folded.emplace_back(f[1]);
-    } else if (f[0] == "series" && f.size() >= 8) {
+    } else if (f[0] == "series" && f.size() >= 9) {
       TotalsSeries s;
       size_t i = 1;
       unsigned kind = 0;
@@ -135,7 +135,7 @@ bool decode_totals(std::string_view text, Totals& out, std::string* why) {
       s.kind = static_cast<uint8_t>(kind);
       if (!get_hex(f[i++], &s.unit_divisor, sizeof s.unit_divisor)) return bad("bad divisor");
       if (!get_num(f[i++], nbounds) || nbounds > segment::kMaxBounds) return bad("bad bounds");
-      if (f.size() < i + nbounds + 6) return bad("too few fields");
+      if (f.size() < i + nbounds + 5) return bad("too few fields");
       s.bounds.resize(nbounds);
       for (size_t b = 0; b < nbounds; ++b)
         if (!get_num(f[i++], s.bounds[b])) return bad("bad bound");

@@ -1,0 +1,582 @@
+// Registry trust: whatever /dev/shm, a fork or another process of the user
+// does, no writer, forked child or reader dies, and no number is wrong:
+// full tmpfs mounts, segments truncated and rewritten under live processes,
+// forks with held slots, bad label bytes, wrapping counters, readers killed
+// and run side by side, churn of label sets.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "gym/metered_semaphore.h"
+#include "gym/registry_reader.h"
+#include "gym/segment_writer.h"
+#include "test_support.h"
+
+namespace gym {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::find_series;
+using testing::TempDir;
+using testing::TmpfsMount;
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+const int64_t kBounds[] = {1, 5, 10, 50, 100};
+
+// A counter with one label.
+Counter counter_with(SegmentWriter& w, const char* family, const char* name,
+                     const std::string& value) {
+  const Label l[] = {{name, value}};
+  return w.counter(family, l);
+}
+
+std::vector<std::string> names_in(const std::string& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    out.push_back(e.path().filename().string());
+  return out;
+}
+
+std::string segment_of(const std::string& dir) {
+  for (const auto& n : names_in(dir))
+    if (n.ends_with(".seg")) return dir + "/" + n;
+  return "";
+}
+
+// A process that registers `series` counters and a histogram and a
+// semaphore, forks a child that does the same, and keeps both running until
+// the gate opens. Exits 0 only if the child exited 0 too.
+int writer_with_child(const std::string& dir, int series, testing::Ready& ready,
+                      testing::Gate& gate) {
+  SegmentWriter w(dir);
+  std::vector<Counter> counters;
+  for (int i = 0; i < series; ++i)
+    counters.push_back(counter_with(w, "work_total", "n", std::to_string(i)));
+  Histogram h = w.histogram("work_size", {}, kBounds, 1.0);
+  MeteredSemaphore sem(2, Component::kOther, "slots", std::nullopt, std::nullopt, w);
+  sem.acquire();
+  for (Counter& c : counters) c.add(3);
+  h.observe(7);
+  pid_t child = ::fork();
+  if (child == 0) {
+    for (Counter& c : counters) c.add(1);
+    h.observe(70);
+    sem.release();
+    Counter own = w.counter("child_total", {});
+    own.add(1);
+    ready.signal();
+    gate.wait();
+    ::_exit(0);
+  }
+  ready.signal();
+  gate.wait();
+  for (Counter& c : counters) c.add(1);
+  sem.release();
+  return testing::wait_exit(child);
+}
+
+TEST(RegistryTrust, FullTmpfsLeavesWritersAndForkedChildrenRunningUnmeteredAndCounted) {
+  TmpfsMount fs("1m");
+  if (!fs.ok()) GTEST_SKIP() << "mounting a tmpfs needs root";
+  fs.fill();
+  const std::string dir = fs.path() + "/registry";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  constexpr int kWriters = 8;
+  testing::Ready ready;
+  testing::Gate gate;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kWriters; ++i)
+    pids.push_back(testing::spawn([&] { return writer_with_child(dir, 20, ready, gate); }));
+  ready.wait(2 * kWriters);
+  RegistryReader reader(dir);
+  {
+    const Snapshot& snap = reader.snapshot();
+    EXPECT_EQ(snap.stats.live_segments, 0u) << "no page to be had";
+    EXPECT_EQ(snap.stats.unmetered_writers, uint64_t{2 * kWriters})
+        << "every process, parent and forked child, is seen running unmetered";
+  }
+  gate.open();
+  for (pid_t p : pids) EXPECT_EQ(testing::wait_exit(p), 0) << "no SIGBUS (135), no abort";
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.unmetered_writers, 0u);
+  for (const auto& n : names_in(dir)) EXPECT_FALSE(n.ends_with(".unmetered")) << n;
+}
+
+TEST(RegistryTrust, NearlyFullTmpfsMakesRegistrationsCountedDropsNeverSignals) {
+  TmpfsMount fs("2m");
+  if (!fs.ok()) GTEST_SKIP() << "mounting a tmpfs needs root";
+  const std::string dir = fs.path() + "/registry";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  fs.fill("filler", 96 * 1024);  // room for a few segments' first pages
+  constexpr int kWriters = 12;
+  testing::Ready ready;
+  testing::Gate gate;
+  std::vector<pid_t> pids;
+  for (int i = 0; i < kWriters; ++i)
+    pids.push_back(testing::spawn([&] { return writer_with_child(dir, 200, ready, gate); }));
+  ready.wait(2 * kWriters);
+  RegistryReader reader(dir);
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.live_segments + snap.stats.unmetered_writers, uint64_t{2 * kWriters})
+      << "each live process is read or counted as unmetered";
+  EXPECT_GT(snap.stats.dropped_series_total + snap.stats.unmetered_writers, 0u);
+  gate.open();
+  for (pid_t p : pids) EXPECT_EQ(testing::wait_exit(p), 0) << "no SIGBUS (135), no abort";
+  const Snapshot& after = reader.snapshot();
+  EXPECT_EQ(after.stats.live_segments, 0u);
+  EXPECT_EQ(after.stats.unmetered_writers, 0u);
+}
+
+TEST(RegistryTrust, ReaderOnAFullTmpfsSurvivesAHoleUnderALiveSegment) {
+  TmpfsMount fs("4m");
+  if (!fs.ok()) GTEST_SKIP() << "mounting a tmpfs needs root";
+  const std::string dir = fs.path();
+  testing::Ready ready;
+  testing::Gate gate;
+  testing::Gate gate2;
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(dir);
+    Counter c = w.counter("work_total", {});
+    c.add(5);
+    ready.signal();
+    gate.wait();
+    c.add(1);  // its page is gone and none can be had: the writer goes on unmetered
+    ready.signal();
+    gate2.wait();
+    return 0;
+  });
+  ready.wait(1);
+  RegistryReader reader(dir);
+  EXPECT_EQ(find_series(reader.snapshot(), "work_total")->counter, 5u);
+  const std::string seg = segment_of(dir);
+  int fd = ::open(seg.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(segment::kValuesOffset),
+                        off_t(segment::kValueLines) * segment::kLineBytes),
+            0);
+  ::close(fd);
+  fs.fill();
+  const Snapshot& snap = reader.snapshot();
+  const SeriesSample* s = find_series(snap, "work_total");
+  ASSERT_NE(s, nullptr);
+  EXPECT_GE(s->counter, 5u) << "a counter never falls";
+  gate.open();
+  ready.wait(1);
+  reader.snapshot();
+  gate2.open();
+  EXPECT_EQ(testing::wait_exit(pid), 0) << "the writer was not killed by SIGBUS";
+}
+
+class Truncation : public ::testing::TestWithParam<uint64_t> {};
+
+TEST_P(Truncation, TruncatedLiveSegmentNeverKillsTheWriterOrTheReaderNorLowersACounter) {
+  TempDir tmp;
+  testing::Ready ready;
+  testing::Gate gate;
+  std::atomic<bool>* stop = static_cast<std::atomic<bool>*>(::mmap(
+      nullptr, sizeof(std::atomic<bool>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
+      0));
+  new (stop) std::atomic<bool>(false);
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    Counter c = w.counter("busy_total", {});
+    Histogram h = w.histogram("busy_size", {}, kBounds, 1.0);
+    Gauge g = w.gauge("busy", {});
+    ready.signal();
+    uint64_t n = 0;
+    while (!stop->load()) {
+      c.add();
+      h.observe(int64_t(n++ % 120));
+      g.set(int64_t(n));
+    }
+    // Registrations after the loss are counted drops, not crashes.
+    w.counter("late_total", {}).add();
+    return w.unmetered() ? 0 : 3;
+  });
+  ready.wait(1);
+  RegistryReader reader(tmp.path());
+  const std::string seg = segment_of(tmp.path());
+  ASSERT_FALSE(seg.empty());
+  uint64_t last = 0;
+  for (int i = 0; i < 40; ++i) {
+    if (i == 10) {
+      ASSERT_EQ(::truncate(seg.c_str(), off_t(GetParam())), 0);
+    }
+    const Snapshot& snap = reader.snapshot();
+    if (const SeriesSample* s = find_series(snap, "busy_total")) {
+      EXPECT_GE(s->counter, last) << "snapshot " << i;
+      last = s->counter;
+    }
+    if (i > 10) {
+      EXPECT_EQ(snap.stats.damaged_segments_total, 1u);
+      EXPECT_EQ(snap.stats.unmetered_writers, 1u) << "a live writer with a damaged segment";
+      EXPECT_EQ(find_series(snap, "busy"), nullptr) << "no gauge from a segment we cannot read";
+    }
+    std::this_thread::sleep_for(2ms);
+  }
+  EXPECT_GT(last, 0u);
+  stop->store(true);
+  EXPECT_EQ(testing::wait_exit(pid), 0) << "the writer ran on, unmetered, and was not killed";
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.live_segments, 0u);
+  EXPECT_GE(find_series(snap, "busy_total")->counter, last);
+  EXPECT_TRUE(tmp.files().empty());
+  ::munmap(stop, sizeof(std::atomic<bool>));
+}
+
+INSTANTIATE_TEST_SUITE_P(ToZeroHalfAndOnePage, Truncation,
+                         ::testing::Values(uint64_t{0}, segment::kTotalBytes / 2,
+                                           uint64_t{segment::kPageBytes}));
+
+// Patches `len` bytes at `offset` of a file.
+void patch(const std::string& path, uint64_t offset, const void* data, size_t len) {
+  int fd = ::open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pwrite(fd, data, len, off_t(offset)), ssize_t(len));
+  ::close(fd);
+}
+
+uint64_t record_offset(uint32_t i) {
+  return segment::kRecordsOffset + uint64_t{i} * segment::kRecordBytes;
+}
+
+TEST(RegistryTrust, RecordRewrittenAfterTheFirstScrapeIsReadWhereItWasValidated) {
+  TempDir tmp;
+  testing::Ready ready;
+  testing::Gate step;
+  testing::Gate done;
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    w.counter("first_total", {}).add(42);
+    ready.signal();
+    step.wait();
+    w.counter("second_total", {}).add(7);
+    ready.signal();
+    done.wait();
+    return 0;
+  });
+  ready.wait(1);
+  RegistryReader reader(tmp.path());
+  EXPECT_EQ(find_series(reader.snapshot(), "first_total")->counter, 42u);
+  const std::string seg = segment_of(tmp.path());
+  const uint32_t far = 0x7FFFFFF0;
+  patch(seg, record_offset(0) + offsetof(segment::Record, value_line), &far, sizeof far);
+  const uint8_t kind = uint8_t(segment::SeriesKind::kHistogram);
+  patch(seg, record_offset(0) + offsetof(segment::Record, kind), &kind, 1);
+  step.open();
+  ready.wait(1);
+  // The second record is rewritten before the reader ever saw it.
+  patch(seg, record_offset(1) + offsetof(segment::Record, value_line), &far, sizeof far);
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(find_series(snap, "first_total")->counter, 42u) << "read where it was validated";
+  EXPECT_EQ(find_series(snap, "second_total"), nullptr);
+  EXPECT_EQ(snap.stats.invalid_records_total, 1u);
+  done.open();
+  EXPECT_EQ(testing::wait_exit(pid), 0);
+}
+
+TEST(RegistryTrust, ForkWithAHeldSlotReportsTheLimitAndActiveOnce) {
+  TempDir tmp;
+  SegmentWriter w(tmp.path());
+  MeteredSemaphore sem(4, Component::kResourcesServer, "verifiers", "math", std::nullopt, w);
+  sem.acquire();
+  testing::Ready ready;
+  testing::Gate gate;
+  pid_t child = testing::spawn([&] {
+    // The child's copy of the semaphore works on the child's own state.
+    if (!sem.try_acquire() || sem.active() != 2) return 2;
+    MeteredSemaphore own(2, Component::kResourcesServer, "child_only", "math", std::nullopt, w);
+    own.acquire();
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  RegistryReader reader(tmp.path());
+  const Labels labels = {{"nemo_gym_concurrency_component", "resources_server"},
+                         {"nemo_gym_concurrency_limit_name", "verifiers"},
+                         {"nemo_gym_server_name", "math"}};
+  for (int i = 0; i < 5; ++i) {
+    const Snapshot& snap = reader.snapshot();
+    EXPECT_EQ(snap.stats.live_segments, 2u);
+    ASSERT_NE(find_series(snap, "gym_concurrency_limit", labels), nullptr);
+    EXPECT_EQ(find_series(snap, "gym_concurrency_limit", labels)->gauge, 4) << "not 8";
+    EXPECT_EQ(find_series(snap, "gym_concurrency_available", labels)->gauge, 3)
+        << "the parent's one held slot, not the child's copy";
+    EXPECT_EQ(find_series(snap, "gym_concurrency_queue_depth", labels)->gauge, 0);
+    const Labels own = {{"nemo_gym_concurrency_component", "resources_server"},
+                        {"nemo_gym_concurrency_limit_name", "child_only"},
+                        {"nemo_gym_server_name", "math"}};
+    ASSERT_NE(find_series(snap, "gym_concurrency_available", own), nullptr);
+    EXPECT_EQ(find_series(snap, "gym_concurrency_available", own)->gauge, 1)
+        << "a limit the child made itself is the child's to report";
+  }
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(child), 0);
+  sem.release();
+}
+
+TEST(RegistryTrust, LabelValuesThatAreNotUtf8AreDroppedByWritersAndSkippedByTheReader) {
+  TempDir tmp;
+  testing::Ready ready;
+  testing::Gate gate;
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    const Label bad[] = {{"server", "\xff\xfe"}};
+    const Label overlong[] = {{"server", "\xc0\xaf"}};
+    if (w.counter("bad_total", bad).registered()) return 2;
+    if (w.counter("bad_total", overlong).registered()) return 3;
+    if (w.dropped_series() != 2) return 4;
+    const Label ok[] = {{"server", "m\xc3\xa4th"}};  // "mäth"
+    w.counter("good_total", ok).add(1);
+    const Label planted[] = {{"server", "abc"}};
+    w.counter("planted_total", planted).add(1);
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  // Another process rewrites the planted value's first byte to 0xFF.
+  const std::string seg = segment_of(tmp.path());
+  std::string text(segment::kTextBytes, '\0');
+  int fd = ::open(seg.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::pread(fd, text.data(), text.size(), off_t(record_offset(1) + 160)),
+            ssize_t(text.size()));
+  const size_t at = text.find("abc");
+  ASSERT_NE(at, std::string::npos);
+  const char ff = '\xff';
+  ASSERT_EQ(::pwrite(fd, &ff, 1, off_t(record_offset(1) + 160 + at)), 1);
+  ::close(fd);
+  RegistryReader reader(tmp.path());
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.dropped_series_total, 2u);
+  EXPECT_EQ(snap.stats.invalid_records_total, 1u);
+  EXPECT_NE(find_series(snap, "good_total", {{"server", "m\xc3\xa4th"}}), nullptr);
+  EXPECT_EQ(testing::count_family(snap, "planted_total"), 0u);
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(pid), 0);
+}
+
+TEST(RegistryTrust, ACounterThatWrapsNeverFallsAndCountsAsAReset) {
+  TempDir tmp;
+  SegmentWriter w(tmp.path());
+  Counter c = w.counter("planted_total", {});
+  Histogram h = w.histogram("planted_size", {}, kBounds, 1.0);
+  c.add(UINT64_MAX - 4);  // 2^64 - 5
+  h.observe(3);
+  RegistryReader reader(tmp.path());
+  const SeriesSample* s = find_series(reader.snapshot(), "planted_total");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->counter, UINT64_MAX - 4);
+  c.add(10);  // wraps to 5 in the segment
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(find_series(snap, "planted_total")->counter, UINT64_MAX) << "saturates, never falls";
+  EXPECT_EQ(snap.stats.counter_resets_total, 1u);
+  EXPECT_EQ(find_series(snap, "planted_size")->count(), 1u);
+}
+
+TEST(RegistryTrust, FoldedTotalsSurviveAReaderKilledWithSigkill) {
+  TempDir tmp;
+  for (int i = 0; i < 3; ++i) {
+    pid_t pid = testing::spawn([&] {
+      SegmentWriter w(tmp.path());
+      w.counter("done_total", {}).add(1000);
+      w.histogram("done_size", {}, kBounds, 1.0).observe(20);
+      return 0;
+    });
+    ASSERT_EQ(testing::wait_exit(pid), 0);
+  }
+  pid_t reader_pid = testing::spawn([&] {
+    RegistryReader reader(tmp.path());
+    const SeriesSample* s = find_series(reader.snapshot(), "done_total");
+    if (s == nullptr || s->counter != 3000) return 2;
+    ::raise(SIGKILL);
+    return 3;
+  });
+  EXPECT_EQ(testing::wait_exit(reader_pid), 128 + SIGKILL);
+  EXPECT_TRUE(tmp.files().empty()) << "folded segments were removed after the totals were kept";
+  RegistryReader reader(tmp.path());
+  const Snapshot& snap = reader.snapshot();
+  ASSERT_NE(find_series(snap, "done_total"), nullptr);
+  EXPECT_EQ(find_series(snap, "done_total")->counter, 3000u);
+  EXPECT_EQ(find_series(snap, "done_size")->cumulative_buckets,
+            (std::vector<uint64_t>{0, 0, 0, 3, 3, 3}));
+}
+
+TEST(RegistryTrust, FoldedSegmentsStayUntilTheirTotalsAreWritten) {
+  TmpfsMount fs("1m");
+  if (!fs.ok()) GTEST_SKIP() << "mounting a tmpfs needs root";
+  const std::string dir = fs.path();
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(dir);
+    w.counter("done_total", {}).add(5);
+    return 0;
+  });
+  ASSERT_EQ(testing::wait_exit(pid), 0);
+  fs.fill();
+  uint64_t errors = 0;
+  {
+    RegistryReader reader(dir);
+    const Snapshot& snap = reader.snapshot();
+    EXPECT_EQ(find_series(snap, "done_total")->counter, 5u);
+    errors = snap.stats.totals_write_errors_total;
+    EXPECT_FALSE(segment_of(dir).empty()) << "kept: the totals could not be written";
+    const Snapshot& again = reader.snapshot();
+    EXPECT_EQ(find_series(again, "done_total")->counter, 5u) << "not folded twice";
+  }
+  EXPECT_GT(errors, 0u);
+  ASSERT_EQ(::unlink((dir + "/filler").c_str()), 0);
+  RegistryReader next(dir);  // a restart: the kept segment is folded again, once
+  EXPECT_EQ(find_series(next.snapshot(), "done_total")->counter, 5u);
+  EXPECT_TRUE(segment_of(dir).empty());
+  RegistryReader third(dir);
+  EXPECT_EQ(find_series(third.snapshot(), "done_total")->counter, 5u);
+}
+
+TEST(RegistryTrust, OneRetiringReaderPerDirectoryTheOtherReadsOnly) {
+  TempDir tmp;
+  RegistryReader first(tmp.path());
+  std::string why;
+  ASSERT_TRUE(first.claim(&why)) << why;
+  RegistryReader second(tmp.path());
+  EXPECT_FALSE(second.claim(&why));
+  EXPECT_NE(why.find("pid " + std::to_string(::getpid())), std::string::npos) << why;
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    w.counter("done_total", {}).add(9);
+    return 0;
+  });
+  ASSERT_EQ(testing::wait_exit(pid), 0);
+  const Snapshot& ro = second.snapshot();
+  EXPECT_FALSE(ro.stats.retiring);
+  EXPECT_EQ(find_series(ro, "done_total")->counter, 9u) << "a dead writer not yet folded";
+  EXPECT_EQ(tmp.files().size(), 1u) << "the read-only reader removed nothing";
+  const Snapshot& rw = first.snapshot();
+  EXPECT_TRUE(rw.stats.retiring);
+  EXPECT_EQ(find_series(rw, "done_total")->counter, 9u);
+  EXPECT_TRUE(tmp.files().empty());
+  EXPECT_EQ(find_series(second.snapshot(), "done_total")->counter, 9u)
+      << "from the retiring reader's totals, not counted twice";
+}
+
+TEST(RegistryTrust, SeriesOfGoneWritersExpireAfterTheTtlAndMaxSeriesBoundsTheRest) {
+  TempDir tmp;
+  constexpr int kWriters = 20;
+  constexpr int kSeries = 1000;  // 20,000 label sets
+  for (int p = 0; p < kWriters; ++p) {
+    pid_t pid = testing::spawn([&] {
+      SegmentWriter w(tmp.path());
+      for (int i = 0; i < kSeries; ++i)
+        counter_with(w, "churn_total", "id", std::to_string(p * kSeries + i)).add(1);
+      return w.dropped_series() == 0 ? 0 : 2;
+    });
+    ASSERT_EQ(testing::wait_exit(pid), 0);
+  }
+  {
+    ReaderOptions capped;
+    capped.mode = ReaderOptions::Mode::kReadOnly;
+    capped.max_series = 500;
+    RegistryReader reader(tmp.path(), capped);
+    const Snapshot& snap = reader.snapshot();
+    EXPECT_EQ(snap.stats.series, 500u);
+    EXPECT_EQ(snap.stats.series_over_limit_total, uint64_t{kWriters * kSeries - 500});
+    EXPECT_EQ(testing::count_family(snap, "churn_total"), 500u);
+  }
+  ReaderOptions options;
+  options.retired_series_ttl = 300ms;
+  RegistryReader reader(tmp.path(), options);
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.series, uint64_t{kWriters * kSeries});
+  EXPECT_EQ(snap.stats.retired_segments_total, uint64_t{kWriters});
+  std::this_thread::sleep_for(400ms);
+  const Snapshot& later = reader.snapshot();
+  EXPECT_EQ(later.stats.series, 0u);
+  EXPECT_EQ(later.stats.expired_series_total, uint64_t{kWriters * kSeries});
+  EXPECT_TRUE(later.series.empty());
+  RegistryReader restarted(tmp.path(), options);
+  EXPECT_EQ(restarted.snapshot().stats.series, 0u) << "expired series are gone from the totals";
+}
+
+TEST(RegistryTrust, FormatVersionOneIsReadAndReportedAndANewerOneIsRefused) {
+  TempDir tmp;
+  testing::Ready ready;
+  testing::Gate gate;
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    w.counter("old_total", {}).add(4);
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  const std::string seg = segment_of(tmp.path());
+  const uint32_t v1 = 1;
+  patch(seg, offsetof(segment::Header, format_version), &v1, sizeof v1);
+  {
+    RegistryReader reader(tmp.path());
+    const Snapshot& snap = reader.snapshot();
+    EXPECT_EQ(snap.stats.live_segments_by_version[1], 1u);
+    EXPECT_EQ(snap.stats.live_segments_by_version[2], 0u);
+    EXPECT_EQ(find_series(snap, "old_total")->counter, 4u);
+  }
+  const uint32_t v3 = 3;
+  patch(seg, offsetof(segment::Header, format_version), &v3, sizeof v3);
+  RegistryReader reader(tmp.path(), ReaderOptions{.trusted_uids = {}, .mode = ReaderOptions::Mode::kReadOnly});
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.live_segments, 0u);
+  EXPECT_EQ(snap.stats.rejected_files_total, 1u);
+  ASSERT_EQ(snap.problems.size(), 1u);
+  EXPECT_NE(snap.problems[0].find("unsupported format version 3"), std::string::npos);
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(pid), 0);
+}
+
+TEST(RegistryTrust, EachBadFileOrRecordIsLoggedOnceThenCounted) {
+  TempDir tmp;
+  testing::Ready ready;
+  testing::Gate gate;
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    for (int i = 0; i < 300; ++i) counter_with(w, "many_total", "i", std::to_string(i)).add(1);
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  const std::string seg = segment_of(tmp.path());
+  const uint8_t bad_kind = 9;
+  for (uint32_t i = 0; i < 300; ++i)
+    patch(seg, record_offset(i) + offsetof(segment::Record, kind), &bad_kind, 1);
+  // A socket where a segment should be: it cannot be opened at all.
+  int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  const std::string sock_path = tmp.sub("gym-1-1-1.seg");
+  std::strncpy(addr.sun_path, sock_path.c_str(), sizeof addr.sun_path - 1);
+  ASSERT_EQ(::bind(sock, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  RegistryReader reader(tmp.path());
+  const Snapshot& first = reader.snapshot();
+  EXPECT_EQ(first.stats.invalid_records_total, 300u);
+  EXPECT_EQ(first.stats.read_errors_total, 1u);
+  EXPECT_EQ(first.problems.size(), 3u) << "one record, a summary of the rest, one file";
+  for (int i = 0; i < 3; ++i) {
+    const Snapshot& snap = reader.snapshot();
+    EXPECT_TRUE(snap.problems.empty());
+    EXPECT_EQ(snap.stats.read_errors_total, uint64_t(2 + i)) << "counted, not logged";
+  }
+  ::close(sock);
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(pid), 0);
+}
+
+}  // namespace
+}  // namespace gym
