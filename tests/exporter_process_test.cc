@@ -8,13 +8,16 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
 
+#include "gym/limit_meter.h"
 #include "gym/metered_semaphore.h"
+#include "gym_metrics.h"
 #include "gym/resources_operation.h"
 #include "gym/server_identity.h"
 #include "test_support.h"
@@ -157,6 +160,14 @@ class RunningExporter {
   int stop() {
     if (pid_ <= 0) return status_;
     ::kill(pid_, SIGTERM);
+    status_ = testing::wait_exit(pid_);
+    pid_ = -1;
+    return status_;
+  }
+  // SIGKILL: no chance to clean up.
+  int kill_hard() {
+    if (pid_ <= 0) return status_;
+    ::kill(pid_, SIGKILL);
     status_ = testing::wait_exit(pid_);
     pid_ = -1;
     return status_;
@@ -357,6 +368,191 @@ TEST(ExporterProcess, SighupReloadsAGoodFileAndKeepsTheRunningConfigOnABadOne) {
         << "the running configuration is kept";
     EXPECT_EQ(ex.stop(), 0);
   }
+}
+
+// ---------------------------------------------------------------- registry trust
+
+// A writer process that counts `n` admission timeouts of limit `name` and
+// exits.
+void count_timeouts_and_exit(const std::string& dir, const char* name, int n) {
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(dir);
+    LimitMeter m(2, Component::kOther, name, std::nullopt, true, w);
+    for (int i = 0; i < n; ++i) m.count_timeout();
+    return 0;
+  });
+  ASSERT_EQ(testing::wait_exit(pid), 0);
+}
+
+std::string timeouts_of(const char* name) {
+  return std::string("gym_concurrency_admission_timeouts_total{nemo_gym_concurrency_component=") +
+         "\"other\",nemo_gym_concurrency_limit_name=\"" + name + "\"}";
+}
+
+size_t segment_files(const std::string& dir) {
+  size_t n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    n += e.path().filename().string().ends_with(".seg");
+  return n;
+}
+
+std::string config_with_slow_sampler(const TempDir& tmp) {
+  const std::string file = tmp.sub("config.yml");
+  std::ofstream(file) << "registry:\n  dir: " << tmp.path()
+                      << "\nmemory:\n  interval_seconds: 3600\n";
+  return file;
+}
+
+TEST(ExporterProcess, SecondExporterOnADirectoryRefusesNamingTheFirstsPid) {
+  TempDir tmp;
+  RunningExporter first(tmp, "--registry.dir=" + tmp.path());
+  ASSERT_GT(first.port(), 0);
+  auto [rc, out] = shell(exporter() + " --registry.dir=" + tmp.path() +
+                         " --web.listen-address=127.0.0.1:0 2>&1");
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("another gym-exporter (pid " + std::to_string(first.pid()) + ")"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+}
+
+TEST(ExporterProcess, OnceBesideARunningExporterReadsWithoutRetiringAnything) {
+  TempDir tmp;
+  RunningExporter first(tmp, "--config.file=" + config_with_slow_sampler(tmp));
+  ASSERT_GT(first.port(), 0);
+  count_timeouts_and_exit(tmp.path(), "early", 11);
+  EXPECT_EQ(sample(http(first.port(), "GET", "/metrics").body, timeouts_of("early")), 11);
+  EXPECT_EQ(segment_files(tmp.path()), 0u) << "the running exporter retired it";
+  count_timeouts_and_exit(tmp.path(), "late", 5);
+  auto [rc, out] = shell(exporter() + " --once --registry.dir=" + tmp.path() + " 2>/dev/null");
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(sample(out, "gym_exporter_registry_retiring"), 0);
+  EXPECT_EQ(sample(out, timeouts_of("early")), 11) << "from the running exporter's totals";
+  EXPECT_EQ(sample(out, timeouts_of("late")), 5) << "a dead writer not yet folded";
+  EXPECT_EQ(segment_files(tmp.path()), 1u) << "--once removed nothing";
+  const std::string body = http(first.port(), "GET", "/metrics").body;
+  EXPECT_EQ(sample(body, timeouts_of("late")), 5) << "the running exporter still sees it";
+  EXPECT_EQ(sample(body, "gym_exporter_registry_retiring"), 1);
+}
+
+TEST(ExporterProcess, CountersNeverFallAcrossRestartsWithSigkillAndSigterm) {
+  TempDir tmp;
+  testing::Ready ready;
+  testing::Gate gate;
+  pid_t live = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    LimitMeter m(2, Component::kOther, "work", std::nullopt, true, w);
+    for (int i = 0; i < 7; ++i) m.count_timeout();
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  for (int i = 0; i < 5; ++i) count_timeouts_and_exit(tmp.path(), "work", 100);
+  const std::string flags = "--registry.dir=" + tmp.path();
+  double before = 0;
+  {
+    RunningExporter a(tmp, flags);
+    ASSERT_GT(a.port(), 0);
+    before = sample(http(a.port(), "GET", "/metrics").body, timeouts_of("work"));
+    EXPECT_EQ(before, 507);
+    EXPECT_EQ(a.kill_hard(), 128 + SIGKILL);
+  }
+  count_timeouts_and_exit(tmp.path(), "work", 100);  // while no exporter runs
+  std::filesystem::remove(tmp.sub("log.txt"));  // so the next one's port is read
+  {
+    RunningExporter b(tmp, flags);
+    ASSERT_GT(b.port(), 0);
+    EXPECT_EQ(sample(http(b.port(), "GET", "/metrics").body, timeouts_of("work")), 607)
+        << "after SIGKILL: the folded totals were kept, nothing counted twice";
+    EXPECT_EQ(b.stop(), 0);
+  }
+  std::filesystem::remove(tmp.sub("log.txt"));
+  RunningExporter c(tmp, flags);
+  ASSERT_GT(c.port(), 0);
+  EXPECT_EQ(sample(http(c.port(), "GET", "/metrics").body, timeouts_of("work")), 607)
+      << "after SIGTERM";
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(live), 0);
+}
+
+TEST(ExporterProcess, ServerNameThatIsNotUtf8ThroughTheCAbiLeavesTheExpositionValid) {
+  TempDir tmp;
+  testing::Ready ready;
+  testing::Gate gate;
+  pid_t pid = testing::spawn([&] {
+    ::setenv("GYM_METRICS_DIR", tmp.path().c_str(), 1);
+    gym_limit* bad = nullptr;
+    gym_limit* good = nullptr;
+    if (gym_limit_open("resources_server", "verifiers", "caf\xe9", 2, -1, &bad) != GYM_OK) return 2;
+    if (gym_limit_open("resources_server", "verifiers", "cafe", 2, -1, &good) != GYM_OK) return 3;
+    // The unmetered limit still works for its caller.
+    if (gym_limit_acquired(bad) != GYM_OK || gym_limit_active(bad) != 1) return 4;
+    if (gym_limit_acquired(good) != GYM_OK) return 5;
+    ready.signal();
+    gate.wait();
+    gym_limit_close(bad);
+    gym_limit_close(good);
+    return 0;
+  });
+  ready.wait(1);
+  auto [rc, out] = shell(exporter() + " --once --registry.dir=" + tmp.path() + " 2>/dev/null");
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(pid), 0);
+  ASSERT_EQ(rc, 0);
+  EXPECT_EQ(sample(out, "gym_exporter_registry_dropped_series_total"), 4)
+      << "limit, available, queue depth and cancellations of the bad name";
+  EXPECT_EQ(sample(out, "gym_concurrency_active{nemo_gym_concurrency_component="
+                        "\"resources_server\",nemo_gym_concurrency_limit_name=\"verifiers\","
+                        "nemo_gym_server_name=\"cafe\"}"),
+            1);
+  const std::string file = tmp.sub("exposition.txt");
+  std::ofstream(file) << out;
+  auto [prc, problems] = shell("promtool check metrics < " + file);
+  EXPECT_EQ(prc, 0) << problems;
+}
+
+TEST(ExporterProcess, AnOverlongPortIsAnErrorNotAnAbort) {
+  auto [rc, out] =
+      shell(exporter() + " --check-config --web.listen-address=:99999999999999999999 2>&1");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("listen address must be [host]:port"), std::string::npos) << out;
+}
+
+// gym-demo forks verifier subprocesses while its resources servers hold
+// slots: every limit is still reported at its configured size.
+TEST(ExporterProcess, GymDemoLimitsAreReportedAsConfiguredDespiteForks) {
+  TempDir tmp;
+  pid_t demo = testing::spawn([&] {
+    const std::string dir = "--registry.dir=" + tmp.path();
+    ::execl(GYM_DEMO_BIN, GYM_DEMO_BIN, dir.c_str(), "--duration=30", nullptr);
+    return 127;
+  });
+  const std::string c = "nemo_gym_concurrency_component=";
+  const std::string n = ",nemo_gym_concurrency_limit_name=";
+  const std::string s = ",nemo_gym_server_name=";
+  const std::vector<std::pair<std::string, double>> limits = {
+      {"{" + c + "\"rollout_driver\"" + n + "\"rollouts\"}", 16},
+      {"{" + c + "\"agent_server\"" + n + "\"upstream_requests\"" + s + "\"simple_agent\"}", 8},
+      {"{" + c + "\"model_server\"" + n + "\"inference_requests\"" + s + "\"policy_model\"}",
+       32},
+      {"{" + c + "\"resources_server\"" + n + "\"verifiers\"" + s + "\"math_verifier\"}", 4},
+      {"{" + c + "\"resources_server\"" + n + "\"verifiers\"" + s + "\"code_sandbox\"}", 8},
+  };
+  std::this_thread::sleep_for(1500ms);
+  for (int round = 0; round < 5; ++round) {
+    auto [rc, out] = shell(exporter() + " --once --registry.dir=" + tmp.path() + " 2>/dev/null");
+    ASSERT_EQ(rc, 0);
+    for (const auto& [labels, limit] : limits) {
+      EXPECT_EQ(sample(out, "gym_concurrency_limit" + labels), limit) << labels;
+      const double active = sample(out, "gym_concurrency_active" + labels);
+      EXPECT_GE(active, 0) << labels;
+      EXPECT_LE(active, limit) << labels;
+    }
+    std::this_thread::sleep_for(300ms);
+  }
+  ::kill(demo, SIGTERM);
+  EXPECT_EQ(testing::wait_exit(demo), 0);
 }
 
 }  // namespace

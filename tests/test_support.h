@@ -115,7 +115,7 @@ inline int wait_exit(pid_t pid) {
 class Gate {
  public:
   Gate() {
-    if (::pipe(fds_) != 0) std::abort();
+    if (::pipe2(fds_, O_CLOEXEC) != 0) std::abort();  // not into exec'd programs
   }
   ~Gate() {
     close_read();
@@ -147,7 +147,7 @@ class Gate {
 class Ready {
  public:
   Ready() {
-    if (::pipe(fds_) != 0) std::abort();
+    if (::pipe2(fds_, O_CLOEXEC) != 0) std::abort();  // not into exec'd programs
   }
   ~Ready() {
     ::close(fds_[0]);
