@@ -16,7 +16,8 @@ int main(int argc, char** argv) {
     for (const auto& e : std::filesystem::directory_iterator(argv[i])) {
       if (!e.is_regular_file()) continue;
       std::ifstream in(e.path(), std::ios::binary);
-      std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
       LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
       ++files;
     }

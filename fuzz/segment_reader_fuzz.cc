@@ -79,8 +79,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = dir + "/gym-1-1-1.seg";
   int fd = ::open(path.c_str(), O_CREAT | O_TRUNC | O_RDWR, 0600);
   if (fd < 0) return 0;
-  const size_t length = (flags & 2) ? std::min<size_t>(truncate_to % (seg.size() + 1), seg.size())
-                                    : seg.size();
+  const size_t length =
+      (flags & 2) ? std::min<size_t>(truncate_to % (seg.size() + 1), seg.size()) : seg.size();
   if (::pwrite(fd, seg.data(), length, 0) != ssize_t(length)) {
     ::close(fd);
     return 0;

@@ -33,6 +33,25 @@ TEST(ExporterConfig, ReadsEveryKey) {
   EXPECT_EQ(r.config.log_format, "json");
 }
 
+TEST(ExporterConfig, RegistryBoundsAreReadAndCheckedAndHaveDefaults) {
+  EXPECT_EQ(parse_config("", "e.yml").config.retired_series_ttl_seconds, 3600);
+  EXPECT_EQ(parse_config("", "e.yml").config.max_series, 100000);
+  ConfigResult r =
+      parse_config("registry:\n  retired_series_ttl_seconds: 90\n  max_series: 5000\n", "r.yml");
+  ASSERT_TRUE(r.ok()) << r.errors[0];
+  EXPECT_EQ(r.config.retired_series_ttl_seconds, 90);
+  EXPECT_EQ(r.config.max_series, 5000);
+  EXPECT_TRUE(
+      has_error(parse_config("registry:\n  max_series: 0\n", "b.yml"), "registry.max_series"));
+  EXPECT_TRUE(has_error(parse_config("registry:\n  retired_series_ttl_seconds: x\n", "b.yml"),
+                        "registry.retired_series_ttl_seconds"));
+}
+
+TEST(ExporterConfig, AnOverlongPortIsAnErrorNotAnException) {
+  ConfigResult r = parse_config("web:\n  listen_address: :99999999999999999999\n", "p.yml");
+  EXPECT_TRUE(has_error(r, "listen address must be [host]:port")) << r.errors.size();
+}
+
 TEST(ExporterConfig, UnknownKeyNamesFileLineAndColumn) {
   ConfigResult r = parse_config("web:\n  listen_address: :1\n  listen_adress: :2\n", "g.yml");
   EXPECT_TRUE(has_error(r, "g.yml:3:3: unknown key 'web.listen_adress'")) << r.errors.at(0);

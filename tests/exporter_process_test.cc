@@ -17,9 +17,9 @@
 
 #include "gym/limit_meter.h"
 #include "gym/metered_semaphore.h"
-#include "gym_metrics.h"
 #include "gym/resources_operation.h"
 #include "gym/server_identity.h"
+#include "gym_metrics.h"
 #include "test_support.h"
 
 namespace gym {
@@ -459,7 +459,7 @@ TEST(ExporterProcess, CountersNeverFallAcrossRestartsWithSigkillAndSigterm) {
     EXPECT_EQ(a.kill_hard(), 128 + SIGKILL);
   }
   count_timeouts_and_exit(tmp.path(), "work", 100);  // while no exporter runs
-  std::filesystem::remove(tmp.sub("log.txt"));  // so the next one's port is read
+  std::filesystem::remove(tmp.sub("log.txt"));       // so the next one's port is read
   {
     RunningExporter b(tmp, flags);
     ASSERT_GT(b.port(), 0);
@@ -502,9 +502,10 @@ TEST(ExporterProcess, ServerNameThatIsNotUtf8ThroughTheCAbiLeavesTheExpositionVa
   ASSERT_EQ(rc, 0);
   EXPECT_EQ(sample(out, "gym_exporter_registry_dropped_series_total"), 4)
       << "limit, available, queue depth and cancellations of the bad name";
-  EXPECT_EQ(sample(out, "gym_concurrency_active{nemo_gym_concurrency_component="
-                        "\"resources_server\",nemo_gym_concurrency_limit_name=\"verifiers\","
-                        "nemo_gym_server_name=\"cafe\"}"),
+  EXPECT_EQ(sample(out,
+                   "gym_concurrency_active{nemo_gym_concurrency_component="
+                   "\"resources_server\",nemo_gym_concurrency_limit_name=\"verifiers\","
+                   "nemo_gym_server_name=\"cafe\"}"),
             1);
   const std::string file = tmp.sub("exposition.txt");
   std::ofstream(file) << out;
@@ -534,8 +535,7 @@ TEST(ExporterProcess, GymDemoLimitsAreReportedAsConfiguredDespiteForks) {
   const std::vector<std::pair<std::string, double>> limits = {
       {"{" + c + "\"rollout_driver\"" + n + "\"rollouts\"}", 16},
       {"{" + c + "\"agent_server\"" + n + "\"upstream_requests\"" + s + "\"simple_agent\"}", 8},
-      {"{" + c + "\"model_server\"" + n + "\"inference_requests\"" + s + "\"policy_model\"}",
-       32},
+      {"{" + c + "\"model_server\"" + n + "\"inference_requests\"" + s + "\"policy_model\"}", 32},
       {"{" + c + "\"resources_server\"" + n + "\"verifiers\"" + s + "\"math_verifier\"}", 4},
       {"{" + c + "\"resources_server\"" + n + "\"verifiers\"" + s + "\"code_sandbox\"}", 8},
   };

@@ -159,9 +159,10 @@ TEST(RegistryTrust, ReaderOnAFullTmpfsSurvivesAHoleUnderALiveSegment) {
   const std::string seg = segment_of(dir);
   int fd = ::open(seg.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(segment::kValuesOffset),
-                        off_t(segment::kValueLines) * segment::kLineBytes),
-            0);
+  ASSERT_EQ(
+      ::fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off_t(segment::kValuesOffset),
+                  off_t(segment::kValueLines) * segment::kLineBytes),
+      0);
   ::close(fd);
   fs.fill();
   const Snapshot& snap = reader.snapshot();
@@ -181,9 +182,9 @@ TEST_P(Truncation, TruncatedLiveSegmentNeverKillsTheWriterOrTheReaderNorLowersAC
   TempDir tmp;
   testing::Ready ready;
   testing::Gate gate;
-  std::atomic<bool>* stop = static_cast<std::atomic<bool>*>(::mmap(
-      nullptr, sizeof(std::atomic<bool>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1,
-      0));
+  std::atomic<bool>* stop = static_cast<std::atomic<bool>*>(
+      ::mmap(nullptr, sizeof(std::atomic<bool>), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+             -1, 0));
   new (stop) std::atomic<bool>(false);
   pid_t pid = testing::spawn([&] {
     SegmentWriter w(tmp.path());
@@ -530,7 +531,8 @@ TEST(RegistryTrust, FormatVersionOneIsReadAndReportedAndANewerOneIsRefused) {
   }
   const uint32_t v3 = 3;
   patch(seg, offsetof(segment::Header, format_version), &v3, sizeof v3);
-  RegistryReader reader(tmp.path(), ReaderOptions{.trusted_uids = {}, .mode = ReaderOptions::Mode::kReadOnly});
+  RegistryReader reader(tmp.path(),
+                        ReaderOptions{.trusted_uids = {}, .mode = ReaderOptions::Mode::kReadOnly});
   const Snapshot& snap = reader.snapshot();
   EXPECT_EQ(snap.stats.live_segments, 0u);
   EXPECT_EQ(snap.stats.rejected_files_total, 1u);

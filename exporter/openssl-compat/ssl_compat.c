@@ -12,4 +12,6 @@ typedef struct x509_st X509;
 
 X509* SSL_get1_peer_certificate(const SSL* s);
 
-X509* SSL_get_peer_certificate(const SSL* s) { return SSL_get1_peer_certificate(s); }
+X509* SSL_get_peer_certificate(const SSL* s) {
+  return SSL_get1_peer_certificate(s);
+}

@@ -247,8 +247,8 @@ ConfigResult parse_config(const std::string& yaml, const std::string& name) {
               {{"dir", [&](const YAML::Node& v) { rd.string(v, "registry.dir", c.registry_dir); }},
                {"retired_series_ttl_seconds",
                 [&](const YAML::Node& v) {
-                  rd.number(v, "registry.retired_series_ttl_seconds",
-                            c.retired_series_ttl_seconds, 1);
+                  rd.number(v, "registry.retired_series_ttl_seconds", c.retired_series_ttl_seconds,
+                            1);
                 }},
                {"max_series",
                 [&](const YAML::Node& v) {

@@ -60,7 +60,8 @@ bool LimitMeter::move_available(int64_t delta) const {
   do {
     const int64_t next = v + delta;
     if (next < 0 || next > limit_) return false;
-  } while (!__atomic_compare_exchange_n(a, &v, v + delta, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+  } while (
+      !__atomic_compare_exchange_n(a, &v, v + delta, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
   available_.add(delta);
   return true;
 }

@@ -319,8 +319,8 @@ void RegistryReader::persist_totals() {
     t.series.push_back(std::move(s));
   }
   const std::string text = detail::encode_totals(t);
-  int fd = ::openat(dir_fd_, kTotalsTemp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                    0600);
+  int fd =
+      ::openat(dir_fd_, kTotalsTemp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
   bool ok = fd >= 0;
   size_t put = 0;
   while (ok && put < text.size()) {
@@ -410,8 +410,8 @@ void RegistryReader::open_segment(const std::string& name, ino_t ino) {
   if (h.format_version < segment::kMinFormatVersion || h.format_version > segment::kFormatVersion)
     return reject(name, st.st_ino,
                   "unsupported format version " + std::to_string(h.format_version) +
-                      " (this reader reads " + std::to_string(segment::kMinFormatVersion) +
-                      " to " + std::to_string(segment::kFormatVersion) + ")");
+                      " (this reader reads " + std::to_string(segment::kMinFormatVersion) + " to " +
+                      std::to_string(segment::kFormatVersion) + ")");
   const uint64_t records_end =
       h.records_offset + uint64_t{h.max_records} * uint64_t{segment::kRecordBytes};
   const uint64_t values_end = h.values_offset + uint64_t{h.value_lines} * segment::kLineBytes;
@@ -616,12 +616,12 @@ int32_t RegistryReader::intern(const Record& rec, std::string* why) {
   std::vector<int64_t> bounds(rec.bounds, rec.bounds + rec.bound_count);
   std::string family(parts[0]);
   auto fam = families_.find(family);
-  if (fam != families_.end() &&
-      (fam->second.kind != kind || fam->second.bounds != bounds ||
-       fam->second.unit_divisor != rec.unit_divisor))
+  if (fam != families_.end() && (fam->second.kind != kind || fam->second.bounds != bounds ||
+                                 fam->second.unit_divisor != rec.unit_divisor))
     return invalid("conflicts with the kind or buckets of its family");
   if (live_series_ >= options_.max_series) return kOverLimit;
-  if (fam == families_.end()) families_.emplace(family, FamilyShape{kind, bounds, rec.unit_divisor});
+  if (fam == families_.end())
+    families_.emplace(family, FamilyShape{kind, bounds, rec.unit_divisor});
   auto info = std::make_unique<SeriesInfo>();
   info->kind = kind;
   info->family = std::move(family);
@@ -670,10 +670,10 @@ void RegistryReader::parse_new_records(Segment& s, uint32_t count) {
       why = "counted but never published";
     } else {
       const uint32_t shards = rec.kind == uint8_t(SeriesKind::kHistogram) ? rec.shards : 1;
-      const uint32_t lines = rec.bound_count <= segment::kMaxBounds
-                                 ? segment::value_lines_for(static_cast<SeriesKind>(rec.kind),
-                                                            rec.bound_count, shards)
-                                 : 0;
+      const uint32_t lines =
+          rec.bound_count <= segment::kMaxBounds
+              ? segment::value_lines_for(static_cast<SeriesKind>(rec.kind), rec.bound_count, shards)
+              : 0;
       if (uint64_t{rec.value_line} + lines > s.value_lines) {
         why = "value out of range";
       } else {
@@ -683,8 +683,7 @@ void RegistryReader::parse_new_records(Segment& s, uint32_t count) {
     if (id == kOverLimit) {
       ++snapshot_.stats.series_over_limit_total;
       if (!over_limit_reported_)
-        snapshot_.problems.push_back("registry.max_series (" +
-                                     std::to_string(options_.max_series) +
+        snapshot_.problems.push_back("registry.max_series (" + std::to_string(options_.max_series) +
                                      ") reached: further series are not tracked");
       over_limit_reported_ = true;
       continue;
@@ -692,8 +691,8 @@ void RegistryReader::parse_new_records(Segment& s, uint32_t count) {
     if (id < 0) {
       ++snapshot_.stats.invalid_records_total;
       if (invalid++ == 0)
-        first_problem = "skipped record " + std::to_string(i) + " of " + dir_ + "/" + s.name +
-                        ": " + why;
+        first_problem =
+            "skipped record " + std::to_string(i) + " of " + dir_ + "/" + s.name + ": " + why;
       continue;
     }
     Segment::Entry e{};
@@ -993,7 +992,8 @@ const Snapshot& RegistryReader::snapshot() {
   check_markers();
   expire_series(now);
   if (retiring() && totals_dirty_) persist_totals();
-  if (struct stat st {}; open_dir() && ::fstatat(dir_fd_, kTotalsFile, &st, AT_SYMLINK_NOFOLLOW) == 0)
+  if (struct stat st{};
+      open_dir() && ::fstatat(dir_fd_, kTotalsFile, &st, AT_SYMLINK_NOFOLLOW) == 0)
     snapshot_.stats.registry_bytes += uint64_t(st.st_blocks) * 512;
   snapshot_.stats.live_segments = live;
   snapshot_.stats.dropped_series_total = sat_add(retired_dropped_, dropped);

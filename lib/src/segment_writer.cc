@@ -247,13 +247,13 @@ bool SegmentWriter::reserve_locked(int fd, uint32_t records, uint32_t lines) {
   const uint64_t val_end = segment::kValuesOffset + uint64_t{lines} * segment::kLineBytes;
   if (rec_end > reserved_records_end_) {
     if (!reserve_pages(fd, reserved_records_end_, rec_end)) return false;
-    reserved_records_end_ = (rec_end + segment::kPageBytes - 1) / segment::kPageBytes *
-                            segment::kPageBytes;
+    reserved_records_end_ =
+        (rec_end + segment::kPageBytes - 1) / segment::kPageBytes * segment::kPageBytes;
   }
   if (val_end > reserved_values_end_) {
     if (!reserve_pages(fd, reserved_values_end_, val_end)) return false;
-    reserved_values_end_ = (val_end + segment::kPageBytes - 1) / segment::kPageBytes *
-                           segment::kPageBytes;
+    reserved_values_end_ =
+        (val_end + segment::kPageBytes - 1) / segment::kPageBytes * segment::kPageBytes;
   }
   return true;
 }

@@ -33,14 +33,14 @@ static PyObject* limit_open(PyObject* self, PyObject* args) {
 
 /* Events take the handle alone (METH_O: no argument tuple to parse, as
  * they are on every acquire and release). */
-#define LIMIT_EVENT(name, call)                                                  \
-  static PyObject* name(PyObject* self, PyObject* capsule) {                     \
-    (void)self;                                                                  \
-    gym_limit* l = (gym_limit*)PyCapsule_GetPointer(capsule, kCapsule);          \
-    if (l == NULL) return NULL;                                                  \
-    int rc = call(l);                                        \
-    if (rc != GYM_OK) return raise_error(rc);                \
-    Py_RETURN_NONE;                                          \
+#define LIMIT_EVENT(name, call)                                         \
+  static PyObject* name(PyObject* self, PyObject* capsule) {            \
+    (void)self;                                                         \
+    gym_limit* l = (gym_limit*)PyCapsule_GetPointer(capsule, kCapsule); \
+    if (l == NULL) return NULL;                                         \
+    int rc = call(l);                                                   \
+    if (rc != GYM_OK) return raise_error(rc);                           \
+    Py_RETURN_NONE;                                                     \
   }
 
 LIMIT_EVENT(limit_acquired, gym_limit_acquired)
@@ -112,8 +112,16 @@ static PyMethodDef kMethods[] = {
     {"declare_server", declare_server, METH_VARARGS, "Declare this process's server identity."},
     {NULL, NULL, 0, NULL}};
 
-static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_gym_metrics",
-                                     "libgymmetrics' C ABI.", -1, kMethods, NULL, NULL, NULL,
+static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
+                                     "_gym_metrics",
+                                     "libgymmetrics' C ABI.",
+                                     -1,
+                                     kMethods,
+                                     NULL,
+                                     NULL,
+                                     NULL,
                                      NULL};
 
-PyMODINIT_FUNC PyInit__gym_metrics(void) { return PyModule_Create(&kModule); }
+PyMODINIT_FUNC PyInit__gym_metrics(void) {
+  return PyModule_Create(&kModule);
+}

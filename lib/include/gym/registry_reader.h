@@ -198,9 +198,9 @@ class RegistryReader {
   // reused by the next new series.
   std::unordered_map<std::string, uint32_t> series_ids_;  // identity key -> id
   std::vector<std::unique_ptr<SeriesInfo>> infos_;
-  std::vector<std::string> keys_;       // id -> identity key
-  std::vector<uint32_t> refs_;          // id -> records of open segments naming it
-  std::vector<int64_t> last_change_;    // id -> when its folded total last changed (ns)
+  std::vector<std::string> keys_;     // id -> identity key
+  std::vector<uint32_t> refs_;        // id -> records of open segments naming it
+  std::vector<int64_t> last_change_;  // id -> when its folded total last changed (ns)
   std::vector<uint32_t> free_ids_;
   size_t live_series_ = 0;
   bool over_limit_reported_ = false;
@@ -216,7 +216,7 @@ class RegistryReader {
   std::vector<Accumulator> retired_;  // by id: folded counters, histograms
   std::vector<Accumulator> current_;  // by id: this snapshot
   uint64_t retired_dropped_ = 0;
-  std::vector<uint64_t> scratch_;     // one segment's values, copied out
+  std::vector<uint64_t> scratch_;  // one segment's values, copied out
   std::vector<uint32_t> scratch_states_;
 
   // Totals: folded segments whose files are kept until the totals that hold

@@ -190,8 +190,8 @@ class SegmentWriter {
   std::string dir_;
   mutable std::mutex mu_;
   int fd_ = -1;
-  unsigned char* base_ = nullptr;  // mapping of segment::kTotalBytes
-  uint32_t next_line_ = 0;         // first free value line
+  unsigned char* base_ = nullptr;      // mapping of segment::kTotalBytes
+  uint32_t next_line_ = 0;             // first free value line
   uint64_t reserved_records_end_ = 0;  // file offsets reserved up to
   uint64_t reserved_values_end_ = 0;
   int marker_fd_ = -1;  // the unmetered marker, when there is one
