@@ -498,8 +498,10 @@ TEST(RegistryTrust, SeriesOfGoneWritersExpireAfterTheTtlAndMaxSeriesBoundsTheRes
   const Snapshot& snap = reader.snapshot();
   EXPECT_EQ(snap.stats.series, uint64_t{kWriters * kSeries});
   EXPECT_EQ(snap.stats.retired_segments_total, uint64_t{kWriters});
+  const uint64_t epoch = snap.series_epoch;
   std::this_thread::sleep_for(400ms);
   const Snapshot& later = reader.snapshot();
+  EXPECT_NE(later.series_epoch, epoch) << "holders of SeriesInfo pointers must rebuild";
   EXPECT_EQ(later.stats.series, 0u);
   EXPECT_EQ(later.stats.expired_series_total, uint64_t{kWriters * kSeries});
   EXPECT_TRUE(later.series.empty());

@@ -256,7 +256,8 @@ void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
     scratch_index_.push_back(i);
   }
   served_index_.swap(scratch_index_);
-  if (scratch_infos_ != served_) {
+  if (scratch_infos_ != served_ || snap.series_epoch != served_epoch_) {
+    served_epoch_ = snap.series_epoch;
     served_.swap(scratch_infos_);
     rebuild();
   }

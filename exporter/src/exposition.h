@@ -69,6 +69,7 @@ class RegistryCollector : public Collector {
   // The model of the served series, kept across scrapes: rebuilt when the
   // set of series changes, otherwise only its values are updated.
   std::vector<const SeriesInfo*> served_;  // in snapshot order
+  uint64_t served_epoch_ = UINT64_MAX;     // the snapshot epoch served_ is from
   std::vector<size_t> served_index_;       // index in snapshot.series
   Families model_;
   std::vector<std::pair<prometheus::ClientMetric*, size_t>> slots_;  // metric, served index

@@ -1005,6 +1005,7 @@ const Snapshot& RegistryReader::snapshot() {
 
 void RegistryReader::build_output() {
   if (order_dirty_) {
+    ++snapshot_.series_epoch;
     order_.clear();
     for (uint32_t i = 0; i < infos_.size(); ++i)
       if (infos_[i]) order_.push_back(i);

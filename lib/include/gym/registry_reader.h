@@ -107,6 +107,10 @@ struct Snapshot {
   std::string directory_error;
   // Live processes with a declared identity (one entry per process).
   std::vector<DeclaredServer> servers;
+  // Changes whenever a series is added or forgotten: a SeriesInfo pointer
+  // kept from a snapshot with another epoch may have been freed (and its
+  // address reused).
+  uint64_t series_epoch = 0;
 };
 
 struct ReaderOptions {
