@@ -50,8 +50,14 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
   if (fault) {
     auto* addr = static_cast<unsigned char*>(info->si_addr);
     if (ReadGuard* g = t_guard; g != nullptr && addr >= g->lo && addr < g->hi) {
-      t_guard = nullptr;
-      siglongjmp(g->env, 1);
+      // The file lost pages under the reader: read zeros from now on and
+      // say so; the faulting load runs again on the new page.
+      void* lo = const_cast<unsigned char*>(g->lo);
+      if (::mmap(lo, size_t(g->hi - g->lo), PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1,
+                 0) != MAP_FAILED) {
+        g->faulted = 1;
+        return;
+      }
     }
     for (WriterMapping& m : g_mappings) {
       unsigned char* base = m.base.load(std::memory_order_acquire);
@@ -124,8 +130,10 @@ bool writer_mapping_lost(const void* base) noexcept {
 }
 
 void begin_read_guard(ReadGuard* g, const void* lo, size_t size) noexcept {
+  constexpr size_t kPage = 4096;
   g->lo = static_cast<const unsigned char*>(lo);
-  g->hi = g->lo + size;
+  g->hi = g->lo + (size + kPage - 1) / kPage * kPage;
+  g->faulted = 0;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   t_guard = g;
   std::atomic_signal_fence(std::memory_order_seq_cst);

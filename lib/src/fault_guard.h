@@ -8,7 +8,8 @@
 //   handle keeps working (unmetered), and marks the mapping lost; the writer
 //   counts it at its next registration.
 // - Readers: code that loads from a mapping runs inside a ReadGuard; a fault
-//   inside the guarded range jumps back to the guard, which reports it.
+//   inside the guarded range replaces the mapping with zero pages and marks
+//   the guard, which the reader then reports.
 //
 // Any other SIGBUS goes to the handler that was installed before ours (or to
 // the default action), so the process sees exactly what it would have seen
@@ -16,10 +17,10 @@
 // segment replaces ours; the library then has no protection.
 //
 // Thread-safety: all functions may be called from any thread; the handler is
-// async-signal-safe (atomics, mmap, sigaction, siglongjmp).
+// async-signal-safe (atomics, mmap, sigaction).
 #pragma once
 
-#include <setjmp.h>
+#include <signal.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -40,17 +41,15 @@ void reset_writer_mapping_lost(const void* base) noexcept;
 // Whether a fault replaced the mapping at `base` with private pages.
 bool writer_mapping_lost(const void* base) noexcept;
 
-// Reader side. Use as:
-//   ReadGuard g;
-//   if (sigsetjmp(g.env, 0) != 0) { end_read_guard(); /* faulted */ }
-//   begin_read_guard(&g, lo, size);  ...loads...  end_read_guard();
-// Between begin and end, the code may only load from the range and store
-// into memory that needs no destructor (no allocation, no containers that
-// could be left half-changed): a fault abandons it where it is.
+// Reader side: loads from a read-only mapping of [lo, lo + size) (page
+// aligned) between begin_read_guard and end_read_guard. A fault inside the
+// range replaces the whole mapping with private zero pages (the load then
+// reads 0) and sets `faulted`: the caller discards what it read and treats
+// the file as damaged. No jump, so any code may run in between.
 struct ReadGuard {
-  sigjmp_buf env;
   const unsigned char* lo = nullptr;
   const unsigned char* hi = nullptr;
+  volatile sig_atomic_t faulted = 0;
 };
 void begin_read_guard(ReadGuard* g, const void* lo, size_t size) noexcept;
 void end_read_guard() noexcept;

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <setjmp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -57,20 +56,15 @@ uint64_t sat_add(uint64_t a, uint64_t b) {
   return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
-// Runs `body` with SIGBUS inside [lo, lo + size) turned into a false return.
-// `body` may only load from the range and store into plain memory (see
-// fault_guard.h).
+// Runs `body`, which loads from [lo, lo + size); false when a load faulted
+// (the file lost pages): what `body` read is then worthless.
 template <class Body>
 bool guarded(const void* lo, size_t size, Body&& body) {
   detail::ReadGuard guard;
-  if (sigsetjmp(guard.env, 0) != 0) {
-    detail::end_read_guard();
-    return false;
-  }
   detail::begin_read_guard(&guard, lo, size);
   body();
   detail::end_read_guard();
-  return true;
+  return guard.faulted == 0;
 }
 
 }  // namespace
