@@ -17,11 +17,11 @@ struct WriterMapping {
 };
 constexpr size_t kMaxMappings = 256;
 WriterMapping g_mappings[kMaxMappings];
+// A slot being filled: claimed, but not yet a range the handler may match.
+unsigned char* const kClaiming = reinterpret_cast<unsigned char*>(uintptr_t{1});
 
 struct sigaction g_previous {};
 std::once_flag g_install_once;
-// Changes to the table (not the handler's reads) are serialized.
-std::mutex g_table_mu;
 
 // Initial-exec: the handler reads it without __tls_get_addr.
 __attribute__((tls_model("initial-exec"))) thread_local ReadGuard* t_guard = nullptr;
@@ -61,7 +61,7 @@ void on_sigbus(int sig, siginfo_t* info, void* context) {
     }
     for (WriterMapping& m : g_mappings) {
       unsigned char* base = m.base.load(std::memory_order_acquire);
-      if (base == nullptr) continue;
+      if (base == nullptr || base == kClaiming) continue;
       const size_t size = m.size.load(std::memory_order_relaxed);
       if (addr < base || addr >= base + size) continue;
       // The file under this mapping lost pages: go on in private memory at
@@ -92,28 +92,30 @@ void install_fault_handler() noexcept {
 
 bool protect_writer_mapping(void* base, size_t size) noexcept {
   install_fault_handler();
-  std::lock_guard<std::mutex> lock(g_table_mu);
+  auto* b = static_cast<unsigned char*>(base);
   for (WriterMapping& m : g_mappings) {
-    if (m.base.load(std::memory_order_relaxed) == base) {
+    if (m.base.load(std::memory_order_acquire) == b) {
       m.lost.store(false, std::memory_order_release);
       return true;
     }
   }
+  // Lock-free, so that a fork can never leave a child holding a lock here.
   for (WriterMapping& m : g_mappings) {
-    if (m.base.load(std::memory_order_relaxed) != nullptr) continue;
+    unsigned char* expected = nullptr;
+    if (!m.base.compare_exchange_strong(expected, kClaiming, std::memory_order_acq_rel)) continue;
     m.size.store(size, std::memory_order_relaxed);
     m.lost.store(false, std::memory_order_relaxed);
-    m.base.store(static_cast<unsigned char*>(base), std::memory_order_release);
+    m.base.store(b, std::memory_order_release);
     return true;
   }
   return false;
 }
 
 void unprotect_writer_mapping(void* base) noexcept {
-  std::lock_guard<std::mutex> lock(g_table_mu);
-  for (WriterMapping& m : g_mappings)
-    if (m.base.load(std::memory_order_relaxed) == base)
-      m.base.store(nullptr, std::memory_order_release);
+  for (WriterMapping& m : g_mappings) {
+    unsigned char* expected = static_cast<unsigned char*>(base);
+    if (m.base.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel)) return;
+  }
 }
 
 void reset_writer_mapping_lost(const void* base) noexcept {
