@@ -237,6 +237,41 @@ INSTANTIATE_TEST_SUITE_P(ToZeroHalfAndOnePage, Truncation,
                          ::testing::Values(uint64_t{0}, segment::kTotalBytes / 2,
                                            uint64_t{segment::kPageBytes}));
 
+TEST(RegistryTrust, ForkAfterTheSegmentWasTruncatedLeavesTheChildRunningUnmetered) {
+  TempDir tmp;
+  testing::Ready ready;
+  testing::Gate truncated;
+  testing::Gate done;
+  pid_t pid = testing::spawn([&] {
+    done.close_write();  // only the test opens it
+    SegmentWriter w(tmp.path());
+    Counter c = w.counter("work_total", {});
+    c.add(1);
+    ready.signal();
+    truncated.wait();
+    pid_t child = ::fork();  // copies from a segment that has lost its pages
+    if (child == 0) {
+      c.add(1);
+      w.counter("child_total", {}).add(1);
+      ready.signal();
+      done.wait();
+      ::_exit(w.unmetered() ? 0 : 3);
+    }
+    c.add(1);
+    const int rc = testing::wait_exit(child);
+    return rc;
+  });
+  ready.wait(1);
+  ASSERT_EQ(::truncate(segment_of(tmp.path()).c_str(), 0), 0);
+  truncated.open();
+  ready.wait(1);
+  RegistryReader reader(tmp.path());
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.unmetered_writers, 2u) << "the damaged parent and its child";
+  done.open();
+  EXPECT_EQ(testing::wait_exit(pid), 0) << "neither died of SIGBUS";
+}
+
 // Patches `len` bytes at `offset` of a file.
 void patch(const std::string& path, uint64_t offset, const void* data, size_t len) {
   int fd = ::open(path.c_str(), O_RDWR);

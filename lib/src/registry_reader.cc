@@ -395,8 +395,18 @@ void RegistryReader::open_segment(const std::string& name, ino_t ino) {
   if (!trusted(st.st_uid))
     return reject(name, st.st_ino,
                   "owned by untrusted user " + std::to_string(st.st_uid) + ", ignored");
+  // A live owner's segment cut short by another process: the owner runs
+  // unmetered; it is watched like a marker until the owner is gone.
+  auto truncated = [&](const char* why) {
+    if (detail::owner_lock_held(fd) != 1) return reject(name, st.st_ino, why);
+    ++snapshot_.stats.damaged_segments_total;
+    snapshot_.problems.push_back("segment " + dir_ + "/" + name + " is damaged (" + why +
+                                 "); its owner is alive and runs unmetered");
+    markers_[name] = Marker{fd, st.st_ino, true};
+    seg->fd = -1;
+  };
   if (st.st_size < static_cast<off_t>(segment::kHeaderBytes))
-    return reject(name, st.st_ino, "truncated: shorter than a segment header");
+    return truncated("truncated: shorter than a segment header");
   Header h;
   ssize_t got = ::pread(fd, &h, sizeof h, 0);
   if (got != static_cast<ssize_t>(sizeof h)) return reject(name, st.st_ino, "unreadable header");
@@ -415,7 +425,7 @@ void RegistryReader::open_segment(const std::string& name, ino_t ino) {
       h.total_bytes != values_end || h.total_bytes > kMaxSegmentBytes)
     return reject(name, st.st_ino, "inconsistent layout");
   if (static_cast<uint64_t>(st.st_size) < h.total_bytes)
-    return reject(name, st.st_ino, "truncated: shorter than its layout");
+    return truncated("truncated: shorter than its layout");
   void* map = ::mmap(nullptr, h.total_bytes, PROT_READ, MAP_SHARED, fd, 0);
   if (map == MAP_FAILED) return read_error(name, st.st_ino, "cannot map");
   seg->base = static_cast<const unsigned char*>(map);

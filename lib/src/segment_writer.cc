@@ -340,6 +340,13 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
                     segment::kLineBytes);
       if (r->state == segment::kRecordLive) r->state = segment::kRecordInherited;
     }
+    if (detail::writer_mapping_lost(base_)) {
+      // The parent's file lost its pages under the copy: what was copied
+      // is zeros, not the parent's records. This child goes unmetered.
+      errno = EIO;
+      ::munmap(base, segment::kTotalBytes);
+      return fail("cannot copy the parent's truncated segment in");
+    }
     segment::store_release(&h->record_count, count);
   }
   segment::store_release(&h->magic, segment::magic_word());
@@ -580,8 +587,10 @@ void SegmentWriter::renew_after_fork() noexcept {
   const bool parent_unmetered = marker_fd_ >= 0;
   if (marker_fd_ >= 0) ::close(marker_fd_);
   marker_fd_ = -1;
+  // A parent whose mapping a fault already replaced has nothing to copy.
+  if (base_ != nullptr && detail::writer_mapping_lost(base_)) detached_ = true;
   if (base_ == nullptr || detached_) {
-    if (parent_unmetered) mark_unmetered_locked();
+    if (parent_unmetered || base_ != nullptr) mark_unmetered_locked();
     return;
   }
   bool ok = false;
