@@ -541,10 +541,10 @@ void RegistryReader::list_directory() {
   forget_gone(read_failed_);
   forget_gone(folded_pending_);
   for (auto& [name, ino] : fresh) {
-    if (segments_.count(name) != 0) {  // same name, new file: the old one is gone
-      Segment& old = *segments_[name];
-      if (retiring()) retire(old);
-      drop_segment(name);
+    if (auto it = segments_.find(name); it != segments_.end()) {
+      // Same name, new file: the old one is gone.
+      if (retiring()) retire(*it->second);
+      drop_segment(it);
     }
     if (name.starts_with("gym-") && ends_with(name, ".seg")) {
       open_segment(name, ino);
@@ -895,11 +895,11 @@ void RegistryReader::retire(Segment& s) {
     folded_pending_[s.name] = s.ino;
 }
 
-void RegistryReader::drop_segment(const std::string& name) {
-  auto it = segments_.find(name);
-  if (it == segments_.end()) return;
+// Forgets an open segment (and its records' references to series); returns
+// the next one.
+RegistryReader::SegmentMap::iterator RegistryReader::drop_segment(SegmentMap::iterator it) {
   for (const Segment::Entry& e : it->second->entries) --refs_[e.id];
-  segments_.erase(it);
+  return segments_.erase(it);
 }
 
 // Forgets series that no open segment names and that have not changed for
@@ -962,16 +962,11 @@ const Snapshot& RegistryReader::snapshot() {
     const bool removed = !s.listed && snapshot_.directory_error.empty();
     const bool alive = !removed && owner_alive(s);
     s.dead = !alive;
-    if (!alive && retiring()) {
-      retire(s);
-      for (const Segment::Entry& e : s.entries) --refs_[e.id];
-      it = segments_.erase(it);
-    } else if (removed) {
-      for (const Segment::Entry& e : s.entries) --refs_[e.id];
-      it = segments_.erase(it);
-    } else {
+    if (!alive && retiring()) retire(s);
+    if ((!alive && retiring()) || removed)
+      it = drop_segment(it);
+    else
       ++it;
-    }
   }
   for (auto& acc : current_) {
     acc.present = false;

@@ -176,7 +176,8 @@ class RegistryReader {
   void fold_last(Segment& s);
   void damage(Segment& s, const std::string& why);
   void retire(Segment& s);
-  void drop_segment(const std::string& name);
+  using SegmentMap = std::unordered_map<std::string, std::unique_ptr<Segment>>;
+  SegmentMap::iterator drop_segment(SegmentMap::iterator it);
   void reject(const std::string& name, ino_t ino, const std::string& why);
   void read_error(const std::string& name, ino_t ino, const std::string& what);
   void cleanup_stale_temp(const std::string& name);
@@ -192,7 +193,7 @@ class RegistryReader {
   int dir_fd_ = -1;
   int lock_fd_ = -1;
   bool lock_refused_ = false;  // reported once
-  std::unordered_map<std::string, std::unique_ptr<Segment>> segments_;
+  SegmentMap segments_;
   std::unordered_map<std::string, Marker> markers_;
   std::unordered_map<std::string, ino_t> rejected_;     // name -> inode counted
   std::unordered_map<std::string, ino_t> read_failed_;  // name -> inode reported
