@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
   sigprocmask(SIG_BLOCK, &set, nullptr);
   std::fprintf(
       stderr, "gym-demo: %zu servers running (registry %s)\n", children.size(),
-      std::getenv("GYM_METRICS_DIR") ? std::getenv("GYM_METRICS_DIR") : "/dev/shm/gym-metrics");
+      std::getenv("GYM_METRICS_DIR") ? std::getenv("GYM_METRICS_DIR") : gym::kDefaultRegistryDir);
   if (duration > 0) {
     timespec ts{time_t(duration), long((duration - double(time_t(duration))) * 1e9)};
     sigtimedwait(&set, nullptr, &ts);

@@ -55,5 +55,54 @@ TEST(CAbi, EventsOfALanguageWithItsOwnSemaphoreReachTheRegistry) {
   EXPECT_EQ(d->cumulative_buckets[6], 1u);  // 1 s
 }
 
+// Each misuse returns GYM_ESTATE and leaves every count as it was, in the
+// process (gym_limit_active/queued) and in the registry.
+TEST(CAbi, MisuseReturnsAnErrorAndChangesNothing) {
+  testing::TempDir tmp;
+  pid_t pid = testing::spawn([&] {
+    ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
+    gym_limit* l = nullptr;
+    if (gym_limit_open("agent_server", "tools", nullptr, 2, -1, &l) != GYM_OK) return 1;
+    // Nobody waits: admitted, timed out and cancelled are refused.
+    if (gym_limit_wait_admitted(l) != GYM_ESTATE) return 2;
+    if (gym_limit_wait_timed_out(l) != GYM_ESTATE) return 3;
+    if (gym_limit_wait_cancelled(l) != GYM_ESTATE) return 4;
+    if (gym_limit_active(l) != 0 || gym_limit_queued(l) != 0) return 5;
+    // Every slot held: a waiter's admission is refused and it stays queued.
+    gym_limit_acquired(l);
+    gym_limit_acquired(l);
+    gym_limit_wait_started(l);
+    if (gym_limit_wait_admitted(l) != GYM_ESTATE) return 6;
+    if (gym_limit_active(l) != 2 || gym_limit_queued(l) != 1) return 7;
+    // Operations: started or dequeued without queued, finished without started.
+    if (gym_operation_started("tool", "inline", 0.1) != GYM_ESTATE) return 8;
+    if (gym_operation_dequeued("tool", "inline") != GYM_ESTATE) return 9;
+    if (gym_operation_finished("tool", "inline", 0.1, "ok") != GYM_ESTATE) return 10;
+    gym_operation_queued("tool", "thread");  // another kind does not count
+    if (gym_operation_started("tool", "inline", 0.1) != GYM_ESTATE) return 11;
+    ReaderOptions ro;
+    ro.mode = ReaderOptions::Mode::kReadOnly;
+    RegistryReader reader(tmp.path(), ro);
+    const Snapshot& snap = reader.snapshot();
+    const std::vector<std::pair<std::string, std::string>> limit = {
+        {"nemo_gym_concurrency_component", "agent_server"},
+        {"nemo_gym_concurrency_limit_name", "tools"}};
+    const SeriesSample* q = find_series(snap, "gym_concurrency_queue_depth", limit);
+    const SeriesSample* a = find_series(snap, "gym_concurrency_available", limit);
+    if (q == nullptr || q->gauge != 1 || a == nullptr || a->gauge != 0) return 12;
+    const std::vector<std::pair<std::string, std::string>> inline_tool = {
+        {"nemo_gym_resources_executor", "inline"}, {"nemo_gym_resources_operation", "tool"}};
+    for (const char* f : {"gym_resources_operation_queued", "gym_resources_operation_active"}) {
+      const SeriesSample* s = find_series(snap, f, inline_tool);
+      if (s != nullptr && s->gauge != 0) return 13;
+    }
+    const SeriesSample* qd =
+        find_series(snap, "gym_resources_operation_queue_duration_seconds", inline_tool);
+    if (qd != nullptr && qd->count() != 0) return 14;
+    return 0;
+  });
+  EXPECT_EQ(testing::wait_exit(pid), 0) << "the exit code names the check that failed";
+}
+
 }  // namespace
 }  // namespace gym

@@ -37,9 +37,11 @@ void gym_limit_close(gym_limit* limit);
 int gym_limit_acquired(gym_limit* limit);
 /* A caller started waiting for a slot. */
 int gym_limit_wait_started(gym_limit* limit);
-/* A waiting caller got a slot. */
+/* A waiting caller got a slot. GYM_ESTATE, changing nothing, when nobody
+ * waits or every slot is held. */
 int gym_limit_wait_admitted(gym_limit* limit);
-/* A waiting caller ran out of the admission timeout. */
+/* A waiting caller ran out of the admission timeout. GYM_ESTATE, changing
+ * nothing, when nobody waits (so for the next two). */
 int gym_limit_wait_timed_out(gym_limit* limit);
 /* A waiting caller was cancelled before a slot was free. */
 int gym_limit_wait_cancelled(gym_limit* limit);
@@ -53,7 +55,9 @@ int64_t gym_limit_queued(const gym_limit* limit);
  * inline, thread, process, subprocess or other. outcome: ok, error, timeout,
  * cancelled or crashed. */
 int gym_operation_queued(const char* operation, const char* executor);
-/* A queued operation that will not start (cancelled while waiting). */
+/* A queued operation that will not start (cancelled while waiting).
+ * dequeued and started need a queued operation of the same kind in this
+ * process, finished a started one: otherwise GYM_ESTATE, changing nothing. */
 int gym_operation_dequeued(const char* operation, const char* executor);
 int gym_operation_started(const char* operation, const char* executor, double queue_seconds);
 int gym_operation_finished(const char* operation, const char* executor, double duration_seconds,

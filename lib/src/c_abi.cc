@@ -69,9 +69,31 @@ int take_slot(gym_limit* l) {
 }
 
 int leave_queue(gym_limit* l) {
-  if (l->meter.queued() <= 0) return fail(GYM_ESTATE, "no caller is waiting");
-  l->meter.add_queued(-1);
+  if (!l->meter.leave_queue()) return fail(GYM_ESTATE, "no caller is waiting");
   return GYM_OK;
+}
+
+// Operations in flight per (operation, executor), counted in process memory
+// so that an event that does not fit (started without queued, finished
+// without started) is refused before anything changes. The registry's gauges
+// follow these counts.
+struct OperationCounts {
+  int64_t queued = 0;
+  int64_t active = 0;
+};
+OperationCounts g_operations[gym::kOperations.size()][gym::kExecutors.size()];
+
+// Decrements *v when it is positive; false, changing nothing, otherwise.
+bool take_one(int64_t* v) {
+  int64_t n = __atomic_load_n(v, __ATOMIC_RELAXED);
+  do {
+    if (n <= 0) return false;
+  } while (!__atomic_compare_exchange_n(v, &n, n - 1, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  return true;
+}
+
+OperationCounts& counts(gym::Operation op, gym::Executor ex) {
+  return g_operations[static_cast<size_t>(op)][static_cast<size_t>(ex)];
 }
 
 }  // namespace
@@ -110,8 +132,12 @@ int gym_limit_wait_started(gym_limit* l) {
 
 int gym_limit_wait_admitted(gym_limit* l) {
   if (l == nullptr) return fail(GYM_EINVAL, "limit is NULL");
-  if (int rc = take_slot(l); rc != GYM_OK) return rc;
-  return leave_queue(l);
+  if (int rc = leave_queue(l); rc != GYM_OK) return rc;
+  if (int rc = take_slot(l); rc != GYM_OK) {
+    l->meter.add_queued(1);  // back as it was
+    return rc;
+  }
+  return GYM_OK;
 }
 
 int gym_limit_wait_timed_out(gym_limit* l) {
@@ -147,6 +173,7 @@ int gym_operation_queued(const char* operation, const char* executor) {
   return guarded([&] {
     const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
     const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
+    __atomic_add_fetch(&counts(op, ex).queued, 1, __ATOMIC_RELAXED);
     gym::OperationMetrics::process().cell(op, ex).queued.add(1);
     return GYM_OK;
   });
@@ -156,6 +183,7 @@ int gym_operation_dequeued(const char* operation, const char* executor) {
   return guarded([&] {
     const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
     const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
+    if (!take_one(&counts(op, ex).queued)) return fail(GYM_ESTATE, "no such operation is queued");
     gym::OperationMetrics::process().cell(op, ex).queued.add(-1);
     return GYM_OK;
   });
@@ -166,6 +194,8 @@ int gym_operation_started(const char* operation, const char* executor, double qu
     const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
     const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
     const int64_t ns = seconds_to_ns("queue_seconds", queue_seconds);
+    if (!take_one(&counts(op, ex).queued)) return fail(GYM_ESTATE, "no such operation is queued");
+    __atomic_add_fetch(&counts(op, ex).active, 1, __ATOMIC_RELAXED);
     const auto& cell = gym::OperationMetrics::process().cell(op, ex);
     cell.queue_duration.observe(ns);
     cell.queued.add(-1);
@@ -181,6 +211,7 @@ int gym_operation_finished(const char* operation, const char* executor, double d
     const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
     const auto out = parse_or_throw<gym::Outcome>("outcome", outcome, gym::kOutcomes);
     const int64_t ns = seconds_to_ns("duration_seconds", duration_seconds);
+    if (!take_one(&counts(op, ex).active)) return fail(GYM_ESTATE, "no such operation is running");
     const auto& cell = gym::OperationMetrics::process().cell(op, ex);
     cell.active.add(-1);
     cell.duration[static_cast<size_t>(out)].observe(ns);

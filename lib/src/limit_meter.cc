@@ -21,8 +21,7 @@ std::vector<std::pair<std::string, std::string>> limit_labels(
       {std::string(label::kComponent), std::string(to_string(component))},
       {std::string(label::kLimitName), std::string(limit_name)}};
   if (server_name) {
-    if (server_name->empty() || server_name->size() > kMaxServerNameBytes ||
-        server_name->find('\0') != std::string_view::npos)
+    if (!valid_server_name(*server_name))
       throw std::invalid_argument("server name '" + std::string(*server_name) +
                                   "' must be 1 to 128 bytes");
     labels.emplace_back(std::string(label::kServerName), std::string(*server_name));
@@ -42,7 +41,8 @@ LimitMeter::LimitMeter(int64_t limit, Component component, std::string_view limi
                        SegmentWriter& writer)
     : limit_(limit),
       labels_(limit_labels(limit, component, limit_name, server_name)),
-      available_local_(new Slot{limit}) {
+      available_local_(new Slot{limit}),
+      queued_local_(new Slot{0}) {
   const std::vector<Label> l = views(labels_);
   limit_gauge_ = writer.gauge(family::kConcurrencyLimit, l);
   available_ = writer.gauge(family::kConcurrencyAvailable, l);
@@ -63,6 +63,21 @@ bool LimitMeter::move_available(int64_t delta) const {
   } while (
       !__atomic_compare_exchange_n(a, &v, v + delta, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
   available_.add(delta);
+  return true;
+}
+
+void LimitMeter::add_queued(int64_t delta) const {
+  __atomic_add_fetch(&queued_local_->value, delta, __ATOMIC_RELAXED);
+  queued_.add(delta);
+}
+
+bool LimitMeter::leave_queue() const {
+  int64_t* q = &queued_local_->value;
+  int64_t v = __atomic_load_n(q, __ATOMIC_RELAXED);
+  do {
+    if (v <= 0) return false;
+  } while (!__atomic_compare_exchange_n(q, &v, v - 1, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+  queued_.add(-1);
   return true;
 }
 

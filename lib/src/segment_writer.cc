@@ -88,9 +88,7 @@ uint32_t detail::assign_thread_shard() noexcept {
 
 // ---------------------------------------------------------------- Gauge
 
-Gauge::Gauge() : local_(new int64_t[8]()) {
-  value_ = local_.get();
-}
+Gauge::Gauge() = default;
 
 namespace {
 // Where moved-from gauges point: they may still be updated (atomically, so
@@ -98,24 +96,29 @@ namespace {
 int64_t g_moved_from_sink[8];
 }  // namespace
 
-Gauge::Gauge(Gauge&& other) noexcept
-    : writer_(other.writer_),
-      record_(other.record_),
-      value_(other.value_),
-      local_(std::move(other.local_)) {
+// Takes other's slot; an unregistered value moves into this gauge's own
+// storage (moves are not concurrent with updates of either gauge).
+void Gauge::take_value(Gauge& other) noexcept {
+  writer_ = other.writer_;
+  record_ = other.record_;
+  if (other.value_ == &other.local_) {
+    local_ = other.local_;
+    value_ = &local_;
+  } else {
+    value_ = other.value_;
+  }
   other.writer_ = nullptr;
   other.value_ = g_moved_from_sink;
+}
+
+Gauge::Gauge(Gauge&& other) noexcept {
+  take_value(other);
 }
 
 Gauge& Gauge::operator=(Gauge&& other) noexcept {
   if (this != &other) {
     reset();
-    writer_ = other.writer_;
-    record_ = other.record_;
-    value_ = other.value_;
-    local_ = std::move(other.local_);
-    other.writer_ = nullptr;
-    other.value_ = g_moved_from_sink;
+    take_value(other);
   }
   return *this;
 }

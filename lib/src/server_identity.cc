@@ -14,7 +14,7 @@ std::optional<ServerIdentity> g_identity;
 Gauge* g_identity_gauge = nullptr;  // never destroyed: lives as long as the process
 
 void check(std::string_view what, std::string_view v) {
-  if (v.empty() || v.size() > kMaxServerNameBytes || v.find('\0') != std::string_view::npos)
+  if (!valid_server_name(v))
     throw std::invalid_argument(std::string(what) + " '" + std::string(v) +
                                 "' must be 1 to 128 bytes");
 }

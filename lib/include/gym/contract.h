@@ -1,4 +1,4 @@
-// The metric contract (shared/spec/metrics.md) as code: family and label names,
+// The metric contract (docs/metrics.md) as code: family and label names,
 // the bounded value sets, and the operation buckets. Each value set lives in
 // one table, so adding a value is a one-line change.
 //
@@ -99,7 +99,15 @@ constexpr bool valid_limit_name(std::string_view s) {
     if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
   return true;
 }
-// A server name or type: 1 to 128 bytes (a label value), no NUL.
+// A server name or type: 1 to 128 bytes (a label value), no NUL. (A writer
+// also refuses a label value that is not UTF-8.) The one rule for the
+// libraries and the exporter's configuration.
 inline constexpr size_t kMaxServerNameBytes = 128;
+constexpr bool valid_server_name(std::string_view s) {
+  return !s.empty() && s.size() <= kMaxServerNameBytes && s.find('\0') == std::string_view::npos;
+}
+
+// Where writers and the exporter find the registry unless told otherwise.
+inline constexpr const char* kDefaultRegistryDir = "/dev/shm/gym-metrics";
 
 }  // namespace gym

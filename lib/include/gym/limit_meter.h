@@ -5,7 +5,8 @@
 // same numbers.
 //
 // The free-slot count is the semaphore's state, so it lives in process memory:
-// the registry gets a copy (an atomic add per change). Nothing another
+// the registry gets a copy (an atomic add per change). So does the number of
+// waiters, so that a misused C ABI call can be refused without changing it. Nothing another
 // process does to the registry file can change what the semaphore admits.
 //
 // Thread-safety: every method may be called from any thread.
@@ -42,8 +43,11 @@ class LimitMeter {
   // Moves `delta` slots between free and held, within [0, limit]; false,
   // changing nothing, when that would leave the range.
   bool move_available(int64_t delta) const;
-  int64_t queued() const { return queued_.value(); }
-  void add_queued(int64_t delta) const { queued_.add(delta); }
+  // Callers waiting: also process memory, mirrored to the registry.
+  int64_t queued() const { return __atomic_load_n(&queued_local_->value, __ATOMIC_RELAXED); }
+  void add_queued(int64_t delta) const;
+  // One caller leaves the queue; false, changing nothing, when nobody waits.
+  bool leave_queue() const;
   void count_timeout() const { timeouts_.add(); }
   void count_cancelled() const { cancelled_.add(); }
   // The labels this limit reports under, as (name, value).
@@ -58,7 +62,8 @@ class LimitMeter {
     int64_t value;
   };
   std::unique_ptr<Slot> available_local_;
-  Gauge queued_;
+  std::unique_ptr<Slot> queued_local_;
+  Gauge queued_;  // the registry's copy of queued()
   Counter timeouts_;
   Counter cancelled_;
 };

@@ -34,6 +34,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "gym/contract.h"
 #include "gym/segment_format.h"
 
 namespace gym {
@@ -99,10 +100,11 @@ class Gauge {
  private:
   friend class SegmentWriter;
   void reset() noexcept;
+  void take_value(Gauge& other) noexcept;
   SegmentWriter* writer_ = nullptr;
   uint32_t record_ = 0;
-  int64_t* value_ = nullptr;
-  std::unique_ptr<int64_t[]> local_;  // storage when not registered
+  int64_t* value_ = &local_;
+  int64_t local_ = 0;  // the value when not registered (no heap block)
 };
 
 // Counts observations into fixed buckets. Values are raw integers (for
@@ -137,8 +139,9 @@ class Histogram {
 
 class SegmentWriter {
  public:
-  // Default registry directory, and the environment variable that overrides it.
-  static constexpr const char* kDefaultDir = "/dev/shm/gym-metrics";
+  // Default registry directory (contract.h), and the environment variable
+  // that overrides it.
+  static constexpr const char* kDefaultDir = kDefaultRegistryDir;
   static constexpr const char* kDirEnv = "GYM_METRICS_DIR";
 
   // A writer for `dir`; its segment is created on first registration.
