@@ -23,7 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "exposition.h"
+#include "collector.h"
+#include "exposition/exposition.h"
 #include "gym/contract.h"
 #include "gym/segment_writer.h"
 
@@ -86,10 +87,10 @@ struct GymFixture {
     std::filesystem::remove_all(dir);
     writers = std::make_unique<Writers>(dir, writer_count);
     std::vector<std::unique_ptr<gym::exporter::Collector>> collectors;
-    collectors.push_back(std::make_unique<gym::exporter::RegistryCollector>(
-        std::make_shared<gym::exporter::SharedRegistry>(dir), [](const std::string&) {}));
-    collectors.push_back(std::make_unique<gym::exporter::BuildInfoCollector>());
-    collectors.push_back(std::make_unique<gym::exporter::ProcessCollector>());
+    const gym::exporter::CollectorContext context{
+        std::make_shared<gym::exporter::SharedRegistry>(dir)};
+    for (const char* kind : {"registry", "build_info", "process"})
+      collectors.push_back(gym::exporter::make_collector(kind, context));
     exposition = std::make_unique<gym::exporter::Exposition>(std::move(collectors));
     exposition->render();  // the first scrape maps and parses every segment
   }

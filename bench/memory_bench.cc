@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "memory_sampler.h"
+#include "collectors/memory.h"
 
 namespace {
 
@@ -61,14 +61,14 @@ pid_t tree_root() {
 
 void sample(benchmark::State& state, bool pss) {
   gym::exporter::MemoryConfig c;
-  gym::exporter::MemoryTarget t;
+  gym::exporter::ServerTarget t;
   t.name = "tree";
   t.server_type = "resources_server";
   t.pid = tree_root();
   t.pss = pss;
   c.targets = {t};
-  gym::exporter::MemorySampler sampler(c, nullptr, [](const std::string&) {});
-  for (auto _ : state) sampler.sample_once();
+  gym::exporter::MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  for (auto _ : state) sampler.sample();
   state.counters["processes"] = double(sampler.servers().at(0).processes);
 }
 void sample_pss_gym(benchmark::State& state) {

@@ -4,39 +4,29 @@
 // Thread-safety: plain values; the exporter swaps whole Configs under a lock.
 #pragma once
 
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "gym/contract.h"
+
 namespace gym::exporter {
 
-// One server whose process tree the exporter samples. Exactly one of pid,
-// pidfile and match says which process is the root; pidfiles and matches are
-// resolved again at every sample, so a restarted server is followed.
-struct MemoryTarget {
-  std::string name;
-  std::string server_type;
-  std::optional<int> pid;
-  std::string pidfile;
-  std::string match_comm;     // the process name (/proc/<pid>/comm), exactly
-  std::string match_cmdline;  // an ECMAScript regex searched in the command line
-  bool pss = true;            // read PSS (smaps_rollup) for this tree
-  bool operator==(const MemoryTarget&) const = default;
-};
+class CollectorSettings;
 
-struct MemoryConfig {
-  double interval_seconds = 5;
-  // PSS at most this often (0: at every sample); see the README for its cost.
-  double pss_interval_seconds = 0;
-  std::string proc_root = "/proc";
-  std::vector<MemoryTarget> targets;
-  bool operator==(const MemoryConfig&) const = default;
+// A collector's configuration section, read by the collector (collector.h).
+struct CollectorSection {
+  std::shared_ptr<const CollectorSettings> settings;
+  std::string yaml;  // the section as written, to tell whether a reload changed it
+  bool operator==(const CollectorSection& o) const { return yaml == o.yaml; }
 };
 
 struct Config {
   std::string listen_address = ":9478";
   std::string telemetry_path = "/metrics";
-  std::string registry_dir = "/dev/shm/gym-metrics";
+  std::string registry_dir = kDefaultRegistryDir;
   std::string log_level = "info";     // debug, info, warn, error
   std::string log_format = "logfmt";  // logfmt, json
   int max_connections = 64;           // HTTP worker threads
@@ -47,7 +37,11 @@ struct Config {
   // forgotten; at most max_series series are tracked (the rest are counted).
   double retired_series_ttl_seconds = 3600;
   int max_series = 100000;
-  MemoryConfig memory;
+  // Every collector kind that has a section, by name (defaults when the file
+  // has none).
+  std::map<std::string, CollectorSection> collectors;
+  // What a registry reader needs (a change needs a new reader).
+  bool same_reader(const Config& o) const;
 };
 
 // Why the registry directory may not be used (anyone may write to it and it
@@ -72,7 +66,8 @@ struct ConfigResult {
 };
 
 // Reads `path` (defaults for what it does not set). An unknown key, a wrong
-// type or a bad value is an error.
+// type or a bad value is an error. Sections other than web, registry and log
+// are the collectors' (memory, ...): each collector reads its own.
 ConfigResult load_config_file(const std::string& path);
 // The same from YAML text; `name` stands for the file in messages.
 ConfigResult parse_config(const std::string& yaml, const std::string& name);

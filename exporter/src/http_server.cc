@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 #include <zlib.h>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,11 +13,12 @@
 #include <mutex>
 #include <vector>
 
+#include "exposition/text.h"
+#include "procfs.h"
+
 namespace gym::exporter {
 
 namespace {
-
-constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
 
 void send(mg_connection* conn, int status, const char* reason, const char* type,
           const std::string& body, bool head, const char* extra_headers = "") {
@@ -40,38 +42,40 @@ std::string civet_port(const std::string& address) {
 
 std::once_flag g_init;
 
-// CivetWeb wants the certificate and its key in one PEM file: write both to
-// a private temporary file (removed once the server has read it).
-std::string combined_pem(const WebConfig& web, std::string* error) {
-  std::string out = "/tmp/gym-exporter-tls-XXXXXX";
-  int fd = ::mkstemp(out.data());
-  if (fd < 0) {
-    *error = std::string("cannot create a temporary file: ") + std::strerror(errno);
-    return {};
-  }
+// CivetWeb wants the certificate and its key in one PEM file: both go to an
+// anonymous memory file (memfd), named to CivetWeb by its /proc/self/fd
+// path. The key never reaches a filesystem, and nothing is left behind
+// however the exporter ends. Returns the descriptor (closed once the server
+// has read it) or -1 with a reason.
+int combined_pem(const WebConfig& web, std::string* path, std::string* error) {
   std::string pem;
   for (const std::string* f : {&web.cert_file, &web.key_file}) {
-    FILE* in = std::fopen(f->c_str(), "rb");
-    if (in == nullptr) {
-      *error = "cannot read " + *f + ": " + std::strerror(errno);
-      ::close(fd);
-      ::unlink(out.c_str());
-      return {};
+    std::string text;
+    if (procfs::read_file(*f, text) != procfs::ReadStatus::kOk) {
+      *error = "cannot read " + *f;
+      return -1;
     }
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, in)) > 0) pem.append(buf, n);
-    std::fclose(in);
+    pem += text;
     if (!pem.empty() && pem.back() != '\n') pem += '\n';
   }
-  const bool ok = ::write(fd, pem.data(), pem.size()) == ssize_t(pem.size());
-  ::close(fd);
-  if (!ok) {
-    *error = "cannot write " + out;
-    ::unlink(out.c_str());
-    return {};
+  const int fd = ::memfd_create("gym-exporter-tls", MFD_CLOEXEC);
+  if (fd < 0) {
+    *error = std::string("cannot create a memory file for the TLS key: ") + std::strerror(errno);
+    return -1;
   }
-  return out;
+  size_t done = 0;
+  while (done < pem.size()) {
+    const ssize_t n = ::write(fd, pem.data() + done, pem.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *error = std::string("cannot write the TLS key to memory: ") + std::strerror(errno);
+      ::close(fd);
+      return -1;
+    }
+    done += size_t(n);
+  }
+  *path = "/proc/self/fd/" + std::to_string(fd);
+  return fd;
 }
 
 const char* protocol_version(const std::string& min_version) {
@@ -134,9 +138,10 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
       "request_timeout_ms", "10000",       "enable_keep_alive", "yes",
       "max_request_size",   "16384"};
   std::string pem;
+  int pem_fd = -1;
   if (tls) {
-    pem = combined_pem(options.web, error);
-    if (pem.empty()) return nullptr;
+    pem_fd = combined_pem(options.web, &pem, error);
+    if (pem_fd < 0) return nullptr;
     opts.insert(opts.end(), {"ssl_certificate", pem.c_str(), "ssl_protocol_version",
                              protocol_version(options.web.min_version)});
     if (options.web.client_auth_type != "NoClientCert") {
@@ -166,7 +171,7 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
   err.text = text;
   err.text_buffer_size = sizeof text;
   server->ctx_ = mg_start2(&init, &err);
-  if (!pem.empty()) ::unlink(pem.c_str());  // read at start
+  if (pem_fd >= 0) ::close(pem_fd);  // read at start
   if (server->ctx_ == nullptr) {
     if (error)
       *error = "cannot listen on " + options.listen_address + ": " +
@@ -225,12 +230,14 @@ int HttpServer::handle(mg_connection* conn, void* self_ptr) {
     return 405;
   }
   if (uri == self->options_.telemetry_path) {
-    std::string body = self->exposition_->render();
+    static const TextEncoder text;
+    const std::string content_type(text.content_type());
+    std::string body = self->exposition_->render(text);
     if (accepts_gzip(conn)) {
-      send(conn, 200, "OK", kMetricsContentType, gzip_compress(body), head,
+      send(conn, 200, "OK", content_type.c_str(), gzip_compress(body), head,
            "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n");
     } else {
-      send(conn, 200, "OK", kMetricsContentType, body, head);
+      send(conn, 200, "OK", content_type.c_str(), body, head);
     }
     return 200;
   }

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <string>
 
-#include "exposition.h"
+#include "exposition/exposition.h"
 #include "web_config.h"
 
 struct mg_context;

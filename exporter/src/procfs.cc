@@ -8,6 +8,8 @@
 #include <charconv>
 #include <limits>
 
+#include "gym/proc_stat.h"
+
 namespace gym::exporter::procfs {
 
 namespace {
@@ -51,47 +53,51 @@ void for_each_line(std::string_view text, F&& f) {
 }  // namespace
 
 std::optional<ProcStat> parse_stat(std::string_view text) {
-  const size_t open = text.find('(');
-  const size_t close = text.rfind(')');
-  if (open == std::string_view::npos || close == std::string_view::npos || close < open)
-    return std::nullopt;
+  const std::optional<proc_stat::Split> split = proc_stat::split(text);
+  if (!split) return std::nullopt;
   ProcStat st;
   int64_t pid = 0;
-  std::string_view pid_text = text.substr(0, open);
-  while (!pid_text.empty() && pid_text.back() == ' ') pid_text.remove_suffix(1);
   // pid_t is 32 bits: a larger number is not a pid (found by fuzzing).
   constexpr int64_t kMaxPid = std::numeric_limits<pid_t>::max();
-  if (!to_i64(pid_text, pid) || pid <= 0 || pid > kMaxPid) return std::nullopt;
+  if (!to_i64(split->pid, pid) || pid <= 0 || pid > kMaxPid) return std::nullopt;
   st.pid = pid_t(pid);
-  st.comm = std::string(text.substr(open + 1, close - open - 1));
-  // Fields 3.. after ") ".
-  std::vector<std::string_view> f;
-  size_t pos = close + 1;
-  while (pos < text.size() && f.size() < 22) {
-    while (pos < text.size() && (text[pos] == ' ' || text[pos] == '\n')) ++pos;
-    size_t end = pos;
-    while (end < text.size() && text[end] != ' ' && text[end] != '\n') ++end;
-    if (end > pos) f.push_back(text.substr(pos, end - pos));
-    pos = end;
-  }
-  // f[k] is field k + 3.
-  if (f.size() < 22 || f[0].size() != 1) return std::nullopt;
-  st.state = f[0][0];
+  st.comm = std::string(split->comm);
+  // Fields 3 .. 24, by number.
+  std::string_view f[25];
+  int seen = 0;
+  proc_stat::for_each_field(split->rest, [&](int n, std::string_view v) {
+    f[n] = v;
+    seen = n;
+    return n < 24;
+  });
+  if (seen < 24 || f[3].size() != 1) return std::nullopt;
+  st.state = f[3][0];
   int64_t ppid = 0;
-  uint64_t rss = 0;
-  if (!to_i64(f[1], ppid) || ppid < 0 || ppid > kMaxPid || !to_u64(f[6], st.flags) ||
-      !to_u64(f[19], st.start_ticks))
+  if (!to_i64(f[4], ppid) || ppid < 0 || ppid > kMaxPid || !to_u64(f[9], st.flags) ||
+      !to_u64(f[14], st.utime_ticks) || !to_u64(f[15], st.stime_ticks) ||
+      !to_u64(f[22], st.start_ticks) || !to_u64(f[23], st.vsize_bytes))
     return std::nullopt;
   // rss may be negative in odd kernels' accounting: treat as 0.
   int64_t rss_signed = 0;
-  if (to_u64(f[21], rss))
-    st.rss_pages = rss;
-  else if (to_i64(f[21], rss_signed))
+  if (!to_u64(f[24], st.rss_pages)) {
+    if (!to_i64(f[24], rss_signed)) return std::nullopt;
     st.rss_pages = 0;
-  else
-    return std::nullopt;
+  }
   st.ppid = pid_t(ppid);
   return st;
+}
+
+std::optional<uint64_t> parse_btime(std::string_view text) {
+  std::optional<uint64_t> out;
+  for_each_line(text, [&](std::string_view line) {
+    if (!line.starts_with("btime ")) return true;
+    uint64_t v = 0;
+    std::string_view n = line.substr(6);
+    while (!n.empty() && n.front() == ' ') n.remove_prefix(1);
+    if (to_u64(n, v)) out = v;
+    return false;
+  });
+  return out;
 }
 
 MemInfo parse_meminfo(std::string_view text) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace gym::exporter::procfs {
@@ -22,15 +23,21 @@ struct ProcStat {
   char state = '?';
   pid_t ppid = 0;
   uint64_t flags = 0;
+  uint64_t utime_ticks = 0;                                         // field 14
+  uint64_t stime_ticks = 0;                                         // field 15
   uint64_t start_ticks = 0;                                         // field 22
+  uint64_t vsize_bytes = 0;                                         // field 23
   uint64_t rss_pages = 0;                                           // field 24
   bool kernel_thread() const { return (flags & 0x00200000) != 0; }  // PF_KTHREAD
   bool zombie() const { return state == 'Z' || state == 'X'; }
 };
 
-// /proc/<pid>/stat. The comm may hold spaces and parentheses: it runs from
-// the first '(' to the last ')'.
+// /proc/<pid>/stat, split by the library's gym/proc_stat.h (the one stat
+// parser of the project).
 std::optional<ProcStat> parse_stat(std::string_view text);
+
+// The btime line of /proc/stat: boot time in seconds since the epoch.
+std::optional<uint64_t> parse_btime(std::string_view text);
 
 struct MemInfo {
   std::optional<uint64_t> total;      // bytes
@@ -45,7 +52,8 @@ MemInfo parse_meminfo(std::string_view text);
 std::optional<uint64_t> parse_smaps_rollup_pss(std::string_view text);
 
 enum class ReadStatus { kOk, kGone, kPermission, kError };
-// Reads a small procfs file whole. kGone: the process (or file) is no more.
+// Reads a small file whole (procfs, pidfiles, configuration files; at most
+// about a megabyte). kGone: the process (or file) is no more.
 ReadStatus read_file(const std::string& path, std::string& out);
 
 // Every process (not thread) under the proc root, read in one pass, with

@@ -4,12 +4,10 @@
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
-#include "yaml_support.h"
+#include "yaml_reader.h"
 
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 namespace gym::exporter {
 
@@ -35,115 +33,107 @@ bool verify_password(const std::string& password, const std::string& hash) {
   return diff == 0;
 }
 
-WebConfigResult parse_web_config(const std::string& yaml, const std::string& name) {
-  WebConfigResult r;
-  YAML::Node root;
-  try {
-    root = YAML::Load(yaml);
-  } catch (const YAML::Exception& e) {
-    r.errors.push_back(where(name, e.mark) + "invalid YAML: " + e.msg);
-    return r;
-  }
-  if (root.IsNull()) return r;
-  if (!root.IsMap()) {
-    r.errors.push_back(where(name, root.Mark()) + "the web configuration must be a mapping");
-    return r;
-  }
-  WebConfig& c = r.config;
-  auto string = [&](const YAML::Node& n, const std::string& key, std::string& out) {
-    if (!n.IsScalar()) {
-      r.errors.push_back(where(name, n.Mark()) + key + " must be a string");
-      return false;
-    }
-    out = n.Scalar();
-    return true;
+namespace {
+
+bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
+  for (const char* a : allowed)
+    if (v == a) return true;
+  return false;
+}
+
+void read_tls(YamlReader& rd, const YAML::Node& v, WebConfig& c) {
+  if (v.IsNull()) return;
+  c.tls = v.IsMap();
+  auto str = [&](const char* key, std::string& out) {
+    return [&rd, key, &out](const YAML::Node& n) { return rd.string(n, key, out); };
   };
-  YAML::Mark tls_mark;
-  for (const auto& kv : root) {
-    const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : "?";
-    const YAML::Node& v = kv.second;
-    if (key == "tls_server_config") {
-      tls_mark = kv.first.Mark();
-      if (v.IsNull()) continue;
-      if (!v.IsMap()) {
-        r.errors.push_back(where(name, v.Mark()) + "tls_server_config must be a mapping");
-        continue;
-      }
-      c.tls = true;
-      for (const auto& t : v) {
-        const std::string k = t.first.IsScalar() ? t.first.Scalar() : "?";
-        if (k == "cert_file")
-          string(t.second, k, c.cert_file);
-        else if (k == "key_file")
-          string(t.second, k, c.key_file);
-        else if (k == "client_ca_file")
-          string(t.second, k, c.client_ca_file);
-        else if (k == "client_auth_type") {
-          if (string(t.second, k, c.client_auth_type) && c.client_auth_type != "NoClientCert" &&
-              c.client_auth_type != "RequireAndVerifyClientCert" &&
-              c.client_auth_type != "VerifyClientCertIfGiven")
-            r.errors.push_back(where(name, t.second.Mark()) + "client_auth_type '" +
-                               c.client_auth_type +
-                               "' is not supported: use NoClientCert, VerifyClientCertIfGiven "
-                               "or RequireAndVerifyClientCert");
-        } else if (k == "min_version") {
-          if (string(t.second, k, c.min_version) && c.min_version != "TLS10" &&
-              c.min_version != "TLS11" && c.min_version != "TLS12" && c.min_version != "TLS13")
-            r.errors.push_back(where(name, t.second.Mark()) + "min_version '" + c.min_version +
-                               "' must be TLS10, TLS11, TLS12 or TLS13");
-        } else {
-          r.errors.push_back(where(name, t.first.Mark()) + "unknown key 'tls_server_config." + k +
-                             "'");
-        }
-      }
-    } else if (key == "basic_auth_users") {
-      if (v.IsNull()) continue;
-      if (!v.IsMap()) {
-        r.errors.push_back(where(name, v.Mark()) + "basic_auth_users must be a mapping");
-        continue;
-      }
-      for (const auto& u : v) {
-        std::string user, hash;
-        if (!string(u.first, "a basic_auth_users name", user)) continue;
-        if (!string(u.second, "the hash of " + user, hash)) continue;
-        if (user.empty() || user.find(':') != std::string::npos) {
-          r.errors.push_back(where(name, u.first.Mark()) + "user name '" + user +
-                             "' must be non-empty and hold no ':'");
-          continue;
-        }
-        if (!is_bcrypt(hash)) {
-          r.errors.push_back(where(name, u.second.Mark()) + "the password of '" + user +
-                             "' must be a bcrypt hash ($2a$, $2b$ or $2y$)");
-          continue;
-        }
-        c.basic_auth_users[user] = hash;
-      }
-    } else {
-      r.errors.push_back(where(name, kv.first.Mark()) + "unknown key '" + key +
-                         "' (known: basic_auth_users, tls_server_config)");
+  rd.mapping(
+      v, "tls_server_config",
+      {{"cert_file", str("cert_file", c.cert_file)},
+       {"key_file", str("key_file", c.key_file)},
+       {"client_ca_file", str("client_ca_file", c.client_ca_file)},
+       {"client_auth_type",
+        [&](const YAML::Node& n) {
+          if (rd.string(n, "client_auth_type", c.client_auth_type) &&
+              !one_of(c.client_auth_type,
+                      {"NoClientCert", "RequireAndVerifyClientCert", "VerifyClientCertIfGiven"}))
+            rd.error(n, "client_auth_type '" + c.client_auth_type +
+                            "' is not supported: use NoClientCert, VerifyClientCertIfGiven "
+                            "or RequireAndVerifyClientCert");
+        }},
+       {"min_version", [&](const YAML::Node& n) {
+          if (rd.string(n, "min_version", c.min_version) &&
+              !one_of(c.min_version, {"TLS10", "TLS11", "TLS12", "TLS13"}))
+            rd.error(n, "min_version '" + c.min_version + "' must be TLS10, TLS11, TLS12 or TLS13");
+        }}});
+}
+
+void read_users(YamlReader& rd, const YAML::Node& v, WebConfig& c) {
+  if (v.IsNull()) return;
+  if (!v.IsMap()) {
+    rd.error(v, "basic_auth_users must be a mapping");
+    return;
+  }
+  for (const auto& u : v) {
+    std::string user, hash;
+    if (!rd.string(u.first, "a basic_auth_users name", user)) continue;
+    if (!rd.string(u.second, "the hash of " + user, hash)) continue;
+    if (user.empty() || user.find(':') != std::string::npos) {
+      rd.error(u.first, "user name '" + user + "' must be non-empty and hold no ':'");
+      continue;
     }
+    if (!is_bcrypt(hash)) {
+      rd.error(u.second,
+               "the password of '" + user + "' must be a bcrypt hash ($2a$, $2b$ or $2y$)");
+      continue;
+    }
+    c.basic_auth_users[user] = hash;
   }
-  if (c.tls) {
-    const std::string at = where(name, tls_mark);
-    if (c.cert_file.empty() || c.key_file.empty())
-      r.errors.push_back(at + "tls_server_config needs cert_file and key_file");
-    for (const std::string* f : {&c.cert_file, &c.key_file, &c.client_ca_file})
-      if (!f->empty() && ::access(f->c_str(), R_OK) != 0)
-        r.errors.push_back(at + "cannot read " + *f);
-    if (c.client_auth_type != "NoClientCert" && c.client_ca_file.empty())
-      r.errors.push_back(at + "client_auth_type " + c.client_auth_type + " needs client_ca_file");
+}
+
+// What needs the whole file: TLS needs a certificate and its key, readable.
+void check_tls(YamlReader& rd, const YAML::Node& root, const WebConfig& c) {
+  if (!c.tls) return;
+  const YAML::Node at = root["tls_server_config"];
+  if (c.cert_file.empty() || c.key_file.empty())
+    rd.error(at, "tls_server_config needs cert_file and key_file");
+  for (const std::string* f : {&c.cert_file, &c.key_file, &c.client_ca_file})
+    if (!f->empty() && ::access(f->c_str(), R_OK) != 0) rd.error(at, "cannot read " + *f);
+  if (c.client_auth_type != "NoClientCert" && c.client_ca_file.empty())
+    rd.error(at, "client_auth_type " + c.client_auth_type + " needs client_ca_file");
+}
+
+WebConfigResult parse_web_node(YamlReader& rd, std::optional<YAML::Node> root) {
+  WebConfigResult r;
+  if (!root) return r;
+  WebConfig& c = r.config;
+  if (!root->IsNull() && !root->IsMap()) {
+    rd.error(*root, "the web configuration must be a mapping");
+    return r;
   }
+  rd.mapping(*root, "",
+             {{"tls_server_config", [&](const YAML::Node& v) { read_tls(rd, v, c); }},
+              {"basic_auth_users", [&](const YAML::Node& v) { read_users(rd, v, c); }}});
+  check_tls(rd, *root, c);
+  return r;
+}
+
+}  // namespace
+
+WebConfigResult parse_web_config(const std::string& yaml, const std::string& name) {
+  std::vector<std::string> errors;
+  YamlReader rd(name, errors);
+  WebConfigResult r = parse_web_node(rd, rd.load(yaml));
+  r.errors = std::move(errors);
   return r;
 }
 
 WebConfigResult load_web_config_file(const std::string& path) {
-  std::optional<std::string> text = read_text_file(path);
-  if (!text) {
-    WebConfigResult r;
-    r.errors.push_back(path + ": cannot read the web configuration file");
-    return r;
-  }
-  return parse_web_config(*text, path);
+  std::vector<std::string> errors;
+  YamlReader rd(path, errors);
+  WebConfigResult r = parse_web_node(rd, rd.load_file(path, "web configuration file"));
+  r.errors = std::move(errors);
+  return r;
 }
 
 }  // namespace gym::exporter

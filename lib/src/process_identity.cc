@@ -1,5 +1,7 @@
 #include "process_identity.h"
 
+#include "gym/proc_stat.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -52,30 +54,7 @@ char* format_decimal(char* p, uint64_t v) {
 }
 
 std::optional<uint64_t> parse_stat_start_ticks(std::string_view stat) {
-  size_t close = stat.rfind(')');
-  if (close == std::string_view::npos) return std::nullopt;
-  // After ") " come fields 3 (state) .. ; starttime is field 22.
-  size_t pos = close + 1;
-  int field = 2;
-  while (pos < stat.size()) {
-    while (pos < stat.size() && stat[pos] == ' ') ++pos;
-    if (pos >= stat.size()) break;
-    ++field;
-    size_t end = pos;
-    while (end < stat.size() && stat[end] != ' ' && stat[end] != '\n') ++end;
-    if (field == 22) {
-      uint64_t v = 0;
-      if (end == pos) return std::nullopt;
-      for (size_t i = pos; i < end; ++i) {
-        char c = stat[i];
-        if (c < '0' || c > '9') return std::nullopt;
-        v = v * 10 + static_cast<uint64_t>(c - '0');
-      }
-      return v;
-    }
-    pos = end;
-  }
-  return std::nullopt;
+  return proc_stat::start_ticks(stat);
 }
 
 std::optional<uint64_t> process_start_ticks(pid_t pid, const char* proc_root) {

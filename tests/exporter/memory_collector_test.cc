@@ -7,8 +7,8 @@
 #include <fstream>
 #include <thread>
 
+#include "collectors/memory.h"
 #include "gym/server_identity.h"
-#include "memory_sampler.h"
 #include "test_support.h"
 
 namespace gym::exporter {
@@ -16,21 +16,21 @@ namespace {
 
 using namespace std::chrono_literals;
 
-MemorySampler::ServerMemory sample_pid(pid_t pid, bool pss = true, double pss_interval = 0) {
+MemoryCollector::ServerMemory sample_pid(pid_t pid, bool pss = true, double pss_interval = 0) {
   MemoryConfig c;
-  MemoryTarget t;
+  ServerTarget t;
   t.name = "server";
   t.server_type = "resources_server";
   t.pid = pid;
   t.pss = pss;
   c.targets = {t};
   c.pss_interval_seconds = pss_interval;
-  MemorySampler sampler(c, nullptr, [](const std::string&) {});
-  sampler.sample_once();
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample();
   return sampler.servers().at(0);
 }
 
-TEST(MemorySampler, ThreeLevelTreeWithAChildForkedFromANonMainThread) {
+TEST(MemoryCollector, ThreeLevelTreeWithAChildForkedFromANonMainThread) {
   testing::Gate gate;
   testing::Ready ready;
   pid_t root = testing::spawn([&] {
@@ -90,14 +90,14 @@ void middle_exits(bool subreaper, uint64_t expected) {
   testing::wait_exit(root);
 }
 
-TEST(MemorySampler, MiddleProcessExitingOrphansItsChildrenOutOfTheTree) {
+TEST(MemoryCollector, MiddleProcessExitingOrphansItsChildrenOutOfTheTree) {
   middle_exits(false, 1);
 }
-TEST(MemorySampler, UnderASubreaperOrphansStayInTheTree) {
+TEST(MemoryCollector, UnderASubreaperOrphansStayInTheTree) {
   middle_exits(true, 2);
 }
 
-TEST(MemorySampler, SharedMappingCountsTwiceInRssAndOnceInPss) {
+TEST(MemoryCollector, SharedMappingCountsTwiceInRssAndOnceInPss) {
   constexpr size_t kMiB = 1 << 20;
   constexpr size_t kShared = 64 * kMiB;
   testing::Gate gate;
@@ -131,7 +131,7 @@ TEST(MemorySampler, SharedMappingCountsTwiceInRssAndOnceInPss) {
   testing::wait_exit(root);
 }
 
-TEST(MemorySampler, AZombieAddsNothing) {
+TEST(MemoryCollector, AZombieAddsNothing) {
   testing::Gate gate;
   testing::Ready ready;
   pid_t root = testing::spawn([&] {
@@ -148,20 +148,20 @@ TEST(MemorySampler, AZombieAddsNothing) {
   testing::wait_exit(root);
 }
 
-TEST(MemorySampler, ARootPidNowHeldByAnotherProcessCountsAsGone) {
+TEST(MemoryCollector, ARootPidNowHeldByAnotherProcessCountsAsGone) {
   MemoryConfig c;
   testing::Gate first_gate;
   pid_t first = testing::spawn([&] {
     first_gate.wait();
     return 0;
   });
-  MemoryTarget t;
+  ServerTarget t;
   t.name = "server";
   t.server_type = "model_server";
   t.pid = first;
   c.targets = {t};
-  MemorySampler sampler(c, nullptr, [](const std::string&) {});
-  sampler.sample_once();
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample();
   ASSERT_EQ(sampler.servers().at(0).processes, 1u);
   first_gate.open();
   testing::wait_exit(first);
@@ -170,7 +170,7 @@ TEST(MemorySampler, ARootPidNowHeldByAnotherProcessCountsAsGone) {
   testing::Gate gate;
   const pid_t reused = testing::spawn_with_pid(first, gate);
   if (reused != first) GTEST_SKIP() << "cannot steer pid allocation here (needs root)";
-  sampler.sample_once();
+  sampler.sample();
   const auto s = sampler.servers().at(0);
   EXPECT_FALSE(s.root_pid.has_value());
   EXPECT_EQ(s.processes, 0u);
@@ -179,7 +179,7 @@ TEST(MemorySampler, ARootPidNowHeldByAnotherProcessCountsAsGone) {
   testing::wait_exit(reused);
 }
 
-TEST(MemorySampler, ADeclaredServerIsSampledWithNoConfiguration) {
+TEST(MemoryCollector, ADeclaredServerIsSampledWithNoConfiguration) {
   testing::TempDir tmp;
   testing::Gate gate;
   testing::Ready ready;
@@ -199,8 +199,8 @@ TEST(MemorySampler, ADeclaredServerIsSampledWithNoConfiguration) {
   });
   ready.wait(1);
   auto registry = std::make_shared<SharedRegistry>(tmp.path());
-  MemorySampler sampler(MemoryConfig{}, registry, [](const std::string&) {});
-  sampler.sample_once();
+  MemoryCollector sampler(MemoryConfig{}, registry, [](const std::string&) {});
+  sampler.sample();
   const auto servers = sampler.servers();
   ASSERT_EQ(servers.size(), 1u);
   EXPECT_EQ(servers[0].name, "math_verifier");
@@ -211,7 +211,7 @@ TEST(MemorySampler, ADeclaredServerIsSampledWithNoConfiguration) {
   testing::wait_exit(server);
 }
 
-TEST(MemorySampler, BetweenPssReadsTheLastValueStandsUntilTheTreeChanges) {
+TEST(MemoryCollector, BetweenPssReadsTheLastValueStandsUntilTheTreeChanges) {
   testing::Gate gate;
   testing::Gate grow;
   testing::Ready ready;
@@ -229,36 +229,36 @@ TEST(MemorySampler, BetweenPssReadsTheLastValueStandsUntilTheTreeChanges) {
   });
   ready.wait(1);
   MemoryConfig c;
-  MemoryTarget t;
+  ServerTarget t;
   t.name = "server";
   t.server_type = "agent_server";
   t.pid = root;
   c.targets = {t};
   c.pss_interval_seconds = 3600;
-  MemorySampler sampler(c, nullptr, [](const std::string&) {});
-  sampler.sample_once();
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample();
   const auto first = sampler.servers().at(0);
   ASSERT_TRUE(first.pss.has_value()) << "the first sample reads PSS";
-  sampler.sample_once();
+  sampler.sample();
   EXPECT_EQ(sampler.servers().at(0).pss, first.pss) << "not due: the last value stands";
   grow.open();
   ready.wait(1);
-  sampler.sample_once();
+  sampler.sample();
   EXPECT_EQ(sampler.servers().at(0).processes, 2u);
   EXPECT_FALSE(sampler.servers().at(0).pss.has_value()) << "the tree changed: RSS only";
   gate.open();
   testing::wait_exit(root);
 }
 
-TEST(MemorySampler, StartSamplesAtOnceAndStopTakesAFinalSample) {
+TEST(MemoryCollector, StartSamplesAtOnceAndStopTakesAFinalSample) {
   MemoryConfig c;
   c.interval_seconds = 3600;
-  MemoryTarget t;
+  ServerTarget t;
   t.name = "self";
   t.server_type = "other";
   t.pid = ::getpid();
   c.targets = {t};
-  MemorySampler sampler(c, nullptr, [](const std::string&) {});
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
   EXPECT_TRUE(sampler.servers().empty());
   sampler.start();
   EXPECT_EQ(sampler.servers().size(), 1u) << "a sample at start";

@@ -9,12 +9,14 @@
 #include <map>
 #include <sstream>
 
-#include "exposition.h"
+#include "collector.h"
+#include "exposition/exposition.h"
+#include "exposition/families.h"
+#include "exposition/text.h"
 #include "gym/contract.h"
 #include "gym/metered_semaphore.h"
 #include "gym/resources_operation.h"
 #include "test_support.h"
-#include "text_format.h"
 
 namespace gym::exporter {
 namespace {
@@ -78,10 +80,9 @@ TEST(TextFormat, MatchesPrometheusCppOnTheExportersOwnFamilies) {
     if (i == 2) op.set_outcome(Outcome::kCrashed);
   }
   std::vector<std::unique_ptr<Collector>> collectors;
-  collectors.push_back(std::make_unique<RegistryCollector>(
-      std::make_shared<SharedRegistry>(tmp.path()), [](const std::string&) {}));
-  collectors.push_back(std::make_unique<BuildInfoCollector>());
-  collectors.push_back(std::make_unique<ProcessCollector>());
+  const CollectorContext context{std::make_shared<SharedRegistry>(tmp.path())};
+  for (const char* kind : {"registry", "build_info", "process"})
+    collectors.push_back(make_collector(kind, context));
   for (int scrape = 0; scrape < 2; ++scrape) {  // a rebuilt model, then an updated one
     Families families;
     for (auto& c : collectors)

@@ -1,4 +1,4 @@
-#include "text_format.h"
+#include "exposition/text.h"
 
 #include <charconv>
 #include <cmath>

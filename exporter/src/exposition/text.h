@@ -10,11 +10,23 @@
 #include <string>
 #include <vector>
 
+#include "exposition/exposition.h"
+
 namespace gym::exporter {
 
 // Appends one family to `out`.
 void write_family(const prometheus::MetricFamily& family, std::string& out);
 // Appends `families` to `out`.
 void write_text(const std::vector<prometheus::MetricFamily>& families, std::string& out);
+
+class TextEncoder : public Encoder {
+ public:
+  std::string_view content_type() const override {
+    return "text/plain; version=0.0.4; charset=utf-8";
+  }
+  void family(const prometheus::MetricFamily& f, std::string& out) const override {
+    write_family(f, out);
+  }
+};
 
 }  // namespace gym::exporter

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include "collectors/memory.h"
 #include "config.h"
 
 namespace gym::exporter {
@@ -103,11 +104,11 @@ TEST(ExporterConfig, MemoryTargetsAndTheirErrors) {
       "    - {name: d, server_type: other, match: {cmdline: 'gym\\.server'}}\n",
       "m.yml");
   ASSERT_TRUE(ok.ok()) << ok.errors.at(0);
-  ASSERT_EQ(ok.config.memory.targets.size(), 4u);
-  EXPECT_EQ(ok.config.memory.interval_seconds, 2);
-  EXPECT_EQ(ok.config.memory.targets[0].pid, 42);
-  EXPECT_FALSE(ok.config.memory.targets[0].pss);
-  EXPECT_EQ(ok.config.memory.targets[3].match_cmdline, "gym\\.server");
+  ASSERT_EQ(memory_config(ok.config).targets.size(), 4u);
+  EXPECT_EQ(memory_config(ok.config).interval_seconds, 2);
+  EXPECT_EQ(memory_config(ok.config).targets[0].pid, 42);
+  EXPECT_FALSE(memory_config(ok.config).targets[0].pss);
+  EXPECT_EQ(memory_config(ok.config).targets[3].match_cmdline, "gym\\.server");
 
   auto errors = [](const std::string& targets) {
     return parse_config("memory:\n  targets:\n" + targets, "m.yml");

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "memory_sampler.h"
+#include "collectors/memory.h"
 #include "procfs.h"
 
 namespace gym::exporter {
@@ -77,21 +77,21 @@ TEST(Procfs, FixtureTreeLinksChildrenNotOlderThanTheirParent) {
   EXPECT_TRUE(table.find(104)->zombie());
 }
 
-MemoryTarget target(std::string name) {
-  MemoryTarget t;
+ServerTarget target(std::string name) {
+  ServerTarget t;
   t.name = std::move(name);
   t.server_type = "resources_server";
   return t;
 }
 
-const MemorySampler::ServerMemory* find(const std::vector<MemorySampler::ServerMemory>& v,
-                                        const std::string& name) {
+const MemoryCollector::ServerMemory* find(const std::vector<MemoryCollector::ServerMemory>& v,
+                                          const std::string& name) {
   for (const auto& s : v)
     if (s.name == name) return &s;
   return nullptr;
 }
 
-TEST(MemorySamplerFixture, TargetsByPidPidfileCommAndCmdline) {
+TEST(MemoryCollectorFixture, TargetsByPidPidfileCommAndCmdline) {
   MemoryConfig c;
   c.proc_root = kFixture;
   auto by_pid = target("by_pid");
@@ -109,8 +109,8 @@ TEST(MemorySamplerFixture, TargetsByPidPidfileCommAndCmdline) {
   no_pss.pss = false;
   c.targets = {by_pid, by_pidfile, by_comm, by_cmdline, gone, no_pss};
   std::vector<std::string> logged;
-  MemorySampler sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
-  sampler.sample_once();
+  MemoryCollector sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
+  sampler.sample();
   const auto servers = sampler.servers();
   ASSERT_EQ(servers.size(), 6u);
 
@@ -146,11 +146,11 @@ TEST(MemorySamplerFixture, TargetsByPidPidfileCommAndCmdline) {
   EXPECT_FALSE(logged.empty());
 }
 
-TEST(MemorySamplerFixture, HostMemoryFromMeminfo) {
+TEST(MemoryCollectorFixture, HostMemoryFromMeminfo) {
   MemoryConfig c;
   c.proc_root = kFixture;
-  MemorySampler sampler(c, nullptr, [](const std::string&) {});
-  sampler.sample_once();
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample();
   std::map<std::string, double> values;
   sampler.collect([&](const prometheus::MetricFamily& f) {
     if (f.name.starts_with("gym_host_")) values[f.name] = f.metric.at(0).gauge.value;
@@ -161,14 +161,14 @@ TEST(MemorySamplerFixture, HostMemoryFromMeminfo) {
   EXPECT_EQ(values["gym_host_memory_sampled_peak_bytes"], (16384000.0 - 4096000.0) * 1024);
 }
 
-TEST(MemorySamplerFixture, MissingProcRootIsCountedNotFatal) {
+TEST(MemoryCollectorFixture, MissingProcRootIsCountedNotFatal) {
   MemoryConfig c;
   c.proc_root = "/nonexistent/proc";
   auto t = target("x");
   t.pid = 1;
   c.targets = {t};
-  MemorySampler sampler(c, nullptr, [](const std::string&) {});
-  sampler.sample_once();
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample();
   EXPECT_EQ(sampler.servers().at(0).processes, 0u);
 }
 

@@ -1,0 +1,157 @@
+#include "app.h"
+
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <iostream>
+
+#include "build_info.h"
+#include "landing_page.h"
+#include "logging.h"
+
+namespace gym::exporter {
+
+std::vector<std::string> Loaded::errors() const {
+  std::vector<std::string> out = config.errors;
+  out.insert(out.end(), web.errors.begin(), web.errors.end());
+  return out;
+}
+
+Loaded load(const Flags& flags) {
+  Loaded l;
+  l.config =
+      flags.config_file.empty() ? parse_config("", "flags") : load_config_file(flags.config_file);
+  if (l.config.ok()) {
+    flags.overrides.apply(l.config.config);
+    l.config.errors =
+        validate(l.config.config, flags.config_file.empty() ? "flags" : flags.config_file);
+    if (std::string p = registry_dir_problem(l.config.config.registry_dir); !p.empty())
+      l.config.errors.push_back(p);
+  }
+  if (!flags.web_config_file.empty()) l.web = load_web_config_file(flags.web_config_file);
+  return l;
+}
+
+ReaderOptions reader_options(const Config& c) {
+  ReaderOptions o;
+  o.trusted_uids.assign(c.trusted_uids.begin(), c.trusted_uids.end());
+  o.retired_series_ttl =
+      std::chrono::milliseconds(static_cast<int64_t>(c.retired_series_ttl_seconds * 1000));
+  o.max_series = static_cast<size_t>(c.max_series);
+  return o;
+}
+
+std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
+                                                        const CollectorContext& context) {
+  std::vector<std::unique_ptr<Collector>> out;
+  for (const CollectorKind* kind : collector_kinds()) {
+    auto it = c.collectors.find(kind->name);
+    const CollectorSettings* settings =
+        it == c.collectors.end() ? nullptr : it->second.settings.get();
+    out.push_back(make_collector(kind->name, context, settings));
+  }
+  return out;
+}
+
+namespace {
+CollectorContext context_for(std::shared_ptr<SharedRegistry> registry) {
+  return {std::move(registry), [](const std::string& problem) { spdlog::warn("{}", problem); }};
+}
+}  // namespace
+
+int print_once(const Loaded& loaded) {
+  const Config& c = loaded.config.config;
+  // Beside a running exporter this reads without retiring anything: its
+  // first snapshot finds the directory's lock held.
+  auto registry = std::make_shared<SharedRegistry>(c.registry_dir, reader_options(c));
+  Exposition exposition(make_collectors(c, context_for(registry)),
+                        [](const std::string& e) { spdlog::error("{}", e); });
+  exposition.start();
+  exposition.stop();  // one sample is all --once needs
+  std::cout << exposition.render() << std::flush;
+  return 0;
+}
+
+App::App(Flags flags, const Loaded& loaded)
+    : flags_(std::move(flags)), config_(loaded.config.config), web_(loaded.web.config) {}
+
+App::~App() {
+  stop();
+}
+
+std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::string* error) {
+  std::unique_ptr<App> app(new App(flags, loaded));
+  const Config& c = app->config_;
+  app->registry_ = std::make_shared<SharedRegistry>(c.registry_dir, reader_options(c));
+  // One retiring reader per directory.
+  if (!app->registry_->with([&](RegistryReader& r) { return r.claim(error); })) return nullptr;
+  app->exposition_ =
+      std::make_unique<Exposition>(make_collectors(c, context_for(app->registry_)),
+                                   [](const std::string& e) { spdlog::error("{}", e); });
+  app->exposition_->start();
+  app->page_ = landing_page(c, flags.config_file);
+  HttpServer::Options http{c.listen_address, c.telemetry_path, c.max_connections, app->web_};
+  App* self = app.get();
+  app->server_ = HttpServer::start(
+      http, *app->exposition_,
+      [self] {
+        std::lock_guard<std::mutex> lock(self->page_mu_);
+        return self->page_;
+      },
+      error);
+  if (!app->server_) return nullptr;
+  spdlog::info("gym-exporter {} listening on {} (port {}), telemetry path {}, registry {}",
+               kVersion, c.listen_address, app->server_->port(), c.telemetry_path, c.registry_dir);
+  return app;
+}
+
+bool App::reload() {
+  const Loaded next = load(flags_);
+  if (!next.ok()) {
+    for (const auto& e : next.errors())
+      spdlog::error("reload failed, keeping the running configuration: {}", e);
+    return false;
+  }
+  apply(next.config.config, next.web.config);
+  spdlog::info("configuration reloaded from {}",
+               flags_.config_file.empty() ? "flags" : flags_.config_file);
+  return true;
+}
+
+void App::apply(Config next, const WebConfig& web) {
+  WebConfig tls_only = web;
+  tls_only.basic_auth_users = web_.basic_auth_users;
+  if (!(tls_only == web_)) spdlog::warn("reload: TLS settings change only at restart");
+  server_->set_basic_auth_users(web.basic_auth_users);
+  web_.basic_auth_users = web.basic_auth_users;
+  if (next.listen_address != config_.listen_address ||
+      next.telemetry_path != config_.telemetry_path ||
+      next.max_connections != config_.max_connections) {
+    spdlog::warn("reload: web settings change only at restart; keeping {} {}",
+                 config_.listen_address, config_.telemetry_path);
+    next.listen_address = config_.listen_address;
+    next.telemetry_path = config_.telemetry_path;
+    next.max_connections = config_.max_connections;
+  }
+  setup_logging(next.log_level, next.log_format);
+  const bool reader_changed = !next.same_reader(config_);
+  if (reader_changed || next.collectors != config_.collectors) {
+    // A new directory needs a new reader; otherwise keep it, so that the
+    // totals of retired writers survive the reload. The new reader takes the
+    // directory's lock at its first snapshot, after the old collectors (and
+    // so the old reader) are gone, and reloads the totals file.
+    if (reader_changed)
+      registry_ = std::make_shared<SharedRegistry>(next.registry_dir, reader_options(next));
+    exposition_->replace(make_collectors(next, context_for(registry_)));
+  }
+  config_ = std::move(next);
+  std::lock_guard<std::mutex> lock(page_mu_);
+  page_ = landing_page(config_, flags_.config_file);
+}
+
+void App::stop() {
+  if (exposition_) exposition_->stop();
+  server_.reset();
+}
+
+}  // namespace gym::exporter

@@ -1,0 +1,69 @@
+// The running exporter: the configuration in effect, the registry reader, the
+// collectors and the HTTP server, and the two things that change them:
+// reload() and stop(). main.cc only parses flags and waits for signals.
+//
+// Thread-safety: reload() and stop() from one thread (main's signal loop);
+// scrapes are served meanwhile.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "collector.h"
+#include "config.h"
+#include "exposition/exposition.h"
+#include "flags.h"
+#include "http_server.h"
+#include "web_config.h"
+
+namespace gym::exporter {
+
+// Every file the flags name, read and validated: nothing is applied unless
+// all of them are valid.
+struct Loaded {
+  ConfigResult config;
+  WebConfigResult web;
+  bool ok() const { return config.ok() && web.ok(); }
+  std::vector<std::string> errors() const;
+};
+Loaded load(const Flags& flags);
+
+ReaderOptions reader_options(const Config& c);
+// One collector of every registered kind, with its section of `c`.
+std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
+                                                        const CollectorContext& context);
+
+// --once: one exposition of `loaded`, to standard output.
+int print_once(const Loaded& loaded);
+
+class App {
+ public:
+  // Claims the registry directory, starts the collectors (their first
+  // samples), then serves. nullptr with a one-line reason in `error`.
+  static std::unique_ptr<App> start(const Flags& flags, const Loaded& loaded, std::string* error);
+  ~App();
+  // Reads every file again; applies the result only when all are valid
+  // (else logs why and keeps everything as it was). False when refused.
+  bool reload();
+  // The collectors' final work while scrapes are still served, then the
+  // HTTP server.
+  void stop();
+  int port() const { return server_->port(); }
+
+ private:
+  App(Flags flags, const Loaded& loaded);
+  void apply(Config next, const WebConfig& web);
+
+  Flags flags_;
+  Config config_;
+  WebConfig web_;
+  std::shared_ptr<SharedRegistry> registry_;
+  std::unique_ptr<Exposition> exposition_;
+  std::mutex page_mu_;
+  std::string page_;
+  std::unique_ptr<HttpServer> server_;
+};
+
+}  // namespace gym::exporter

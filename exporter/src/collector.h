@@ -1,0 +1,105 @@
+// The Collector interface: every source of metric families the exporter
+// serves is one collector, in one file of collectors/, that registers its
+// kind (name, configuration section, factory) with GYM_REGISTER_COLLECTOR.
+// The exporter builds one collector of every registered kind and treats them
+// all alike: start() before serving, collect() on each scrape, stop() before
+// dropping. Adding a collector is its file, its configuration section, its
+// rows in the contract table (gym/families.h) and its tests.
+//
+// Thread-safety: collect() is called under the Exposition's lock, one scrape
+// at a time, and may overlap an IntervalCollector's sampling thread.
+#pragma once
+
+#include <prometheus/metric_family.h>
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "shared_registry.h"
+
+namespace gym::exporter {
+
+class YamlReader;
+
+// Receives one family at a time; the family need not outlive the call.
+using Emit = std::function<void(const prometheus::MetricFamily&)>;
+using Log = std::function<void(const std::string&)>;
+
+class Collector {
+ public:
+  virtual ~Collector() = default;
+  // Before the first scrape that should see its work; idempotent.
+  virtual void start() {}
+  // Before it is dropped, while scrapes are still served: its last work
+  // (a final sample) is what the next scrapes see. Idempotent.
+  virtual void stop() {}
+  virtual void collect(const Emit& emit) = 0;
+};
+
+// A collector that samples on its own thread: one sample at start(), one
+// every interval, and a final one at stop(). A subclass's destructor must
+// call stop() (sample() is its own).
+class IntervalCollector : public Collector {
+ public:
+  explicit IntervalCollector(std::chrono::duration<double> interval) : interval_(interval) {}
+  ~IntervalCollector() override;
+  void start() final;
+  void stop() final;
+  // One sample: what start(), the thread and stop() call.
+  virtual void sample() = 0;
+
+ private:
+  std::chrono::duration<double> interval_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+// What a collector's configuration section reads into (a subclass of its own).
+class CollectorSettings {
+ public:
+  virtual ~CollectorSettings() = default;
+};
+
+// What every collector may use.
+struct CollectorContext {
+  std::shared_ptr<SharedRegistry> registry;  // the one reader of the registry
+  Log warn = [](const std::string&) {};      // a problem worth a warning
+};
+
+struct CollectorKind {
+  std::string name;  // also its configuration section, when it has one
+  int order = 0;     // its place in the exposition (lowest first), then by name
+  // Reads its section (a null node when the file has none) into its
+  // settings; errors through the reader. Null: the collector has no section.
+  std::function<std::shared_ptr<const CollectorSettings>(YamlReader&, const YAML::Node&)> parse;
+  // The collector, for settings from parse (nullptr when it has no section).
+  std::function<std::unique_ptr<Collector>(const CollectorSettings*, const CollectorContext&)> make;
+};
+
+// Adds a kind; called at static initialization through GYM_REGISTER_COLLECTOR.
+bool register_collector_kind(CollectorKind kind);
+// Every registered kind, in exposition order.
+std::vector<const CollectorKind*> collector_kinds();
+const CollectorKind* find_collector_kind(const std::string& name);
+// A collector of the named kind, with `settings` or (nullptr) the defaults of
+// its section; nullptr for an unknown name.
+std::unique_ptr<Collector> make_collector(const std::string& name, const CollectorContext& context,
+                                          const CollectorSettings* settings = nullptr);
+
+#define GYM_REGISTER_COLLECTOR_CAT2(a, b) a##b
+#define GYM_REGISTER_COLLECTOR_CAT(a, b) GYM_REGISTER_COLLECTOR_CAT2(a, b)
+#define GYM_REGISTER_COLLECTOR(...)                              \
+  [[maybe_unused]] static const bool GYM_REGISTER_COLLECTOR_CAT( \
+      gym_collector_registered_, __LINE__) = ::gym::exporter::register_collector_kind(__VA_ARGS__)
+
+}  // namespace gym::exporter

@@ -1,0 +1,62 @@
+// The standard process_* metrics of the exporter's own process, from
+// <proc root>/self (procfs.h parses them).
+#include <dirent.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "collector.h"
+#include "exposition/families.h"
+#include "procfs.h"
+
+namespace gym::exporter {
+namespace {
+
+class ProcessCollector : public Collector {
+ public:
+  explicit ProcessCollector(std::string proc_root) : proc_(std::move(proc_root)) {}
+
+  void collect(const Emit& emit) override {
+    Families out;
+    std::string text;
+    std::optional<procfs::ProcStat> st;
+    if (procfs::read_file(proc_ + "/self/stat", text) == procfs::ReadStatus::kOk)
+      st = procfs::parse_stat(text);
+    if (st) {
+      const double ticks = double(::sysconf(_SC_CLK_TCK));
+      const double page = double(::sysconf(_SC_PAGESIZE));
+      add_simple(out, "process_cpu_seconds_total",
+                 double(st->utime_ticks + st->stime_ticks) / ticks);
+      add_simple(out, "process_virtual_memory_bytes", double(st->vsize_bytes));
+      add_simple(out, "process_resident_memory_bytes", double(st->rss_pages) * page);
+      std::optional<uint64_t> btime;
+      if (procfs::read_file(proc_ + "/stat", text) == procfs::ReadStatus::kOk)
+        btime = procfs::parse_btime(text);
+      if (btime)
+        add_simple(out, "process_start_time_seconds",
+                   double(*btime) + double(st->start_ticks) / ticks);
+    }
+    if (DIR* d = ::opendir((proc_ + "/self/fd").c_str())) {
+      int n = 0;
+      while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+      ::closedir(d);
+      add_simple(out, "process_open_fds", n - 1);  // less the one reading the directory
+    }
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) == 0)
+      add_simple(out, "process_max_fds", double(lim.rlim_cur));
+    for (const auto& f : out) emit(f);
+  }
+
+ private:
+  std::string proc_;
+};
+
+GYM_REGISTER_COLLECTOR({.name = "process",
+                        .order = 100,
+                        .parse = nullptr,
+                        .make = [](const CollectorSettings*, const CollectorContext&) {
+                          return std::make_unique<ProcessCollector>("/proc");
+                        }});
+
+}  // namespace
+}  // namespace gym::exporter

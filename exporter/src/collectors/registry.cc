@@ -1,0 +1,232 @@
+// The contract's concurrency and resources-operation families (the rows of
+// gym/families.h whose source is the registry), built from a fresh registry
+// snapshot on each scrape, and the registry's own counts.
+#include <limits>
+#include <map>
+#include <set>
+
+#include "collector.h"
+#include "exposition/families.h"
+#include "gym/contract.h"
+#include "gym/families.h"
+
+namespace gym::exporter {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+
+class RegistryCollector : public Collector {
+ public:
+  RegistryCollector(std::shared_ptr<SharedRegistry> registry, Log log)
+      : registry_(std::move(registry)), log_(std::move(log)) {}
+  void collect(const Emit& emit) override;
+
+ private:
+  void rebuild();
+  void update_values(const Snapshot& snap);
+  void collect_locked(const Snapshot& snap, const Emit& emit);
+  void select_served(const Snapshot& snap);
+  void emit_stats(const Snapshot& snap, const Emit& emit);
+  // Whether the registry's family is served; counts and logs (once) those
+  // that are not in the contract table.
+  bool served_family(const std::string& family);
+
+  std::shared_ptr<SharedRegistry> registry_;
+  Log log_;
+  std::string last_dir_error_;
+  std::set<std::string> unknown_logged_;
+  size_t unknown_series_ = 0;
+  // The model of the served series, kept across scrapes: rebuilt when the
+  // set of series changes, otherwise only its values are updated.
+  std::vector<const SeriesInfo*> served_;  // in snapshot order
+  uint64_t served_epoch_ = UINT64_MAX;     // the snapshot epoch served_ is from
+  std::vector<size_t> served_index_;       // index in snapshot.series
+  Families model_;
+  std::vector<std::pair<ClientMetric*, size_t>> slots_;  // metric, served index
+  // gym_concurrency_active = limit - available: (metric, limit, available)
+  // with indexes into served_ (-1: none).
+  struct ActiveSlot {
+    ClientMetric* metric;
+    long limit;
+    long available;
+  };
+  MetricFamily active_;
+  std::vector<ActiveSlot> active_slots_;
+  std::vector<size_t> scratch_index_;
+  std::vector<const SeriesInfo*> scratch_infos_;
+};
+
+bool RegistryCollector::served_family(const std::string& family) {
+  const FamilySpec* row = find_family(family);
+  if (row != nullptr && row->source == Source::kRegistry) return true;
+  if (family == family::kServerIdentity) return false;  // read by the server trees
+  if (unknown_logged_.insert(family).second)
+    log_("family " + family + " is not in the contract table: its series are not served");
+  return false;
+}
+
+void RegistryCollector::rebuild() {
+  model_.clear();
+  slots_.clear();
+  active_slots_.clear();
+  active_ = MetricFamily{};
+  // Families first, so that metric pointers stay put once taken.
+  const std::string* family = nullptr;
+  size_t families = 0;
+  for (const SeriesInfo* info : served_) {
+    if (family == nullptr || *family != info->family) ++families;
+    family = &info->family;
+  }
+  model_.reserve(families);
+  family = nullptr;
+  for (size_t i = 0; i < served_.size(); ++i) {
+    const SeriesInfo& info = *served_[i];
+    if (family == nullptr || *family != info.family) {
+      family = &info.family;
+      Families one;
+      model_.push_back(std::move(add_family(one, info.family)));
+      size_t n = 0;
+      for (size_t j = i; j < served_.size() && served_[j]->family == info.family; ++j) ++n;
+      model_.back().metric.reserve(n);
+    }
+    ClientMetric& m = add_metric(model_.back(), info.labels);
+    if (info.kind == segment::SeriesKind::kHistogram) {
+      for (size_t b = 0; b <= info.bounds.size(); ++b) {
+        ClientMetric::Bucket bucket;
+        bucket.upper_bound = b < info.bounds.size()
+                                 ? static_cast<double>(info.bounds[b]) / info.unit_divisor
+                                 : std::numeric_limits<double>::infinity();
+        m.histogram.bucket.push_back(bucket);
+      }
+    }
+    slots_.emplace_back(&m, i);
+  }
+  // active = limit - available, for every label set that has a limit.
+  std::map<std::vector<std::pair<std::string, std::string>>, std::pair<long, long>> pairs;
+  for (size_t i = 0; i < served_.size(); ++i) {
+    if (served_[i]->family == family::kConcurrencyLimit)
+      pairs[served_[i]->labels].first = long(i) + 1;
+    if (served_[i]->family == family::kConcurrencyAvailable)
+      pairs[served_[i]->labels].second = long(i) + 1;
+  }
+  Families one;
+  active_ = std::move(add_family(one, family::kConcurrencyActive));
+  active_.metric.reserve(pairs.size());
+  for (const auto& [labels, idx] : pairs) {
+    if (idx.first == 0) continue;
+    active_slots_.push_back({&add_metric(active_, labels), idx.first - 1, idx.second - 1});
+  }
+}
+
+void RegistryCollector::update_values(const Snapshot& snap) {
+  for (auto& [metric, i] : slots_) {
+    const SeriesSample& s = snap.series[served_index_[i]];
+    switch (s.info->kind) {
+      case segment::SeriesKind::kCounter:
+        metric->counter.value = static_cast<double>(s.counter);
+        break;
+      case segment::SeriesKind::kGauge:
+        metric->gauge.value = static_cast<double>(s.gauge);
+        break;
+      case segment::SeriesKind::kHistogram:
+        metric->histogram.sample_count = s.count();
+        metric->histogram.sample_sum = static_cast<double>(s.sum) / s.info->unit_divisor;
+        for (size_t b = 0; b < s.cumulative_buckets.size(); ++b)
+          metric->histogram.bucket[b].cumulative_count = s.cumulative_buckets[b];
+        break;
+    }
+  }
+  for (ActiveSlot& a : active_slots_) {
+    const int64_t limit = snap.series[served_index_[size_t(a.limit)]].gauge;
+    const int64_t available =
+        a.available < 0 ? 0 : snap.series[served_index_[size_t(a.available)]].gauge;
+    a.metric->gauge.value = static_cast<double>(segment::wrapping_sub(limit, available));
+  }
+}
+
+void RegistryCollector::collect(const Emit& emit) {
+  registry_->with([&](RegistryReader& reader) { collect_locked(reader.snapshot(), emit); });
+}
+
+void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
+  for (const std::string& p : snap.problems) log_("registry: " + p);
+  if (snap.directory_error != last_dir_error_) {
+    if (!snap.directory_error.empty()) log_("registry: " + snap.directory_error);
+    last_dir_error_ = snap.directory_error;
+  }
+  select_served(snap);
+  if (scratch_infos_ != served_ || snap.series_epoch != served_epoch_) {
+    served_epoch_ = snap.series_epoch;
+    served_.swap(scratch_infos_);
+    rebuild();
+  }
+  update_values(snap);
+  for (const MetricFamily& f : model_) emit(f);
+  if (!active_.metric.empty()) emit(active_);
+  emit_stats(snap, emit);
+}
+
+// The served series, in snapshot order (which groups families), into
+// scratch_infos_ and served_index_.
+void RegistryCollector::select_served(const Snapshot& snap) {
+  scratch_infos_.clear();
+  scratch_index_.clear();
+  unknown_series_ = 0;
+  const std::string* run_family = nullptr;
+  bool served = false;
+  bool identity = false;
+  for (size_t i = 0; i < snap.series.size(); ++i) {
+    const SeriesInfo* info = snap.series[i].info;
+    if (run_family == nullptr || *run_family != info->family) {
+      run_family = &info->family;
+      served = served_family(info->family);
+      identity = info->family == family::kServerIdentity;
+    }
+    if (!served) {
+      unknown_series_ += identity ? 0 : 1;
+      continue;
+    }
+    scratch_infos_.push_back(info);
+    scratch_index_.push_back(i);
+  }
+  served_index_.swap(scratch_index_);
+}
+
+void RegistryCollector::emit_stats(const Snapshot& snap, const Emit& emit) {
+  Families stats;
+  const RegistryStats& st = snap.stats;
+  MetricFamily& segments = add_family(stats, "gym_exporter_registry_segments");
+  for (uint32_t v = segment::kMinFormatVersion; v <= segment::kFormatVersion; ++v)
+    add_metric(segments, {{"format_version", std::to_string(v)}}).gauge.value =
+        double(st.live_segments_by_version[v]);
+  const std::pair<const char*, double> simple[] = {
+      {"gym_exporter_registry_unmetered_writers", double(st.unmetered_writers)},
+      {"gym_exporter_registry_damaged_segments_total", double(st.damaged_segments_total)},
+      {"gym_exporter_registry_resets_total", double(st.counter_resets_total)},
+      {"gym_exporter_registry_read_errors_total", double(st.read_errors_total)},
+      {"gym_exporter_registry_totals_write_errors_total", double(st.totals_write_errors_total)},
+      {"gym_exporter_registry_retiring", st.retiring ? 1.0 : 0.0},
+      {"gym_exporter_registry_bytes", double(st.registry_bytes)},
+      {"gym_exporter_series", double(st.series)},
+      {"gym_exporter_series_expired_total", double(st.expired_series_total)},
+      {"gym_exporter_series_over_limit_total", double(st.series_over_limit_total)},
+      {"gym_exporter_registry_retired_segments_total", double(st.retired_segments_total)},
+      {"gym_exporter_registry_dropped_series_total", double(st.dropped_series_total)},
+      {"gym_exporter_registry_rejected_segments_total", double(st.rejected_files_total)},
+      {"gym_exporter_registry_invalid_records_total", double(st.invalid_records_total)},
+      {"gym_exporter_registry_unknown_series", double(unknown_series_)},
+  };
+  for (const auto& [name, value] : simple) add_simple(stats, name, value);
+  for (const MetricFamily& f : stats) emit(f);
+}
+
+GYM_REGISTER_COLLECTOR({.name = "registry",
+                        .order = 0,
+                        .parse = nullptr,
+                        .make = [](const CollectorSettings*, const CollectorContext& c) {
+                          return std::make_unique<RegistryCollector>(c.registry, c.warn);
+                        }});
+
+}  // namespace
+}  // namespace gym::exporter

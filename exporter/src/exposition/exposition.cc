@@ -1,0 +1,79 @@
+#include "exposition/exposition.h"
+
+#include <chrono>
+
+#include "exposition/families.h"
+#include "exposition/text.h"
+
+namespace gym::exporter {
+
+Exposition::Exposition(std::vector<std::unique_ptr<Collector>> collectors, Log log)
+    : collectors_(std::move(collectors)), log_(std::move(log)) {}
+
+Exposition::~Exposition() {
+  stop();
+}
+
+void Exposition::start() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& c : collectors_) c->start();
+}
+
+void Exposition::stop() {
+  // Not under the lock: scrapes go on while collectors take their final
+  // samples. The list itself changes only in replace(), on the same thread.
+  std::vector<Collector*> all;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& c : collectors_) all.push_back(c.get());
+  }
+  for (Collector* c : all) c->stop();
+}
+
+std::string Exposition::render() {
+  return render(TextEncoder());
+}
+
+std::string Exposition::render(const Encoder& encoder) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto start = std::chrono::steady_clock::now();
+  std::string out;
+  out.reserve(last_size_ + last_size_ / 8);
+  const Emit emit = [&](const prometheus::MetricFamily& f) {
+    // A family with no row is a programming error, and a family with rows
+    // is the common case: check the row first, the samples' labels always.
+    if (std::string why = contract_violation(f); !why.empty()) {
+      ++violations_;
+      if (reported_.insert(f.name).second && log_) log_(why + ": not served");
+      return;
+    }
+    encoder.family(f, out);
+  };
+  for (auto& c : collectors_) c->collect(emit);
+  Families own;
+  add_simple(own, "gym_exporter_contract_violations_total", double(violations_));
+  const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+  add_simple(own, "gym_exporter_scrape_duration_seconds", took.count());
+  for (const auto& f : own) encoder.family(f, out);
+  encoder.finish(out);
+  last_size_ = out.size();
+  return out;
+}
+
+void Exposition::replace(std::vector<std::unique_ptr<Collector>> collectors) {
+  // Scrapes wait: the old collectors (and a registry reader only they hold)
+  // are gone before the new ones start, so that a new reader of the same
+  // directory finds its lock free.
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& c : collectors_) c->stop();
+  collectors_.clear();
+  collectors_ = std::move(collectors);
+  for (auto& c : collectors_) c->start();
+}
+
+size_t Exposition::violations() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return violations_;
+}
+
+}  // namespace gym::exporter

@@ -1,0 +1,59 @@
+// The exposition: the collectors' families, checked against the contract
+// table, rendered by one encoder per format (text.h: the text format 0.0.4).
+// A family that breaks the table is not served; it is logged once and
+// counted in gym_exporter_contract_violations_total (a test asserts there is none).
+//
+// Thread-safety: render() may be called from any number of threads; the
+// collectors are called under one lock, one scrape at a time.
+#pragma once
+
+#include <prometheus/metric_family.h>
+
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "collector.h"
+
+namespace gym::exporter {
+
+// One format: appends families to a buffer.
+class Encoder {
+ public:
+  virtual ~Encoder() = default;
+  virtual std::string_view content_type() const = 0;
+  virtual void family(const prometheus::MetricFamily& f, std::string& out) const = 0;
+  virtual void finish(std::string& /*out*/) const {}
+};
+
+class Exposition {
+ public:
+  explicit Exposition(std::vector<std::unique_ptr<Collector>> collectors, Log log = {});
+  // Stops the collectors.
+  ~Exposition();
+  // Starts every collector (the first samples).
+  void start();
+  // Stops every collector (their final samples) while scrapes go on; call
+  // it from the thread that calls replace().
+  void stop();
+  // One exposition built now, in the text format or the given encoder's.
+  std::string render();
+  std::string render(const Encoder& encoder);
+  // Swaps the collectors (a reload): stops the old ones, starts the new.
+  void replace(std::vector<std::unique_ptr<Collector>> collectors);
+  // Families not served because they break the contract table, so far.
+  size_t violations() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::unique_ptr<Collector>> collectors_;
+  Log log_;
+  std::set<std::string> reported_;  // families whose violation was logged
+  size_t violations_ = 0;
+  size_t last_size_ = 0;  // to size the next exposition's buffer
+};
+
+}  // namespace gym::exporter

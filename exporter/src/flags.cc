@@ -1,0 +1,108 @@
+#include "flags.h"
+
+#include <algorithm>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace gym::exporter {
+
+namespace {
+
+struct FlagSpec {
+  std::string_view name;   // without the leading "--"
+  std::string_view value;  // the value's name in the usage; empty: a switch
+  std::string help;
+  // Where the value (or true, for a switch) goes.
+  std::optional<std::string> ConfigOverrides::*override_field = nullptr;
+  std::string Flags::*string_field = nullptr;
+  bool Flags::*switch_field = nullptr;
+};
+
+const std::vector<FlagSpec>& table() {
+  static const std::vector<FlagSpec> flags = {
+      {"web.listen-address", "ADDR", "address to listen on ([host]:port, default \":9478\")",
+       &ConfigOverrides::listen_address},
+      {"web.telemetry-path", "PATH", "path under which to expose metrics (default \"/metrics\")",
+       &ConfigOverrides::telemetry_path},
+      {"config.file", "FILE", "YAML configuration (see config/gym-exporter.yml)", nullptr,
+       &Flags::config_file},
+      {"web.config.file", "FILE", "TLS and basic auth, in exporter-toolkit's format", nullptr,
+       &Flags::web_config_file},
+      {"registry.dir", "DIR",
+       std::string("registry directory (default \"") + kDefaultRegistryDir + "\")",
+       &ConfigOverrides::registry_dir},
+      {"log.level", "LEVEL", "debug, info, warn or error (default \"info\")",
+       &ConfigOverrides::log_level},
+      {"log.format", "FORMAT", "logfmt or json (default \"logfmt\")", &ConfigOverrides::log_format},
+      {"check-config", "", "validate the configuration and exit (0 valid)", nullptr, nullptr,
+       &Flags::check_config},
+      {"once", "", "print one exposition to standard output and exit", nullptr, nullptr,
+       &Flags::once},
+      {"version", "", "print the version and exit", nullptr, nullptr, &Flags::version},
+      {"help", "", "print this help and exit", nullptr, nullptr, &Flags::help},
+  };
+  return flags;
+}
+
+const FlagSpec* find(std::string_view name) {
+  for (const FlagSpec& f : table())
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string usage() {
+  std::string out =
+      "usage: gym-exporter [flags]\n\nServes the NeMo Gym metrics registry of this host to "
+      "Prometheus.\n\nFlags:\n";
+  for (const FlagSpec& f : table()) {
+    std::string left = "  --" + std::string(f.name);
+    if (!f.value.empty()) left += "=" + std::string(f.value);
+    left.resize(std::max<size_t>(left.size() + 1, 30), ' ');
+    out += left + f.help + "\n";
+  }
+  out += "\nFlags override the configuration file, also after a reload (SIGHUP).\n";
+  return out;
+}
+
+bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "-h") arg = "--help";
+    if (!arg.starts_with("--")) {
+      error = "unexpected argument " + std::string(arg) + " (see --help)";
+      return false;
+    }
+    const size_t eq = arg.find('=');
+    const std::string_view name = arg.substr(2, eq == std::string_view::npos ? arg.npos : eq - 2);
+    const FlagSpec* f = find(name);
+    if (f == nullptr) {
+      error = "unknown flag --" + std::string(name) + " (see --help)";
+      return false;
+    }
+    if (f->switch_field) {
+      if (eq != std::string_view::npos) {
+        error = "flag --" + std::string(name) + " takes no value";
+        return false;
+      }
+      flags.*(f->switch_field) = true;
+      continue;
+    }
+    std::string value;
+    if (eq != std::string_view::npos) {
+      value = std::string(arg.substr(eq + 1));
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      error = "flag --" + std::string(name) + " needs a value";
+      return false;
+    }
+    if (f->override_field) flags.overrides.*(f->override_field) = value;
+    if (f->string_field) flags.*(f->string_field) = value;
+  }
+  return true;
+}
+
+}  // namespace gym::exporter

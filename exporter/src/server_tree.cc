@@ -1,0 +1,184 @@
+#include "server_tree.h"
+
+#include <algorithm>
+#include <charconv>
+#include <tuple>
+
+#include "gym/contract.h"
+#include "yaml_reader.h"
+
+namespace gym::exporter {
+
+namespace {
+
+// The match: section of a target: exactly one of comm and cmdline.
+void read_match(YamlReader& rd, const YAML::Node& v, ServerTarget& t) {
+  int kinds = 0;
+  rd.mapping(v, "match",
+             {{"comm",
+               [&](const YAML::Node& c) {
+                 ++kinds;
+                 rd.string(c, "match.comm", t.match_comm);
+               }},
+              {"cmdline", [&](const YAML::Node& c) {
+                 ++kinds;
+                 if (!rd.string(c, "match.cmdline", t.match_cmdline)) return;
+                 try {
+                   std::regex re(t.match_cmdline);
+                 } catch (const std::regex_error& e) {
+                   rd.error(c, std::string("match.cmdline is not a valid regular expression: ") +
+                                   e.what());
+                 }
+               }}});
+  if (kinds != 1) rd.error(v, "match needs exactly one of comm and cmdline");
+}
+
+ServerTarget read_target(YamlReader& rd, const YAML::Node& item, const std::string& section) {
+  ServerTarget t;
+  int selectors = 0;
+  bool has_name = false;
+  bool has_type = false;
+  rd.mapping(item, section + "[]",
+             {{"name", [&](const YAML::Node& v) { has_name = rd.string(v, "name", t.name); }},
+              {"server_type",
+               [&](const YAML::Node& v) { has_type = rd.string(v, "server_type", t.server_type); }},
+              {"pid",
+               [&](const YAML::Node& v) {
+                 ++selectors;
+                 int pid = 0;
+                 rd.integer(v, "pid", pid, 1, 1 << 30);
+                 t.pid = pid;
+               }},
+              {"pidfile",
+               [&](const YAML::Node& v) {
+                 ++selectors;
+                 rd.string(v, "pidfile", t.pidfile);
+               }},
+              {"match",
+               [&](const YAML::Node& v) {
+                 ++selectors;
+                 read_match(rd, v, t);
+               }},
+              {"pss", [&](const YAML::Node& v) { rd.boolean(v, "pss", t.pss); }}});
+  if (!item.IsMap()) return t;
+  if (!has_name || !valid_server_name(t.name))
+    rd.error(item, "a memory target needs a name of 1 to 128 characters");
+  if (!has_type || !valid_server_name(t.server_type))
+    rd.error(item, "memory target '" + t.name + "' needs a server_type of 1 to 128 characters");
+  if (selectors != 1)
+    rd.error(item, "memory target '" + t.name + "' needs exactly one of pid, pidfile and match");
+  return t;
+}
+
+}  // namespace
+
+std::vector<ServerTarget> read_server_targets(YamlReader& rd, const YAML::Node& n,
+                                              const std::string& section) {
+  std::vector<ServerTarget> out;
+  if (!n.IsDefined() || n.IsNull()) return out;
+  if (!n.IsSequence()) {
+    rd.error(n, section + " must be a list");
+    return out;
+  }
+  std::map<std::string, YAML::Mark> seen;
+  for (const auto& item : n) {
+    ServerTarget t = read_target(rd, item, section);
+    if (!t.name.empty()) {
+      auto [it, fresh] = seen.emplace(t.name, item.Mark());
+      if (!fresh)
+        rd.error(item, "memory target name '" + t.name + "' is used twice (also at " +
+                           std::to_string(it->second.line + 1) + ":" +
+                           std::to_string(it->second.column + 1) + ")");
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+ServerTrees::ServerTrees(std::vector<ServerTarget> targets,
+                         std::shared_ptr<SharedRegistry> registry,
+                         std::function<void(const std::string&, const std::string&)> error)
+    : registry_(std::move(registry)), error_(std::move(error)) {
+  for (ServerTarget& t : targets) {
+    Target target{std::move(t), std::nullopt, std::nullopt};
+    if (!target.config.match_cmdline.empty()) target.cmdline.emplace(target.config.match_cmdline);
+    targets_.push_back(std::move(target));
+  }
+}
+
+const procfs::ProcStat* ServerTrees::from_pidfile(const ServerTarget& c,
+                                                  const procfs::ProcessTable& table) {
+  std::string text;
+  if (procfs::read_file(c.pidfile, text) != procfs::ReadStatus::kOk) {
+    error_("pidfile", "cannot read pidfile " + c.pidfile + " of " + c.name);
+    return nullptr;
+  }
+  size_t b = text.find_first_not_of(" \t\n");
+  size_t e = text.find_last_not_of(" \t\n");
+  int pid = 0;
+  if (b == std::string::npos ||
+      std::from_chars(text.data() + b, text.data() + e + 1, pid).ptr != text.data() + e + 1 ||
+      pid <= 0) {
+    error_("pidfile", "pidfile " + c.pidfile + " of " + c.name + " holds no pid");
+    return nullptr;
+  }
+  return table.find(pid);
+}
+
+// The oldest matching process is the root.
+const procfs::ProcStat* ServerTrees::from_match(const Target& t,
+                                                const procfs::ProcessTable& table) {
+  const procfs::ProcStat* best = nullptr;
+  std::string cmdline;
+  for (const procfs::ProcStat& p : table.processes()) {
+    if (p.kernel_thread() || p.zombie()) continue;
+    bool match = false;
+    if (!t.config.match_comm.empty()) {
+      match = p.comm == t.config.match_comm;
+    } else if (t.cmdline) {
+      const std::string path = table.proc_root() + "/" + std::to_string(p.pid) + "/cmdline";
+      if (procfs::read_file(path, cmdline) != procfs::ReadStatus::kOk) continue;
+      std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+      match = std::regex_search(cmdline, *t.cmdline);
+    }
+    if (match && (best == nullptr ||
+                  std::tie(p.start_ticks, p.pid) < std::tie(best->start_ticks, best->pid)))
+      best = &p;
+  }
+  return best;
+}
+
+const procfs::ProcStat* ServerTrees::find_root(Target& t, const procfs::ProcessTable& table) {
+  if (t.config.pid) {
+    const procfs::ProcStat* p = table.find(*t.config.pid);
+    if (p == nullptr) return nullptr;
+    if (!t.root_start) t.root_start = p->start_ticks;
+    return p->start_ticks == *t.root_start ? p : nullptr;
+  }
+  if (!t.config.pidfile.empty()) return from_pidfile(t.config, table);
+  return from_match(t, table);
+}
+
+std::vector<ServerTrees::Server> ServerTrees::resolve(const procfs::ProcessTable& table) {
+  std::vector<Server> out;
+  std::map<std::string, bool> named;
+  for (Target& t : targets_) {
+    out.push_back({t.config.name, t.config.server_type, t.config.pss, find_root(t, table)});
+    named[t.config.name] = true;
+  }
+  if (!registry_) return out;
+  std::vector<DeclaredServer> declared =
+      registry_->with([](RegistryReader& r) { return r.snapshot().servers; });
+  // A process forked by a server (a verifier) inherits its declaration; of
+  // the processes that declare one name, the oldest is the server.
+  std::sort(declared.begin(), declared.end(), [](const DeclaredServer& a, const DeclaredServer& b) {
+    return std::tie(a.name, a.start_ticks, a.pid) < std::tie(b.name, b.start_ticks, b.pid);
+  });
+  for (const DeclaredServer& d : declared) {
+    if (!named.emplace(d.name, true).second) continue;  // configuration wins
+    out.push_back({d.name, d.server_type, true, table.find(d.pid, d.start_ticks)});
+  }
+  return out;
+}
+
+}  // namespace gym::exporter

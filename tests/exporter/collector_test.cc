@@ -1,0 +1,293 @@
+// The collector framework and the App around it: every collector kind is
+// registered by its own file (here, a probe registered by this test alone),
+// reads its own configuration section, starts and stops with the exporter;
+// what the exposition serves is exactly the contract table.
+#include <crypt.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "app.h"
+#include "collector.h"
+#include "exposition/exposition.h"
+#include "exposition/families.h"
+#include "http_client.h"
+#include "test_support.h"
+#include "yaml_reader.h"
+
+namespace gym::exporter {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::http;
+using testing::TempDir;
+
+// ------------------------------------------------- a collector added by a test
+
+// What the probe saw; the probe's section is `probe: {family: NAME}`.
+std::atomic<int> g_probe_port{0};
+std::atomic<int> g_probe_status_at_stop{-1};
+std::atomic<int> g_probe_started{0};
+
+struct ProbeSettings : CollectorSettings {
+  std::string family;  // none: it serves nothing
+};
+
+class Probe : public Collector {
+ public:
+  explicit Probe(std::string family) : family_(std::move(family)) {}
+  void start() override { ++g_probe_started; }
+  void stop() override {
+    // The HTTP server must still answer while collectors stop.
+    if (g_probe_port > 0) g_probe_status_at_stop = http(g_probe_port, "GET", "/metrics").status;
+  }
+  void collect(const Emit& emit) override {
+    if (family_.empty()) return;
+    Families out;
+    add_simple(out, family_, 1, {{"version", "probe"}, {"revision", "probe"}});
+    emit(out.back());
+  }
+
+ private:
+  std::string family_;
+};
+
+GYM_REGISTER_COLLECTOR({.name = "probe",
+                        .order = 1000,
+                        .parse =
+                            [](YamlReader& rd, const YAML::Node& n) {
+                              auto s = std::make_shared<ProbeSettings>();
+                              rd.mapping(n, "probe", {{"family", [&](const YAML::Node& v) {
+                                                         rd.string(v, "probe.family", s->family);
+                                                       }}});
+                              return std::shared_ptr<const CollectorSettings>(s);
+                            },
+                        .make =
+                            [](const CollectorSettings* s, const CollectorContext&) {
+                              return std::make_unique<Probe>(
+                                  static_cast<const ProbeSettings*>(s)->family);
+                            }});
+
+TEST(Collectors, AKindRegisteredInItsOwnFileIsBuiltWithItsOwnSection) {
+  ConfigResult r = parse_config("probe:\n  family: gym_exporter_series\n", "g.yml");
+  ASSERT_TRUE(r.ok()) << r.errors.at(0);
+  TempDir tmp;
+  auto collectors = make_collectors(r.config, {std::make_shared<SharedRegistry>(tmp.path())});
+  ASSERT_EQ(collectors.size(), collector_kinds().size());
+  Families seen;
+  collectors.back()->collect([&](const prometheus::MetricFamily& f) { seen.push_back(f); });
+  ASSERT_EQ(seen.size(), 1u) << "the probe is last (order 1000)";
+  EXPECT_EQ(seen[0].name, "gym_exporter_series");
+
+  ConfigResult bad = parse_config("probe:\n  famly: x\n", "g.yml");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.errors[0].find("g.yml:2:3: unknown key 'probe.famly'"), std::string::npos)
+      << bad.errors[0];
+}
+
+TEST(Exposition, AFamilyThatBreaksTheContractTableIsNotServedButCountedAndLoggedOnce) {
+  std::vector<std::unique_ptr<Collector>> c;
+  c.push_back(std::make_unique<Probe>("gym_no_such_family"));
+  c.push_back(std::make_unique<Probe>("gym_exporter_series"));  // labels it has no row for
+  std::vector<std::string> logged;
+  Exposition e(std::move(c), [&](const std::string& m) { logged.push_back(m); });
+  std::string once = e.render();
+  e.render();
+  EXPECT_EQ(once.find("gym_no_such_family"), std::string::npos);
+  EXPECT_EQ(once.find("gym_exporter_series{"), std::string::npos);
+  EXPECT_NE(once.find("gym_exporter_contract_violations_total 2"), std::string::npos) << once;
+  EXPECT_EQ(e.violations(), 4u);
+  ASSERT_EQ(logged.size(), 2u);
+  EXPECT_NE(logged[0].find("no row in the contract table"), std::string::npos) << logged[0];
+  EXPECT_NE(logged[1].find("has label version"), std::string::npos) << logged[1];
+}
+
+// ------------------------------------------------------------- the App
+
+std::string bcrypt(const std::string& password) {
+  char salt[64];
+  if (crypt_gensalt_rn("$2b$", 4, nullptr, 0, salt, sizeof salt) == nullptr) return {};
+  crypt_data data{};
+  const char* h = crypt_r(password.c_str(), salt, &data);
+  return h ? h : "";
+}
+
+std::string basic(const std::string& user, const std::string& password) {
+  static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  const std::string in = user + ":" + password;
+  std::string out;
+  for (size_t i = 0; i < in.size(); i += 3) {
+    uint32_t v = uint32_t(uint8_t(in[i])) << 16;
+    if (i + 1 < in.size()) v |= uint32_t(uint8_t(in[i + 1])) << 8;
+    if (i + 2 < in.size()) v |= uint32_t(uint8_t(in[i + 2]));
+    out += k[(v >> 18) & 63];
+    out += k[(v >> 12) & 63];
+    out += i + 1 < in.size() ? k[(v >> 6) & 63] : '=';
+    out += i + 2 < in.size() ? k[v & 63] : '=';
+  }
+  return "Authorization: Basic " + out + "\r\n";
+}
+
+Flags app_flags(const TempDir& tmp) {
+  Flags f;
+  f.overrides.listen_address = "127.0.0.1:0";
+  f.overrides.registry_dir = tmp.sub("registry");
+  f.config_file = tmp.sub("gym.yml");
+  f.web_config_file = tmp.sub("web.yml");
+  return f;
+}
+
+TEST(App, ARefusedReloadChangesNothingNotEvenTheBasicAuthUsers) {
+  TempDir tmp;
+  const Flags flags = app_flags(tmp);
+  std::ofstream(flags.config_file) << "log:\n  level: error\n";
+  std::ofstream(flags.web_config_file) << "basic_auth_users:\n  alice: " << bcrypt("a") << "\n";
+  std::string error;
+  auto app = App::start(flags, load(flags), &error);
+  ASSERT_TRUE(app) << error;
+  EXPECT_EQ(http(app->port(), "GET", "/metrics", basic("alice", "a")).status, 200);
+  EXPECT_EQ(http(app->port(), "GET", "/metrics", basic("bob", "b")).status, 401);
+
+  // A valid web file beside a broken main file: nothing is applied.
+  std::ofstream(flags.web_config_file) << "basic_auth_users:\n  bob: " << bcrypt("b") << "\n";
+  std::ofstream(flags.config_file) << "log: [broken\n";
+  EXPECT_FALSE(app->reload());
+  EXPECT_EQ(http(app->port(), "GET", "/metrics", basic("alice", "a")).status, 200);
+  EXPECT_EQ(http(app->port(), "GET", "/metrics", basic("bob", "b")).status, 401);
+
+  // Both valid: both applied.
+  std::ofstream(flags.config_file) << "log:\n  level: error\n";
+  EXPECT_TRUE(app->reload());
+  EXPECT_EQ(http(app->port(), "GET", "/metrics", basic("alice", "a")).status, 401);
+  EXPECT_EQ(http(app->port(), "GET", "/metrics", basic("bob", "b")).status, 200);
+}
+
+TEST(App, CollectorsStopWhileScrapesAreStillServedAndStartOnce) {
+  TempDir tmp;
+  Flags flags = app_flags(tmp);
+  flags.web_config_file.clear();
+  std::ofstream(flags.config_file) << "log:\n  level: error\n";
+  std::string error;
+  const int started = g_probe_started;
+  auto app = App::start(flags, load(flags), &error);
+  ASSERT_TRUE(app) << error;
+  EXPECT_EQ(g_probe_started, started + 1);
+  g_probe_port = app->port();
+  g_probe_status_at_stop = -1;
+  app->stop();
+  g_probe_port = 0;
+  EXPECT_EQ(g_probe_status_at_stop, 200) << "the final work is scrapeable";
+  app->stop();  // idempotent
+}
+
+TEST(IntervalCollector, StartTwiceAndStopTwiceSampleOnceEach) {
+  struct Counting : IntervalCollector {
+    Counting() : IntervalCollector(std::chrono::hours(1)) {}
+    ~Counting() override { stop(); }
+    void sample() override { ++samples; }
+    void collect(const Emit&) override {}
+    std::atomic<int> samples{0};
+  } c;
+  c.start();
+  c.start();
+  EXPECT_EQ(c.samples, 1);
+  c.stop();
+  c.stop();
+  EXPECT_EQ(c.samples, 2) << "one first sample, one final sample";
+  c.start();  // a stopped collector stays stopped
+  EXPECT_EQ(c.samples, 2);
+}
+
+// -------------------------------------- the demo's families against the table
+
+// name -> "type label,label" from a text exposition ("le" left out).
+std::map<std::string, std::string> families_of(const std::string& text) {
+  std::map<std::string, std::string> type;
+  std::map<std::string, std::set<std::string>> labels;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      std::istringstream w(line.substr(7));
+      std::string name, t;
+      w >> name >> t;
+      type[name] = t;
+      labels[name];
+      continue;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    const size_t brace = line.find('{');
+    std::string name = line.substr(0, std::min(brace, line.find(' ')));
+    for (const char* suffix : {"_bucket", "_sum", "_count"})
+      if (!type.count(name) && name.ends_with(suffix))
+        name = name.substr(0, name.size() - std::string_view(suffix).size());
+    if (brace == std::string::npos) continue;
+    size_t pos = brace + 1;
+    while (pos < line.size() && line[pos] != '}') {
+      const size_t eq = line.find('=', pos);
+      const std::string label = line.substr(pos, eq - pos);
+      if (label != "le") labels[name].insert(label);
+      pos = eq + 2;
+      while (pos < line.size() && line[pos] != '"') pos += line[pos] == '\\' ? 2 : 1;
+      pos += 1;
+      if (pos < line.size() && line[pos] == ',') ++pos;
+    }
+  }
+  std::map<std::string, std::string> out;
+  for (const auto& [name, t] : type) {
+    std::string l;
+    for (const std::string& x : labels[name]) l += (l.empty() ? "" : ",") + x;
+    out[name] = t + " " + l;
+  }
+  return out;
+}
+
+TEST(Golden, TheDemosExpositionServesEveryContractRowAndNothingElse) {
+  TempDir tmp;
+  const std::string dir = tmp.sub("registry");
+  pid_t demo = testing::spawn([&] {
+    ::execl(GYM_DEMO_BIN, GYM_DEMO_BIN, ("--registry.dir=" + dir).c_str(), "--duration=30",
+            nullptr);
+    return 127;
+  });
+  Flags flags;
+  flags.overrides.registry_dir = dir;
+  Loaded loaded = load(flags);
+  ASSERT_TRUE(loaded.ok());
+  auto registry = std::make_shared<SharedRegistry>(dir);
+  std::map<std::string, std::string> got;
+  // Every family appears within seconds (timeouts and crashed verifiers too).
+  for (int i = 0; i < 150 && got.size() < std::size(kFamilies); ++i) {
+    std::this_thread::sleep_for(100ms);
+    Exposition e(make_collectors(loaded.config.config, {registry}));
+    e.start();
+    got = families_of(e.render());
+    e.stop();
+  }
+  ::kill(demo, SIGTERM);
+  testing::wait_exit(demo);
+  for (const FamilySpec& row : kFamilies)
+    EXPECT_TRUE(got.count(std::string(row.name))) << row.name << " has a row but is not served";
+  for (const auto& [name, _] : got)
+    EXPECT_NE(find_family(name), nullptr) << name << " is served without a row";
+  // The golden file: each family's type and label names, as the demo shows them.
+  std::ifstream golden(GYM_GOLDEN);
+  std::map<std::string, std::string> want;
+  std::string name, rest;
+  while (golden >> name && std::getline(golden, rest)) want[name] = rest.substr(1);
+  if (std::getenv("GYM_UPDATE_GOLDEN")) {
+    std::ofstream out(GYM_GOLDEN);
+    for (const auto& [n, v] : got) out << n << " " << v << "\n";
+    GTEST_SKIP() << "golden file written";
+  }
+  EXPECT_EQ(got, want) << "regenerate with GYM_UPDATE_GOLDEN=1 when the change is intended";
+}
+
+}  // namespace
+}  // namespace gym::exporter
