@@ -104,6 +104,42 @@ std::string base64_decode(const std::string& in) {
   return out;
 }
 
+// CivetWeb's options for `options`: strings that live as long as this.
+struct CivetOptions {
+  std::string ports;
+  std::string threads;
+  std::string pem;  // the certificate and key's memory file, by path
+  int pem_fd = -1;
+  std::vector<const char*> opts;
+
+  ~CivetOptions() { close_pem(); }
+  void close_pem() {
+    if (pem_fd >= 0) ::close(pem_fd);
+    pem_fd = -1;
+  }
+  bool build(const HttpServer::Options& options, std::string* error) {
+    const WebConfig& web = options.web;
+    ports = civet_port(options.listen_address) + (web.tls ? "s" : "");
+    threads = std::to_string(options.threads);
+    opts = {"listening_ports",    ports.c_str(), "num_threads",       threads.c_str(),
+            "request_timeout_ms", "10000",       "enable_keep_alive", "yes",
+            "max_request_size",   "16384"};
+    if (web.tls) {
+      pem_fd = combined_pem(web, &pem, error);
+      if (pem_fd < 0) return false;
+      opts.insert(opts.end(), {"ssl_certificate", pem.c_str(), "ssl_protocol_version",
+                               protocol_version(web.min_version)});
+      if (web.client_auth_type != "NoClientCert")
+        opts.insert(opts.end(),
+                    {"ssl_verify_peer",
+                     web.client_auth_type == "RequireAndVerifyClientCert" ? "yes" : "optional",
+                     "ssl_ca_file", web.client_ca_file.c_str()});
+    }
+    opts.push_back(nullptr);
+    return true;
+  }
+};
+
 }  // namespace
 
 std::string gzip_compress(const std::string& in) {
@@ -130,29 +166,9 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
   server->options_ = options;
   server->exposition_ = &exposition;
   server->landing_page_ = std::move(landing_page);
-  const bool tls = options.web.tls;
-  const std::string ports = civet_port(options.listen_address) + (tls ? "s" : "");
-  const std::string threads = std::to_string(options.threads);
-  std::vector<const char*> opts = {
-      "listening_ports",    ports.c_str(), "num_threads",       threads.c_str(),
-      "request_timeout_ms", "10000",       "enable_keep_alive", "yes",
-      "max_request_size",   "16384"};
-  std::string pem;
-  int pem_fd = -1;
-  if (tls) {
-    pem_fd = combined_pem(options.web, &pem, error);
-    if (pem_fd < 0) return nullptr;
-    opts.insert(opts.end(), {"ssl_certificate", pem.c_str(), "ssl_protocol_version",
-                             protocol_version(options.web.min_version)});
-    if (options.web.client_auth_type != "NoClientCert") {
-      opts.insert(
-          opts.end(),
-          {"ssl_verify_peer",
-           options.web.client_auth_type == "RequireAndVerifyClientCert" ? "yes" : "optional",
-           "ssl_ca_file", options.web.client_ca_file.c_str()});
-    }
-  }
-  opts.push_back(nullptr);
+  CivetOptions civet;
+  if (!civet.build(options, error)) return nullptr;
+  std::vector<const char*>& opts = civet.opts;
   server->users_ = options.web.basic_auth_users;
   mg_callbacks callbacks{};
   // CivetWeb's own messages go to our log, at debug level.
@@ -171,7 +187,7 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
   err.text = text;
   err.text_buffer_size = sizeof text;
   server->ctx_ = mg_start2(&init, &err);
-  if (pem_fd >= 0) ::close(pem_fd);  // read at start
+  civet.close_pem();  // read at start
   if (server->ctx_ == nullptr) {
     if (error)
       *error = "cannot listen on " + options.listen_address + ": " +

@@ -3,7 +3,9 @@ client: TLS with and without a client certificate, basic auth right and
 wrong, bad web configuration files at start and on reload."""
 import base64
 import os
+import pathlib
 import re
+import shutil
 import signal
 import socket
 import ssl
@@ -108,6 +110,40 @@ def test_tls_serves_https_and_refuses_plain_http(exporter, pki):
     assert status == 200 and b"gym_exporter_build_info" in body
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         urllib.request.urlopen(f"http://127.0.0.1:{e.port}/metrics", timeout=5).read()
+
+
+def test_tls_needs_no_writable_temporary_directory(pki):
+    # /tmp read-only (a private mount namespace) and $TMPDIR missing: the key
+    # goes to memory, never to a file, so nothing can be left behind either.
+    tmp_path = pathlib.Path(tempfile.mkdtemp(dir="/var/tmp"))
+    for f in ("server.crt", "server.key"):
+        shutil.copy(os.path.join(pki, f), tmp_path / f)
+    web = tmp_path / "web.yml"
+    web.write_text(f"tls_server_config:\n  cert_file: {tmp_path}/server.crt\n"
+                   f"  key_file: {tmp_path}/server.key\n")
+    log = tmp_path / "exporter.log"
+    script = ("mount -t tmpfs -o ro,size=64k gym-ro-tmp /tmp && exec \"$0\" \"$@\"")
+    proc = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c", script, EXPORTER,
+         f"--web.config.file={web}", f"--registry.dir={tmp_path}/registry",
+         "--web.listen-address=127.0.0.1:0"],
+        stderr=open(log, "w"), env={**os.environ, "TMPDIR": f"{tmp_path}/missing"})
+    try:
+        port = None
+        for _ in range(500):
+            m = re.search(r"\(port (\d+)\)", log.read_text())
+            if m:
+                port = int(m.group(1))
+                break
+            if proc.poll() is not None:
+                break
+            time.sleep(0.01)
+        assert port, log.read_text()
+        assert get(f"https://127.0.0.1:{port}/metrics", tls_context(pki))[0] == 200
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        shutil.rmtree(tmp_path, ignore_errors=True)
 
 
 def test_a_required_client_certificate_is_enforced(exporter, pki):
