@@ -289,5 +289,39 @@ TEST(Golden, TheDemosExpositionServesEveryContractRowAndNothingElse) {
   EXPECT_EQ(got, want) << "regenerate with GYM_UPDATE_GOLDEN=1 when the change is intended";
 }
 
+// docs/metrics.md's table of families: one row per row of the contract table,
+// with the same type, unit, label names and HELP.
+TEST(Docs, TheMetricReferenceHoldsExactlyTheContractTable) {
+  std::ifstream doc(GYM_METRICS_DOC);
+  ASSERT_TRUE(doc) << GYM_METRICS_DOC;
+  std::map<std::string, std::string> documented;
+  std::string line;
+  bool in_families = false;
+  while (std::getline(doc, line)) {
+    if (line.rfind("## ", 0) == 0) in_families = line == "## Families";
+    if (!in_families || line.rfind("| `", 0) != 0) continue;
+    const size_t end = line.find('`', 3);
+    documented[line.substr(3, end - 3)] = line;
+  }
+  const char* types[] = {"counter", "gauge", "histogram"};
+  for (const FamilySpec& row : kFamilies) {
+    std::string labels;
+    for (std::string_view l : row.labels)
+      if (!l.empty()) labels += (labels.empty() ? "`" : ", `") + std::string(l) + "`";
+    const std::string want = "| `" + std::string(row.name) + "` | " +
+                             types[static_cast<int>(row.type)] + " | " + std::string(row.unit) +
+                             " | " + labels + " | " + std::string(row.help) + " |";
+    auto it = documented.find(std::string(row.name));
+    if (it == documented.end()) {
+      ADD_FAILURE() << row.name << " is not in docs/metrics.md; add: " << want;
+      continue;
+    }
+    EXPECT_EQ(it->second, want);
+    documented.erase(it);
+  }
+  for (const auto& [name, _] : documented)
+    ADD_FAILURE() << name << " is documented but has no row in gym/families.h";
+}
+
 }  // namespace
 }  // namespace gym::exporter
