@@ -6,7 +6,8 @@
 // multiprocess mode on the same shapes, and the exporter's memory.
 //
 //   exporter_bench [benchmark flags]
-//   exporter_bench --hold-segments=N --dir=DIR   (keeps N live segments until killed)
+//   exporter_bench --hold-segments=N --dir=DIR [--shared-labels]
+//                                     (keeps N live segments until killed)
 #include <benchmark/benchmark.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -39,8 +40,12 @@ void raise_fd_limit() {
   setrlimit(RLIMIT_NOFILE, &lim);
 }
 
+// --shared-labels: every writer reports the same label sets (a Gym host whose
+// processes share their limits and operations), not its own.
+bool g_shared_labels = false;
+
 std::string label_of(int writer, int i) {
-  return "w" + std::to_string(writer) + "_" + std::to_string(i);
+  return (g_shared_labels ? "shared" : "w" + std::to_string(writer)) + "_" + std::to_string(i);
 }
 
 // Writers of `count` segments in `dir`, with their gauges.
@@ -198,6 +203,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--hold-segments=", 16) == 0) hold = std::atoi(argv[i] + 16);
     if (std::strncmp(argv[i], "--dir=", 6) == 0) dir = argv[i] + 6;
+    if (std::strcmp(argv[i], "--shared-labels") == 0) g_shared_labels = true;
   }
   if (hold > 0) {
     raise_fd_limit();

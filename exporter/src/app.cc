@@ -8,6 +8,8 @@
 #include "build_info.h"
 #include "landing_page.h"
 #include "logging.h"
+#include "procfs.h"
+#include "snapshot_view.h"
 
 namespace gym::exporter {
 
@@ -90,12 +92,13 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
                                    [](const std::string& e) { spdlog::error("{}", e); });
   app->exposition_->start();
   app->page_ = landing_page(c, flags.config_file);
-  HttpServer::Options http{c.listen_address, c.telemetry_path, c.max_connections, app->web_};
   App* self = app.get();
+  HttpServer::Options http{c.listen_address, c.telemetry_path, c.max_connections, app->web_,
+                           [self] { return self->snapshot_json(); }};
   app->server_ = HttpServer::start(
       http, *app->exposition_,
       [self] {
-        std::lock_guard<std::mutex> lock(self->page_mu_);
+        std::lock_guard<std::mutex> lock(self->state_mu_);
         return self->page_;
       },
       error);
@@ -140,13 +143,33 @@ void App::apply(Config next, const WebConfig& web) {
     // totals of retired writers survive the reload. The new reader takes the
     // directory's lock at its first snapshot, after the old collectors (and
     // so the old reader) are gone, and reloads the totals file.
-    if (reader_changed)
-      registry_ = std::make_shared<SharedRegistry>(next.registry_dir, reader_options(next));
+    if (reader_changed) {
+      auto registry = std::make_shared<SharedRegistry>(next.registry_dir, reader_options(next));
+      std::lock_guard<std::mutex> lock(state_mu_);
+      registry_ = std::move(registry);
+    }
     exposition_->replace(make_collectors(next, context_for(registry_)));
   }
+  std::lock_guard<std::mutex> lock(state_mu_);
   config_ = std::move(next);
-  std::lock_guard<std::mutex> lock(page_mu_);
   page_ = landing_page(config_, flags_.config_file);
+}
+
+std::string App::snapshot_json() {
+  std::shared_ptr<SharedRegistry> registry;
+  std::string dir;
+  {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    registry = registry_;
+    dir = config_.registry_dir;
+  }
+  static const double boot = boot_time_seconds();
+  return registry->with([&](RegistryReader& r) {
+    const Snapshot& snap = r.snapshot();
+    procfs::ProcessTable table("/proc");
+    const bool have_table = !snap.servers.empty() && table.scan();
+    return to_json(make_view(snap, dir, have_table ? &table : nullptr, boot));
+  });
 }
 
 void App::stop() {

@@ -55,13 +55,15 @@ class App {
  private:
   App(Flags flags, const Loaded& loaded);
   void apply(Config next, const WebConfig& web);
+  // /api/v1/snapshot: the registry as gym-stat --json shows it.
+  std::string snapshot_json();
 
   Flags flags_;
   Config config_;
   WebConfig web_;
   std::shared_ptr<SharedRegistry> registry_;
   std::unique_ptr<Exposition> exposition_;
-  std::mutex page_mu_;
+  std::mutex state_mu_;  // guards what HTTP threads read: page_, registry_ (the pointer)
   std::string page_;
   std::unique_ptr<HttpServer> server_;
 };

@@ -257,6 +257,10 @@ int HttpServer::handle(mg_connection* conn, void* self_ptr) {
     }
     return 200;
   }
+  if (uri == "/api/v1/snapshot" && self->options_.snapshot_json) {
+    send(conn, 200, "OK", "application/json", self->options_.snapshot_json(), head);
+    return 200;
+  }
   if (uri == "/-/healthy" || uri == "/-/ready") {
     send(conn, 200, "OK", "text/plain; charset=utf-8", "OK\n", head);
     return 200;

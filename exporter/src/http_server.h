@@ -1,5 +1,5 @@
 // The exporter's HTTP server on CivetWeb: the telemetry path, a landing page,
-// /-/healthy and /-/ready; gzip when asked; 405 for methods other than GET and
+// /-/healthy and /-/ready, /api/v1/snapshot; gzip when asked; 405 for methods other than GET and
 // HEAD; a bounded number of worker threads.
 //
 // Thread-safety: requests are served concurrently by CivetWeb's workers;
@@ -27,6 +27,9 @@ class HttpServer {
     std::string telemetry_path = "/metrics";
     int threads = 64;
     WebConfig web;  // TLS and basic auth (--web.config.file)
+    // The registry as JSON at /api/v1/snapshot (docs/snapshot.schema.json);
+    // none: 404.
+    std::function<std::string()> snapshot_json;
   };
   // Starts serving, or returns nullptr with a one-line reason in `error`.
   static std::unique_ptr<HttpServer> start(const Options& options, Exposition& exposition,

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <limits>
@@ -222,6 +223,19 @@ std::vector<const ProcStat*> ProcessTable::tree(const ProcStat& root) const {
     }
   }
   return out;
+}
+
+TreeUsage tree_usage(const ProcessTable& table, const ProcStat& root) {
+  static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  TreeUsage u;
+  for (const ProcStat* p : table.tree(root)) {
+    if (p->kernel_thread() || p->zombie()) continue;
+    u.live.push_back(p);
+    u.members.emplace_back(p->pid, p->start_ticks);
+    u.rss_bytes += p->rss_pages * page;
+  }
+  std::sort(u.members.begin(), u.members.end());
+  return u;
 }
 
 }  // namespace gym::exporter::procfs

@@ -79,4 +79,13 @@ class ProcessTable {
   std::unordered_map<pid_t, std::vector<size_t>> children_;
 };
 
+// What a tree uses: its live processes (kernel threads and zombies add
+// nothing), their summed RSS, and each as (pid, start ticks), sorted.
+struct TreeUsage {
+  std::vector<const ProcStat*> live;
+  std::vector<std::pair<pid_t, uint64_t>> members;
+  uint64_t rss_bytes = 0;
+};
+TreeUsage tree_usage(const ProcessTable& table, const ProcStat& root);
+
 }  // namespace gym::exporter::procfs

@@ -928,6 +928,7 @@ const Snapshot& RegistryReader::snapshot() {
   snapshot_.problems.clear();
   snapshot_.directory_error.clear();
   snapshot_.servers.clear();
+  snapshot_.writers.clear();
   snapshot_.stats.unmetered_writers = 0;
   snapshot_.stats.registry_bytes = 0;
   snapshot_.stats.live_segments_by_version = {};
@@ -981,6 +982,7 @@ const Snapshot& RegistryReader::snapshot() {
     read_segment(*seg, /*gauges=*/!seg->dead);
     dropped = sat_add(dropped, seg->dropped);
     if (seg->dead) continue;
+    snapshot_.writers.push_back({seg->pid, seg->start_ticks, seg->version, seg->damaged});
     if (seg->damaged) {
       ++snapshot_.stats.unmetered_writers;
       continue;

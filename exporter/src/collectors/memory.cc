@@ -133,17 +133,11 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerTrees::Server
     return m;
   }
   m.root_pid = server.root->pid;
-  static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
-  std::vector<std::pair<pid_t, uint64_t>> members;
-  std::vector<const procfs::ProcStat*> live;
-  for (const procfs::ProcStat* p : table.tree(*server.root)) {
-    if (p->kernel_thread() || p->zombie()) continue;  // they add nothing
-    live.push_back(p);
-    members.emplace_back(p->pid, p->start_ticks);
-    m.rss += p->rss_pages * page;
-  }
-  m.processes = live.size();
-  std::sort(members.begin(), members.end());
+  procfs::TreeUsage tree = procfs::tree_usage(table, *server.root);
+  m.rss = tree.rss_bytes;
+  m.processes = tree.live.size();
+  const std::vector<const procfs::ProcStat*>& live = tree.live;
+  const std::vector<std::pair<pid_t, uint64_t>>& members = tree.members;
   if (!server.pss) return m;
   if (pss_due) {
     std::vector<std::pair<pid_t, uint64_t>> read_members;

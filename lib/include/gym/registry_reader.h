@@ -96,6 +96,14 @@ struct DeclaredServer {
   uint64_t start_ticks = 0;  // the owner's start time (/proc/<pid>/stat field 22)
 };
 
+// One live writer process seen in the registry.
+struct WriterInfo {
+  pid_t pid = 0;
+  uint64_t start_ticks = 0;  // the owner's start time (/proc/<pid>/stat field 22)
+  uint32_t format_version = 0;
+  bool unmetered = false;  // its segment is damaged: its numbers cannot be read
+};
+
 struct Snapshot {
   // Sorted by family, then labels; a family's series are adjacent.
   std::vector<SeriesSample> series;
@@ -107,6 +115,8 @@ struct Snapshot {
   std::string directory_error;
   // Live processes with a declared identity (one entry per process).
   std::vector<DeclaredServer> servers;
+  // Live writer processes with a segment, by segment name.
+  std::vector<WriterInfo> writers;
   // Changes whenever a series is added or forgotten: a SeriesInfo pointer
   // kept from a snapshot with another epoch may have been freed (and its
   // address reused).

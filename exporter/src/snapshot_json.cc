@@ -1,0 +1,189 @@
+// The JSON form of a View (docs/snapshot.schema.json).
+#include <cmath>
+#include <cstdio>
+#include <optional>
+
+#include "snapshot_view.h"
+
+namespace gym::exporter {
+
+namespace {
+
+// Appends JSON; commas go in by themselves (after a value, before the next).
+class Json {
+ public:
+  std::string out;
+  void str(const std::string& s) {
+    separate();
+    out += '"';
+    for (unsigned char c : s) {
+      if (c == '"' || c == '\\') {
+        out += '\\';
+        out += char(c);
+      } else if (c < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", c);
+        out += buf;
+      } else {
+        out += char(c);
+      }
+    }
+    out += '"';
+    after_value_ = true;
+  }
+  void num(double v) {
+    if (!std::isfinite(v)) return literal("null");
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    literal(buf);
+  }
+  void literal(const char* s) {
+    separate();
+    out += s;
+    after_value_ = true;
+  }
+  void key(const char* k) {
+    str(k);
+    out += ':';
+    after_value_ = false;
+  }
+  void open(char c) {
+    separate();
+    out += c;
+    after_value_ = false;
+  }
+  void close(char c) {
+    out += c;
+    after_value_ = true;
+  }
+  void field(const char* k, const std::string& v) {
+    key(k);
+    str(v);
+  }
+  void field(const char* k, double v) {
+    key(k);
+    num(v);
+  }
+  void optional_string(const char* k, const std::string& v) {
+    key(k);
+    v.empty() ? literal("null") : str(v);
+  }
+  template <class T>
+  void optional_number(const char* k, const std::optional<T>& v) {
+    key(k);
+    v ? num(double(*v)) : literal("null");
+  }
+
+ private:
+  void separate() {
+    if (after_value_) out += ',';
+  }
+  bool after_value_ = false;
+};
+
+void histogram(Json& j, const HistogramView& h) {
+  j.open('{');
+  j.field("count", double(h.count));
+  j.field("sum", h.sum);
+  j.key("buckets");
+  j.open('[');
+  for (const auto& [le, n] : h.buckets) {
+    j.open('{');
+    j.key("le");
+    std::isinf(le) ? j.str("+Inf") : j.num(le);
+    j.field("count", double(n));
+    j.close('}');
+  }
+  j.close(']');
+  j.close('}');
+}
+
+void limits(Json& j, const View& v) {
+  j.key("limits");
+  j.open('[');
+  for (const LimitView& l : v.limits) {
+    if (!l.present()) continue;
+    j.open('{');
+    j.field("component", l.component);
+    j.field("limit_name", l.limit_name);
+    j.optional_string("server_name", l.server_name);
+    j.field("limit", double(l.limit));
+    j.field("active", double(l.active));
+    j.field("available", double(l.available));
+    j.field("queue_depth", double(l.queue_depth));
+    j.optional_number("admission_timeouts_total", l.admission_timeouts_total);
+    j.field("admission_cancelled_total", double(l.admission_cancelled_total));
+    j.close('}');
+  }
+  j.close(']');
+}
+
+void operations(Json& j, const View& v) {
+  j.key("operations");
+  j.open('[');
+  for (const OperationView& o : v.operations) {
+    j.open('{');
+    j.field("operation", o.operation);
+    j.field("executor", o.executor);
+    j.optional_string("server_name", o.server_name);
+    j.field("queued", double(o.queued));
+    j.field("active", double(o.active));
+    j.key("queue_duration_seconds");
+    histogram(j, o.queue_duration);
+    j.key("duration_seconds");
+    j.open('{');
+    for (const auto& [outcome, h] : o.duration) {
+      j.key(outcome.c_str());
+      histogram(j, h);
+    }
+    j.close('}');
+    j.close('}');
+  }
+  j.close(']');
+}
+
+void servers_and_writers(Json& j, const View& v) {
+  j.key("servers");
+  j.open('[');
+  for (const ServerView& s : v.servers) {
+    j.open('{');
+    j.field("server_name", s.server_name);
+    j.field("server_type", s.server_type);
+    j.field("pid", double(s.pid));
+    j.optional_number("rss_bytes", s.rss_bytes);
+    j.optional_number("processes", s.processes);
+    j.close('}');
+  }
+  j.close(']');
+  j.key("writers");
+  j.open('[');
+  for (const WriterView& w : v.writers) {
+    j.open('{');
+    j.field("pid", double(w.pid));
+    j.field("start_time_seconds", w.start_time_seconds);
+    j.field("format_version", double(w.format_version));
+    j.key("unmetered");
+    j.literal(w.unmetered ? "true" : "false");
+    j.optional_string("server_name", w.server_name);
+    j.close('}');
+  }
+  j.close(']');
+}
+
+}  // namespace
+
+std::string to_json(const View& v) {
+  Json j;
+  j.open('{');
+  j.field("schema_version", 1.0);
+  j.field("time_seconds", v.time_seconds);
+  j.field("registry_dir", v.registry_dir);
+  limits(j, v);
+  operations(j, v);
+  servers_and_writers(j, v);
+  j.close('}');
+  j.out += '\n';
+  return j.out;
+}
+
+}  // namespace gym::exporter

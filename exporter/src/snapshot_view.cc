@@ -1,0 +1,225 @@
+#include "snapshot_view.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "gym/contract.h"
+#include "procfs.h"
+
+namespace gym::exporter {
+
+namespace {
+
+std::string label_of(const SeriesInfo& info, std::string_view name) {
+  for (const auto& [k, v] : info.labels)
+    if (k == name) return v;
+  return {};
+}
+
+// Into h, reusing its buckets' storage.
+void assign_histogram(HistogramView& h, const SeriesSample& s) {
+  h.count = s.count();
+  h.sum = double(s.sum) / s.info->unit_divisor;
+  h.buckets.resize(s.cumulative_buckets.size());
+  for (size_t b = 0; b < s.cumulative_buckets.size(); ++b)
+    h.buckets[b] = {
+        b < s.info->bounds.size() ? double(s.info->bounds[b]) / s.info->unit_divisor : INFINITY,
+        s.cumulative_buckets[b]};
+}
+
+}  // namespace
+
+std::optional<double> HistogramView::quantile(double q) const {
+  if (count == 0 || buckets.empty()) return std::nullopt;
+  const double rank = q * double(count);
+  double lower = 0;
+  uint64_t below = 0;
+  for (const auto& [le, cumulative] : buckets) {
+    if (double(cumulative) >= rank && cumulative > below) {
+      if (std::isinf(le)) return lower;  // the highest finite bound, as PromQL
+      return lower + (le - lower) * (rank - double(below)) / double(cumulative - below);
+    }
+    lower = std::isinf(le) ? lower : le;
+    below = cumulative;
+  }
+  return lower;
+}
+
+HistogramView HistogramView::minus(const HistogramView& earlier) const {
+  HistogramView d = *this;
+  if (earlier.buckets.size() != buckets.size() || earlier.count > count) return d;  // a reset
+  d.count -= earlier.count;
+  d.sum -= earlier.sum;
+  for (size_t i = 0; i < buckets.size(); ++i) d.buckets[i].second -= earlier.buckets[i].second;
+  return d;
+}
+
+uint64_t OperationView::finished() const {
+  uint64_t n = 0;
+  for (const auto& [_, h] : duration) n += h.count;
+  return n;
+}
+
+double boot_time_seconds(const std::string& proc_root) {
+  std::string text;
+  if (procfs::read_file(proc_root + "/stat", text) != procfs::ReadStatus::kOk) return 0;
+  return double(procfs::parse_btime(text).value_or(0));
+}
+
+void ViewBuilder::reshape(const Snapshot& snap) {
+  slots_.assign(snap.series.size(), Slot{});
+  std::map<std::string, uint32_t> limit_rows, op_rows;
+  std::vector<LimitView> limits;
+  std::vector<OperationView> ops;
+  const std::pair<std::string_view, Field> fields[] = {
+      {family::kConcurrencyLimit, Field::kLimit},
+      {family::kConcurrencyAvailable, Field::kAvailable},
+      {family::kConcurrencyQueueDepth, Field::kQueueDepth},
+      {family::kAdmissionTimeouts, Field::kTimeouts},
+      {family::kAdmissionCancelled, Field::kCancelled},
+      {family::kOperationQueued, Field::kQueued},
+      {family::kOperationActive, Field::kActive},
+      {family::kOperationQueueDuration, Field::kQueueDuration},
+      {family::kOperationDuration, Field::kDuration}};
+  const std::string* run = nullptr;  // the snapshot groups families
+  Field field = Field::kNone;
+  for (size_t i = 0; i < snap.series.size(); ++i) {
+    const SeriesInfo& info = *snap.series[i].info;
+    if (run == nullptr || *run != info.family) {
+      run = &info.family;
+      field = Field::kNone;
+      for (const auto& [name, f] : fields)
+        if (info.family == name) field = f;
+    }
+    if (field == Field::kNone) continue;
+    Slot& slot = slots_[i];
+    slot.field = field;
+    if (field <= Field::kCancelled) {
+      LimitView l;
+      l.component = label_of(info, label::kComponent);
+      l.limit_name = label_of(info, label::kLimitName);
+      l.server_name = label_of(info, label::kServerName);
+      auto [it, fresh] = limit_rows.try_emplace(l.key(), uint32_t(limits.size()));
+      if (fresh) limits.push_back(std::move(l));
+      slot.row = it->second;
+    } else {
+      OperationView o;
+      o.operation = label_of(info, label::kOperation);
+      o.executor = label_of(info, label::kExecutor);
+      o.server_name = label_of(info, label::kServerName);
+      auto [it, fresh] = op_rows.try_emplace(o.key(), uint32_t(ops.size()));
+      if (fresh) ops.push_back(std::move(o));
+      slot.row = it->second;
+      if (field == Field::kDuration) slot.outcome = label_of(info, label::kOutcome);
+    }
+  }
+  // Rows in key order, as people read them.
+  std::vector<uint32_t> limit_rank(limits.size()), op_rank(ops.size());
+  uint32_t r = 0;
+  for (const auto& [_, row] : limit_rows) limit_rank[row] = r++;
+  r = 0;
+  for (const auto& [_, row] : op_rows) op_rank[row] = r++;
+  limits_.assign(limits.size(), LimitView{});
+  operations_.assign(ops.size(), OperationView{});
+  for (size_t k = 0; k < limits.size(); ++k) limits_[limit_rank[k]] = std::move(limits[k]);
+  for (size_t k = 0; k < ops.size(); ++k) operations_[op_rank[k]] = std::move(ops[k]);
+  for (Slot& slot : slots_)
+    if (slot.field != Field::kNone)
+      slot.row = slot.field <= Field::kCancelled ? limit_rank[slot.row] : op_rank[slot.row];
+  static std::atomic<uint64_t> shapes{0};
+  shape_ = ++shapes;
+}
+
+void ViewBuilder::fill(const Snapshot& snap, View& out) const {
+  if (out.shape != shape_) {
+    out.limits = limits_;
+    out.operations = operations_;
+    out.shape = shape_;
+  }
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const Slot& slot = slots_[i];
+    const SeriesSample& s = snap.series[i];
+    switch (slot.field) {
+      case Field::kNone:
+        break;
+      case Field::kLimit:
+        out.limits[slot.row].limit = s.gauge;
+        break;
+      case Field::kAvailable:
+        out.limits[slot.row].available = s.gauge;
+        break;
+      case Field::kQueueDepth:
+        out.limits[slot.row].queue_depth = s.gauge;
+        break;
+      case Field::kTimeouts:
+        out.limits[slot.row].admission_timeouts_total = s.counter;
+        break;
+      case Field::kCancelled:
+        out.limits[slot.row].admission_cancelled_total = s.counter;
+        break;
+      case Field::kQueued:
+        out.operations[slot.row].queued = s.gauge;
+        break;
+      case Field::kActive:
+        out.operations[slot.row].active = s.gauge;
+        break;
+      case Field::kQueueDuration:
+        assign_histogram(out.operations[slot.row].queue_duration, s);
+        break;
+      case Field::kDuration:
+        assign_histogram(out.operations[slot.row].duration[slot.outcome], s);
+        break;
+    }
+  }
+  for (LimitView& l : out.limits) l.active = l.limit - l.available;
+}
+
+void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
+                        const procfs::ProcessTable* table, double boot_time, View& v) {
+  v.time_seconds =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  v.registry_dir = registry_dir;
+  scratch_.clear();
+  for (const SeriesSample& s : snap.series) scratch_.push_back(s.info);
+  if (scratch_ != infos_ || snap.series_epoch != epoch_) {
+    infos_.swap(scratch_);
+    epoch_ = snap.series_epoch;
+    reshape(snap);
+  }
+  fill(snap, v);
+  v.servers.clear();
+  std::map<pid_t, std::string> declared;
+  for (const DeclaredServer& d : snap.servers) {
+    declared[d.pid] = d.name;
+    ServerView s{d.name, d.server_type, d.pid, std::nullopt, std::nullopt};
+    const procfs::ProcStat* root = table ? table->find(d.pid, d.start_ticks) : nullptr;
+    if (root != nullptr) {
+      const procfs::TreeUsage u = procfs::tree_usage(*table, *root);
+      s.rss_bytes = u.rss_bytes;
+      s.processes = u.live.size();
+    }
+    v.servers.push_back(std::move(s));
+  }
+  v.writers.clear();
+  static const double ticks = double(::sysconf(_SC_CLK_TCK));
+  for (const WriterInfo& w : snap.writers) {
+    const double start = boot_time > 0 ? boot_time + double(w.start_ticks) / ticks : 0;
+    auto it = declared.find(w.pid);
+    v.writers.push_back(
+        {w.pid, start, w.format_version, w.unmetered, it == declared.end() ? "" : it->second});
+  }
+}
+
+View make_view(const Snapshot& snap, const std::string& registry_dir,
+               const procfs::ProcessTable* table, double boot_time) {
+  View v;
+  ViewBuilder().build(snap, registry_dir, table, boot_time, v);
+  return v;
+}
+
+}  // namespace gym::exporter

@@ -1,0 +1,131 @@
+// A registry snapshot grouped the way people and scripts ask about it: each
+// concurrency limit, each resources operation (by operation, executor and
+// server), each declared server with its tree's RSS, and each writer. The one
+// model behind `gym-stat` (its screen, --once and --json) and the exporter's
+// /api/v1/snapshot; its JSON schema is docs/snapshot.schema.json.
+//
+// Thread-safety: pure functions over their arguments.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gym/registry_reader.h"
+
+namespace gym::exporter {
+
+namespace procfs {
+class ProcessTable;
+}
+
+struct HistogramView {
+  uint64_t count = 0;
+  double sum = 0;                                    // seconds
+  std::vector<std::pair<double, uint64_t>> buckets;  // (upper bound, cumulative), +Inf last
+  // The q-quantile by linear interpolation within the bucket (as PromQL's
+  // histogram_quantile); nullopt without observations.
+  std::optional<double> quantile(double q) const;
+  // This minus an earlier view of the same histogram (for a window).
+  HistogramView minus(const HistogramView& earlier) const;
+};
+
+struct LimitView {
+  std::string component, limit_name, server_name;  // server_name may be empty
+  int64_t limit = 0, active = 0, available = 0, queue_depth = 0;
+  std::optional<uint64_t> admission_timeouts_total;  // only limits with a timeout
+  uint64_t admission_cancelled_total = 0;
+  std::string key() const { return server_name + "\x1f" + component + "\x1f" + limit_name; }
+  // A limit whose writers are gone keeps its counters but has no gauges: it
+  // is not a limit now (not shown, not in the JSON).
+  bool present() const { return limit > 0; }
+};
+
+struct OperationView {
+  std::string operation, executor, server_name;
+  int64_t queued = 0, active = 0;
+  HistogramView queue_duration;
+  std::map<std::string, HistogramView> duration;  // by outcome
+  std::string key() const { return server_name + "\x1f" + operation + "\x1f" + executor; }
+  uint64_t finished() const;
+};
+
+struct ServerView {
+  std::string server_name, server_type;
+  pid_t pid = 0;
+  std::optional<uint64_t> rss_bytes;  // the tree's, when procfs was read
+  std::optional<uint64_t> processes;
+};
+
+struct WriterView {
+  pid_t pid = 0;
+  double start_time_seconds = 0;  // since the epoch (0 when unknown)
+  uint32_t format_version = 0;
+  bool unmetered = false;
+  std::string server_name;  // the server it declared, if any
+};
+
+struct View {
+  uint64_t shape = 0;       // which ViewBuilder shape its rows follow (0: none)
+  double time_seconds = 0;  // when it was taken, since the epoch
+  std::string registry_dir;
+  std::vector<LimitView> limits;
+  std::vector<OperationView> operations;
+  std::vector<ServerView> servers;
+  std::vector<WriterView> writers;
+};
+
+// Builds Views from successive snapshots of one reader. The shape (which
+// series feeds which row) is kept while the snapshot's series stay the same,
+// so a refresh only copies values into the View it is given (whose
+// allocations it reuses).
+class ViewBuilder {
+ public:
+  // `table` (may be null) gives each server's tree RSS; `boot_time_seconds`
+  // turns start ticks into times.
+  void build(const Snapshot& snap, const std::string& registry_dir,
+             const procfs::ProcessTable* table, double boot_time_seconds, View& out);
+
+ private:
+  enum class Field : uint8_t {
+    kNone,
+    kLimit,
+    kAvailable,
+    kQueueDepth,
+    kTimeouts,
+    kCancelled,
+    kQueued,
+    kActive,
+    kQueueDuration,
+    kDuration
+  };
+  struct Slot {
+    Field field = Field::kNone;
+    uint32_t row = 0;
+    std::string outcome;  // kDuration
+  };
+  void reshape(const Snapshot& snap);
+  void fill(const Snapshot& snap, View& out) const;
+
+  std::vector<const SeriesInfo*> infos_;  // the series the shape is for
+  uint64_t epoch_ = UINT64_MAX;
+  std::vector<Slot> slots_;  // by series index
+  std::vector<LimitView> limits_;
+  std::vector<OperationView> operations_;
+  std::vector<const SeriesInfo*> scratch_;
+  uint64_t shape_ = 0;
+};
+
+// One View from one snapshot.
+View make_view(const Snapshot& snap, const std::string& registry_dir,
+               const procfs::ProcessTable* table, double boot_time_seconds);
+// The boot time from <proc_root>/stat (0 when unknown).
+double boot_time_seconds(const std::string& proc_root = "/proc");
+
+std::string to_json(const View& v);
+
+}  // namespace gym::exporter

@@ -1,0 +1,232 @@
+// gym-stat: a live view of every limit, operation, server and writer of the
+// registry, read directly (read-only: it never retires or removes anything,
+// so it runs beside gym-exporter, or without one).
+//
+//   gym-stat [--registry.dir=DIR] [--interval=SECONDS] [--once | --json]
+//            [--sort=saturation|queue|name] [--filter=TEXT] [--proc-root=DIR]
+#include <curses.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "frame.h"
+#include "gym/contract.h"
+#include "gym/registry_reader.h"
+#include "gym/segment_writer.h"
+#include "procfs.h"
+#include "snapshot_view.h"
+
+namespace gym::stat {
+namespace {
+
+struct Args {
+  std::string dir;
+  std::string proc_root = "/proc";
+  double interval = 1;
+  bool once = false;
+  bool json = false;
+  FrameOptions frame;
+};
+
+const char* kUsage =
+    "usage: gym-stat [--registry.dir=DIR] [--interval=SECONDS] [--once | --json]\n"
+    "                [--sort=saturation|queue|name] [--filter=TEXT] [--proc-root=DIR]\n\n"
+    "A live view of the NeMo Gym metrics registry (read-only; runs beside gym-exporter).\n"
+    "  --once   print one table (rates over one interval) and exit\n"
+    "  --json   print one JSON snapshot (docs/snapshot.schema.json) and exit\n"
+    "Keys: s sort, / filter, c clear the filter, q quit.\n";
+
+// 0: go on; otherwise the exit status.
+int parse(int argc, char** argv, Args& a) {
+  const char* env = std::getenv(SegmentWriter::kDirEnv);
+  a.dir = env ? env : kDefaultRegistryDir;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&](const char* name) -> std::optional<std::string> {
+      const std::string prefix = std::string(name) + "=";
+      if (arg.rfind(prefix, 0) == 0) return arg.substr(prefix.size());
+      return std::nullopt;
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return -1;
+    } else if (arg == "--once") {
+      a.once = true;
+    } else if (arg == "--json") {
+      a.json = true;
+    } else if (auto v = value("--registry.dir")) {
+      a.dir = *v;
+    } else if (auto v = value("--proc-root")) {
+      a.proc_root = *v;
+    } else if (auto v = value("--filter")) {
+      a.frame.filter = *v;
+    } else if (auto v = value("--interval")) {
+      char* end = nullptr;
+      a.interval = std::strtod(v->c_str(), &end);
+      if (end == v->c_str() || *end != '\0' || !(a.interval >= 0) || a.interval > 3600) {
+        std::fprintf(stderr, "gym-stat: --interval must be a number of seconds, 0 to 3600\n");
+        return 2;
+      }
+    } else if (auto v = value("--sort")) {
+      if (*v == "saturation")
+        a.frame.sort = Sort::kSaturation;
+      else if (*v == "queue")
+        a.frame.sort = Sort::kQueue;
+      else if (*v == "name")
+        a.frame.sort = Sort::kName;
+      else {
+        std::fprintf(stderr, "gym-stat: --sort must be saturation, queue or name\n");
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr, "gym-stat: unknown argument %s (see --help)\n", arg.c_str());
+      return 2;
+    }
+  }
+  return 0;
+}
+
+class Source {
+ public:
+  explicit Source(const Args& a)
+      : args_(a), reader_(a.dir, read_only()), boot_(exporter::boot_time_seconds(a.proc_root)) {}
+  // The registry now, into `out` (reusing its storage).
+  void next(exporter::View& out) {
+    const Snapshot& snap = reader_.snapshot();
+    exporter::procfs::ProcessTable table(args_.proc_root);
+    const bool have_table = !snap.servers.empty() && table.scan();
+    builder_.build(snap, args_.dir, have_table ? &table : nullptr, boot_, out);
+  }
+
+ private:
+  static ReaderOptions read_only() {
+    ReaderOptions o;
+    o.mode = ReaderOptions::Mode::kReadOnly;
+    return o;
+  }
+  const Args& args_;
+  RegistryReader reader_;
+  double boot_;
+  exporter::ViewBuilder builder_;
+};
+
+// Two views: the one shown and the one before it (for rates).
+struct Views {
+  exporter::View a, b;
+  exporter::View* now = &a;
+  exporter::View* previous = nullptr;
+  void advance(Source& source) {
+    exporter::View* spare = now == &a ? &b : &a;
+    source.next(*spare);
+    previous = now;
+    now = spare;
+  }
+};
+
+void draw(const std::vector<Line>& lines) {
+  erase();
+  const int rows = LINES, cols = COLS;
+  for (int y = 0; y < rows && y < int(lines.size()); ++y) {
+    const Line& l = lines[size_t(y)];
+    const std::string text = l.text.substr(0, size_t(std::max(cols - 1, 0)));
+    const attr_t attr = l.kind == Line::Kind::kTitle    ? A_BOLD
+                        : l.kind == Line::Kind::kHeader ? A_REVERSE
+                                                        : A_NORMAL;
+    attron(attr);
+    mvaddstr(y, 0, text.c_str());
+    attroff(attr);
+    if (l.bar_width > 0 && has_colors() && int(l.bar_at + l.bar_width) < cols) {
+      const short pair = l.fill >= 1 ? 1 : l.fill >= 0.8 ? 2 : 3;
+      mvchgat(y, int(l.bar_at), int(l.bar_width), A_BOLD, pair, nullptr);
+    }
+  }
+  refresh();
+}
+
+// Reads a filter at the bottom line; Enter ends it, Escape cancels.
+void read_filter(std::string& filter) {
+  std::string text;
+  timeout(-1);
+  for (;;) {
+    mvprintw(LINES - 1, 0, "filter: %s", text.c_str());
+    clrtoeol();
+    refresh();
+    const int c = getch();
+    if (c == '\n' || c == KEY_ENTER) break;
+    if (c == 27) return;
+    if ((c == KEY_BACKSPACE || c == 127 || c == 8) && !text.empty()) text.pop_back();
+    if (c >= 32 && c < 127) text += char(c);
+  }
+  filter = text;
+}
+
+int interactive(Args& a, Source& source, Views& views) {
+  initscr();
+  cbreak();
+  noecho();
+  keypad(stdscr, TRUE);
+  curs_set(0);
+  if (has_colors()) {
+    start_color();
+    use_default_colors();
+    init_pair(1, COLOR_RED, -1);
+    init_pair(2, COLOR_YELLOW, -1);
+    init_pair(3, COLOR_GREEN, -1);
+  }
+  auto next_at = std::chrono::steady_clock::now();
+  for (;;) {
+    a.frame.max_lines = size_t(std::max(LINES, 1));
+    draw(frame(*views.now, views.previous, a.frame));
+    next_at += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        std::chrono::duration<double>(std::max(a.interval, 0.1)));
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
+        next_at - std::chrono::steady_clock::now());
+    timeout(int(std::max<int64_t>(wait.count(), 0)));
+    const int c = getch();
+    if (c == 'q' || c == 'Q') break;
+    if (c == 's') a.frame.sort = Sort((int(a.frame.sort) + 1) % 3);
+    if (c == 'c') a.frame.filter.clear();
+    if (c == '/') read_filter(a.frame.filter);
+    if (c != ERR) continue;  // redraw at once; the data moves on schedule
+    views.advance(source);
+  }
+  endwin();
+  return 0;
+}
+
+int run(int argc, char** argv) {
+  Args a;
+  if (int rc = parse(argc, argv, a); rc != 0) return rc < 0 ? 0 : rc;
+  Source source(a);
+  Views views;
+  source.next(*views.now);
+  if (a.json) {
+    std::fputs(exporter::to_json(*views.now).c_str(), stdout);
+    return 0;
+  }
+  const bool tty = ::isatty(STDOUT_FILENO) && ::isatty(STDIN_FILENO);
+  if (!a.once && tty) return interactive(a, source, views);
+  // Plain text: once, or every interval when the output is not a terminal.
+  for (;;) {
+    if (a.interval > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(a.interval));
+      views.advance(source);
+    }
+    std::fputs(plain(frame(*views.now, views.previous, a.frame)).c_str(), stdout);
+    std::fflush(stdout);
+    if (a.once || a.interval <= 0) return 0;
+    std::fputs("\n", stdout);
+  }
+}
+
+}  // namespace
+}  // namespace gym::stat
+
+int main(int argc, char** argv) {
+  return gym::stat::run(argc, argv);
+}

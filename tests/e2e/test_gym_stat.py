@@ -1,0 +1,217 @@
+"""gym-stat as a user runs it: under tmux against gym-demo (keys sent, screen
+captured), --once, and --json against its schema and against the exporter's
+/metrics and /api/v1/snapshot taken at the same moment."""
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import jsonschema
+import pytest
+
+SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
+STAT = os.path.join(BUILD, "stat", "gym-stat")
+DEMO = os.path.join(BUILD, "demo", "gym-demo")
+EXPORTER = os.path.join(BUILD, "exporter", "gym-exporter")
+SCHEMA = json.load(open(os.path.join(SOURCE, "docs", "snapshot.schema.json")))
+
+
+@pytest.fixture
+def registry():
+    d = tempfile.mkdtemp(prefix="gym-stat-test-", dir="/dev/shm")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def demo(registry):
+    p = subprocess.Popen([DEMO, f"--registry.dir={registry}", "--duration=60"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    yield registry
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=20)
+
+
+def stat_json(registry):
+    out = subprocess.run([STAT, f"--registry.dir={registry}", "--json"], check=True,
+                         capture_output=True, text=True, timeout=30).stdout
+    doc = json.loads(out)
+    jsonschema.validate(doc, SCHEMA, cls=jsonschema.Draft202012Validator)
+    return doc
+
+
+def wait_for_limits(registry, n=5):
+    for _ in range(100):
+        doc = stat_json(registry)
+        if len(doc["limits"]) >= n and any(l["queue_depth"] > 0 for l in doc["limits"]):
+            return doc
+        time.sleep(0.1)
+    raise AssertionError(f"the demo's limits did not appear: {doc['limits']}")
+
+
+def configured_limits(registry):
+    """(server or '-', limit name) -> limit, from gym-exporter --once (read-only beside)."""
+    out = subprocess.run([EXPORTER, "--once", f"--registry.dir={registry}"], check=True,
+                         capture_output=True, text=True, timeout=30).stdout
+    limits = {}
+    for line in out.splitlines():
+        if not line.startswith("gym_concurrency_limit{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line))
+        key = (labels.get("nemo_gym_server_name", "-"), labels["nemo_gym_concurrency_limit_name"])
+        limits[key] = int(float(line.rsplit(" ", 1)[1]))
+    return limits
+
+
+class Tmux:
+    def __init__(self, command):
+        self.name = f"gym-stat-{os.getpid()}-{time.monotonic_ns()}"
+        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", "200", "-y", "80",
+                        command], check=True)
+
+    def screen(self):
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], check=True,
+                              capture_output=True, text=True).stdout
+
+    def keys(self, *keys):
+        subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
+
+    def alive(self):
+        return subprocess.run(["tmux", "has-session", "-t", self.name],
+                              capture_output=True).returncode == 0
+
+    def kill(self):
+        subprocess.run(["tmux", "kill-session", "-t", self.name], capture_output=True)
+
+
+def limit_rows(screen):
+    """(server, limit name) -> (active, limit, queue) from the LIMITS table."""
+    rows = {}
+    for line in screen.splitlines():
+        m = re.match(r"^(\S+)\s+(\S+)\s+(\S+)\s+\[[#.]+\]\s+(\d+)/(\d+)\s+(\d+)\s", line)
+        if m:
+            rows[(m.group(1), m.group(3))] = (int(m.group(4)), int(m.group(5)), int(m.group(6)))
+    return rows
+
+
+def test_the_screen_shows_every_demo_limit_with_its_configured_limit_and_a_moving_queue(demo):
+    wait_for_limits(demo)
+    want = configured_limits(demo)
+    assert len(want) == 5, want
+    t = Tmux(f"TERM=xterm {STAT} --registry.dir={demo} --interval=0.3")
+    try:
+        queues = set()
+        rows = {}
+        for _ in range(60):
+            time.sleep(0.2)
+            rows = limit_rows(t.screen())
+            if set(rows) == set(want):
+                queues.add(tuple(sorted((k, v[2]) for k, v in rows.items())))
+            if len(queues) >= 3:
+                break
+        assert {k: v[1] for k, v in rows.items()} == want, t.screen()
+        assert len(queues) >= 3, "the queue depths did not move between refreshes"
+        assert "sort: saturation" in t.screen()
+        t.keys("s")
+        time.sleep(0.5)
+        assert "sort: queue" in t.screen(), t.screen()
+        t.keys("/", "math", "Enter")
+        time.sleep(0.8)
+        shown = limit_rows(t.screen())
+        assert shown and all(server == "math_verifier" for server, _ in shown), t.screen()
+        t.keys("c")
+        time.sleep(0.8)
+        assert set(limit_rows(t.screen())) == set(want), t.screen()
+        t.keys("q")
+        for _ in range(50):
+            if not t.alive():
+                break
+            time.sleep(0.1)
+        assert not t.alive(), "q did not quit"
+    finally:
+        t.kill()
+
+
+def test_once_prints_one_plain_table_without_escape_codes(demo):
+    wait_for_limits(demo)
+    out = subprocess.run([STAT, f"--registry.dir={demo}", "--once", "--interval=0.3"],
+                         check=True, capture_output=True, text=True, timeout=30).stdout
+    assert "\x1b" not in out
+    assert out.count("LIMITS (") == 1 and "OPERATIONS" in out and "WRITERS" in out
+    assert set(limit_rows(out)) == set(configured_limits(demo))
+    # Rates over the interval: some operation ran.
+    assert re.search(r"^\S+\s+(verify|tool|judge|other)\s+\S+\s+\d+\s+\d+\s+\d+\.\d", out, re.M)
+
+
+def metrics_limits(text):
+    """(server or None, limit name) -> {family: value} for the concurrency families."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r"^(gym_concurrency_\w+)\{(.*)\} (\S+)$", line)
+        if not m:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', m.group(2)))
+        key = (labels.get("nemo_gym_server_name"), labels["nemo_gym_concurrency_limit_name"])
+        out.setdefault(key, {})[m.group(1)] = float(m.group(3))
+    return out
+
+
+def test_json_validates_and_agrees_with_the_exporters_metrics_and_api(demo, tmp_path):
+    log = tmp_path / "exporter.log"
+    ex = subprocess.Popen([EXPORTER, f"--registry.dir={demo}", "--web.listen-address=127.0.0.1:0"],
+                          stderr=open(log, "w"))
+    try:
+        port = None
+        for _ in range(500):
+            m = re.search(r"\(port (\d+)\)", log.read_text())
+            if m:
+                port = int(m.group(1))
+                break
+            time.sleep(0.01)
+        assert port, log.read_text()
+        wait_for_limits(demo)
+        before = stat_json(demo)
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        api = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/snapshot",
+                                                timeout=10).read())
+        after = stat_json(demo)
+        jsonschema.validate(api, SCHEMA, cls=jsonschema.Draft202012Validator)
+        served = metrics_limits(metrics.decode())
+        for doc in (before, after, api):
+            assert {(l["server_name"], l["limit_name"]) for l in doc["limits"]} == set(served)
+        for l in after["limits"]:
+            key = (l["server_name"], l["limit_name"])
+            first = next(x for x in before["limits"] if (x["server_name"], x["limit_name"]) == key)
+            assert served[key]["gym_concurrency_limit"] == l["limit"]
+            # Counters agree within one update: between the two snapshots around the scrape.
+            c = served[key]["gym_concurrency_admission_cancelled_total"]
+            assert first["admission_cancelled_total"] <= c <= l["admission_cancelled_total"]
+            if l["admission_timeouts_total"] is not None:
+                c = served[key]["gym_concurrency_admission_timeouts_total"]
+                assert first["admission_timeouts_total"] <= c <= l["admission_timeouts_total"]
+            # Gauges: the same ranges the demo's semaphores allow.
+            assert 0 <= l["active"] <= l["limit"] and l["available"] == l["limit"] - l["active"]
+        names = {s["server_name"] for s in after["servers"]}
+        assert names == {"rollout_driver", "simple_agent", "policy_model", "math_verifier",
+                         "code_sandbox"}
+        assert all(s["rss_bytes"] > 0 and s["processes"] >= 1 for s in after["servers"])
+    finally:
+        ex.send_signal(signal.SIGTERM)
+        ex.wait(timeout=20)
+
+
+def test_it_reads_without_an_exporter_and_removes_nothing(registry):
+    subprocess.run([DEMO, f"--registry.dir={registry}", "--duration=1"], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)
+    files = sorted(os.listdir(registry))
+    assert any(f.startswith("gym-") for f in files), files
+    doc = stat_json(registry)
+    assert doc["writers"] == [] and doc["limits"] == []  # every writer has exited
+    assert any(o["duration_seconds"] for o in doc["operations"]), "their counts are still read"
+    assert sorted(os.listdir(registry)) == files
