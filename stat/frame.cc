@@ -20,7 +20,15 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
+// Control characters (a label value may hold an escape sequence) as '?'.
+std::string printable(std::string s) {
+  for (char& c : s)
+    if ((unsigned char)c < 0x20 || c == 0x7f) c = '?';
+  return s;
+}
+
 std::string pad(std::string s, size_t w) {
+  s = printable(std::move(s));
   if (s.size() > w) s = s.substr(0, w > 1 ? w - 1 : w) + (w > 1 ? "~" : "");
   s.resize(w, ' ');
   return s;
@@ -221,7 +229,7 @@ std::vector<Line> frame(const View& now, const View* previous, const FrameOption
 std::string plain(const std::vector<Line>& lines) {
   std::string out;
   for (const Line& l : lines) {
-    std::string t = l.text;
+    std::string t = printable(l.text);
     while (!t.empty() && t.back() == ' ') t.pop_back();
     out += t + "\n";
   }

@@ -1,0 +1,65 @@
+// gym-stat's lines: rates over the window between two views, the saturation
+// sort and the filter, and label values that cannot reach the terminal raw.
+#include <gtest/gtest.h>
+
+#include "frame.h"
+
+namespace gym::stat {
+namespace {
+
+using exporter::LimitView;
+using exporter::View;
+
+LimitView limit(std::string server, std::string name, int64_t lim, int64_t available,
+                uint64_t cancelled) {
+  LimitView l;
+  l.component = "agent_server";
+  l.limit_name = std::move(name);
+  l.server_name = std::move(server);
+  l.limit = lim;
+  l.available = available;
+  l.active = lim - available;
+  l.admission_cancelled_total = cancelled;
+  return l;
+}
+
+TEST(Frame, RatesComeFromTheWindowBetweenTwoViewsAndTheFullestLimitComesFirst) {
+  View before, now;
+  before.time_seconds = 100;
+  now.time_seconds = 102;
+  before.limits = {limit("a", "tools", 4, 3, 10), limit("b", "rollouts", 2, 0, 0)};
+  now.limits = {limit("a", "tools", 4, 3, 16), limit("b", "rollouts", 2, 0, 1)};
+  const std::string text = plain(frame(now, &before, {}));
+  const size_t a = text.find("\na "), b = text.find("\nb ");
+  ASSERT_NE(a, std::string::npos) << text;
+  ASSERT_NE(b, std::string::npos) << text;
+  EXPECT_LT(b, a) << "b is saturated (2/2), a is not (1/4)";
+  EXPECT_NE(text.find("1/4"), std::string::npos);
+  // 6 cancellations in 2 s.
+  EXPECT_NE(text.substr(a, text.find('\n', a + 1) - a).find("3.0"), std::string::npos) << text;
+  const std::string first = plain(frame(now, nullptr, {}));
+  EXPECT_EQ(first.find("3.0"), std::string::npos) << "no window yet: no rates";
+}
+
+TEST(Frame, TheFilterKeepsMatchingRowsOnly) {
+  View now;
+  now.limits = {limit("math", "verifiers", 4, 0, 0), limit("code", "verifiers", 8, 8, 0)};
+  FrameOptions o;
+  o.filter = "math";
+  const std::string text = plain(frame(now, nullptr, o));
+  EXPECT_NE(text.find("\nmath "), std::string::npos) << text;
+  EXPECT_EQ(text.find("\ncode "), std::string::npos) << text;
+}
+
+TEST(Frame, ControlCharactersInLabelValuesNeverReachTheTerminal) {
+  View now;
+  now.registry_dir = "/dev/shm/\x1b[2J";
+  now.limits = {limit("evil\x1b]0;title\x07", "tools", 1, 0, 0)};
+  const std::string text = plain(frame(now, nullptr, {}));
+  EXPECT_EQ(text.find('\x1b'), std::string::npos);
+  EXPECT_EQ(text.find('\x07'), std::string::npos);
+  EXPECT_NE(text.find("evil?]0;title?"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace gym::stat
