@@ -15,7 +15,7 @@ targets=("$@")
 build="$root/build-fuzz"
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -DGYM_FUZZ=ON \
   -DGYM_SANITIZE=address,undefined,fuzzer-no-link -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DGYM_BUILD_TESTS=OFF -DGYM_BUILD_BENCHMARKS=OFF >/dev/null
+  -DGYM_BUILD_TESTS=OFF -DGYM_BUILD_BENCHMARKS=OFF -DGYM_WERROR="${GYM_WERROR:-OFF}" >/dev/null
 cmake --build "$build" -j "$(nproc)" --target "${targets[@]/%/_fuzz}" >/dev/null
 
 status=0

@@ -16,10 +16,12 @@ done
 "$root/scripts/deps.sh"
 
 build="$root/build"
-extra=(-DGYM_BUILD_TESTS=ON -DGYM_BUILD_BENCHMARKS=ON)
+# GYM_WERROR=ON (set by CI): warnings are errors.
+werror="-DGYM_WERROR=${GYM_WERROR:-OFF}"
+extra=(-DGYM_BUILD_TESTS=ON -DGYM_BUILD_BENCHMARKS=ON "$werror")
 if [ -n "$sanitize" ]; then
   build="$root/build-${sanitize//,/-}"
-  extra=(-DGYM_SANITIZE="$sanitize" -DCMAKE_BUILD_TYPE=Debug -DGYM_BUILD_TESTS=ON)
+  extra=(-DGYM_SANITIZE="$sanitize" -DCMAKE_BUILD_TYPE=Debug -DGYM_BUILD_TESTS=ON "$werror")
 fi
 jobs="$(nproc)"
 cmake -S "$root" -B "$build" "${extra[@]}" >/dev/null

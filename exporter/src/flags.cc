@@ -58,8 +58,12 @@ std::string usage() {
       "usage: gym-exporter [flags]\n\nServes the NeMo Gym metrics registry of this host to "
       "Prometheus.\n\nFlags:\n";
   for (const FlagSpec& f : table()) {
-    std::string left = "  --" + std::string(f.name);
-    if (!f.value.empty()) left += "=" + std::string(f.value);
+    std::string left = "  --";  // (appended: GCC 12 warns falsely on "literal" + string)
+    left += f.name;
+    if (!f.value.empty()) {
+      left += '=';
+      left += f.value;
+    }
     left.resize(std::max<size_t>(left.size() + 1, 30), ' ');
     out += left + f.help + "\n";
   }
