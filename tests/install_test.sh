@@ -12,6 +12,16 @@ cmake --install "$build" --prefix "$work/prefix" >/dev/null
 export PKG_CONFIG_PATH="$work/prefix/lib/pkgconfig"
 test -f "$work/prefix/lib/cmake/gymmetrics/gymmetrics-config.cmake"
 
+# The installed programs find their libraries wherever the prefix is (no
+# LD_LIBRARY_PATH): their runtime path is relative to the binary.
+"$work/prefix/bin/gym-exporter" --version
+json="$("$work/prefix/bin/gym-stat" --registry.dir="$work/empty" --json)"
+grep -q '"schema_version":1' <<<"$json"
+"$work/prefix/bin/gym-demo" --registry.dir="$work/demo" --duration=1 >/dev/null 2>&1
+once="$("$work/prefix/bin/gym-exporter" --once --registry.dir="$work/demo")"
+grep -q '^gym_resources_operation' <<<"$once"
+echo "installed programs ok"
+
 cat > "$work/use.c" <<'C'
 #include <gym_metrics.h>
 #include <stdio.h>
