@@ -68,8 +68,7 @@ int print_once(const Loaded& loaded) {
   auto registry = std::make_shared<SharedRegistry>(c.registry_dir, reader_options(c));
   Exposition exposition(make_collectors(c, context_for(registry)),
                         [](const std::string& e) { spdlog::error("{}", e); });
-  exposition.start();
-  exposition.stop();  // one sample is all --once needs
+  exposition.refresh();  // one sample, no sampling thread
   std::cout << exposition.render() << std::flush;
   return 0;
 }

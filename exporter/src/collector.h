@@ -40,6 +40,9 @@ class Collector {
   // Before it is dropped, while scrapes are still served: its last work
   // (a final sample) is what the next scrapes see. Idempotent.
   virtual void stop() {}
+  // One round of its work now, on the caller's thread, for a collector that
+  // is not started (--once). Nothing for collectors that work at collect().
+  virtual void refresh() {}
   virtual void collect(const Emit& emit) = 0;
 };
 
@@ -52,6 +55,7 @@ class IntervalCollector : public Collector {
   ~IntervalCollector() override;
   void start() final;
   void stop() final;
+  void refresh() final { sample(); }
   // One sample: what start(), the thread and stop() call.
   virtual void sample() = 0;
 

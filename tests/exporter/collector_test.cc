@@ -204,6 +204,26 @@ TEST(IntervalCollector, StartTwiceAndStopTwiceSampleOnceEach) {
   EXPECT_EQ(c.samples, 2);
 }
 
+TEST(IntervalCollector, OnceTakesOneSampleAndNoThread) {
+  struct Counting : IntervalCollector {
+    Counting() : IntervalCollector(std::chrono::hours(1)) {}
+    ~Counting() override { stop(); }
+    void sample() override { ++samples; }
+    void collect(const Emit&) override {}
+    std::atomic<int> samples{0};
+  };
+  auto owned = std::make_unique<Counting>();
+  Counting* c = owned.get();
+  std::vector<std::unique_ptr<Collector>> list;
+  list.push_back(std::move(owned));
+  Exposition e(std::move(list));
+  e.refresh();
+  e.render();
+  EXPECT_EQ(c->samples, 1);
+  e.stop();
+  EXPECT_EQ(c->samples, 1) << "never started: no final sample";
+}
+
 // -------------------------------------- the demo's families against the table
 
 // name -> "type label,label" from a text exposition ("le" left out).

@@ -30,6 +30,11 @@ void Exposition::stop() {
   for (Collector* c : all) c->stop();
 }
 
+void Exposition::refresh() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& c : collectors_) c->refresh();
+}
+
 std::string Exposition::render() {
   return render(TextEncoder());
 }

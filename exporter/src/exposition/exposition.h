@@ -42,6 +42,8 @@ class Exposition {
   // One exposition built now, in the text format or the given encoder's.
   std::string render();
   std::string render(const Encoder& encoder);
+  // One round of every collector's work now, without starting them (--once).
+  void refresh();
   // Swaps the collectors (a reload): stops the old ones, starts the new.
   void replace(std::vector<std::unique_ptr<Collector>> collectors);
   // Families not served because they break the contract table, so far.
