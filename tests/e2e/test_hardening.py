@@ -113,7 +113,7 @@ def test_tls_serves_https_and_refuses_plain_http(exporter, pki):
 
 
 def test_tls_needs_no_writable_temporary_directory(pki):
-    # /tmp read-only (a private mount namespace) and $TMPDIR missing: the key
+    # /tmp read-only (in a private mount namespace) and $TMPDIR missing: the key
     # goes to memory, never to a file, so nothing can be left behind either.
     tmp_path = pathlib.Path(tempfile.mkdtemp(dir="/var/tmp"))
     for f in ("server.crt", "server.key"):
@@ -122,7 +122,9 @@ def test_tls_needs_no_writable_temporary_directory(pki):
     web.write_text(f"tls_server_config:\n  cert_file: {tmp_path}/server.crt\n"
                    f"  key_file: {tmp_path}/server.key\n")
     log = tmp_path / "exporter.log"
-    script = ("mount -t tmpfs -o ro,size=64k gym-ro-tmp /tmp && exec \"$0\" \"$@\"")
+    # A read-only view of /tmp (the build may live there, so it stays readable).
+    script = ("mount --bind /tmp /tmp && mount -o remount,bind,ro /tmp && "
+              "exec \"$0\" \"$@\"")
     proc = subprocess.Popen(
         ["unshare", "-m", "--propagation", "private", "sh", "-c", script, EXPORTER,
          f"--web.config.file={web}", f"--registry.dir={tmp_path}/registry",
