@@ -199,6 +199,17 @@ inline const SeriesSample* find_series(
   return nullptr;
 }
 
+// A limit's free slots as the exporter reports them: the available gauge
+// (which a format 3 writer keeps at the limit) minus the holds in progress
+// (the holds' ages record); -1 when the limit has no available series.
+inline int64_t free_slots(const Snapshot& snap,
+                          const std::vector<std::pair<std::string, std::string>>& labels) {
+  const SeriesSample* a = find_series(snap, "gym_concurrency_available", labels);
+  if (a == nullptr) return -1;
+  const SeriesSample* h = find_series(snap, "gym_concurrency_oldest_hold_seconds", labels);
+  return a->gauge - (h == nullptr ? 0 : h->gauge);
+}
+
 inline size_t count_family(const Snapshot& snap, std::string_view family) {
   size_t n = 0;
   for (const auto& s : snap.series) n += s.info->family == family;

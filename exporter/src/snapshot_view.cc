@@ -80,6 +80,7 @@ void ViewBuilder::reshape(const Snapshot& snap) {
       {family::kConcurrencyLimit, Field::kLimit},
       {family::kConcurrencyAvailable, Field::kAvailable},
       {family::kConcurrencyQueueDepth, Field::kQueueDepth},
+      {family::kConcurrencyOldestHold, Field::kHolds},
       {family::kAdmissionTimeouts, Field::kTimeouts},
       {family::kAdmissionCancelled, Field::kCancelled},
       {family::kOperationQueued, Field::kQueued},
@@ -156,6 +157,9 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
       case Field::kQueueDepth:
         out.limits[slot.row].queue_depth = s.gauge;
         break;
+      case Field::kHolds:
+        out.limits[slot.row].holds = s.gauge;
+        break;
       case Field::kTimeouts:
         out.limits[slot.row].admission_timeouts_total = s.counter;
         break;
@@ -176,7 +180,10 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
         break;
     }
   }
-  for (LimitView& l : out.limits) l.active = l.limit - l.available;
+  for (LimitView& l : out.limits) {
+    l.available -= l.holds;
+    l.active = l.limit - l.available;
+  }
 }
 
 void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,

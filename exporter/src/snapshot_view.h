@@ -37,6 +37,9 @@ struct HistogramView {
 struct LimitView {
   std::string component, limit_name, server_name;  // server_name may be empty
   int64_t limit = 0, active = 0, available = 0, queue_depth = 0;
+  // Holds in progress (the holds' ages record): a format 3 writer's
+  // available gauge holds its limit, and free = available - holds.
+  int64_t holds = 0;
   std::optional<uint64_t> admission_timeouts_total;  // only limits with a timeout
   uint64_t admission_cancelled_total = 0;
   std::string key() const { return server_name + "\x1f" + component + "\x1f" + limit_name; }
@@ -96,6 +99,7 @@ class ViewBuilder {
     kLimit,
     kAvailable,
     kQueueDepth,
+    kHolds,
     kTimeouts,
     kCancelled,
     kQueued,

@@ -33,19 +33,40 @@ int gym_limit_open(const char* component, const char* limit_name, const char* se
 /* Closes it: its gauges stop reporting at the next scrape, counters stay. */
 void gym_limit_close(gym_limit* limit);
 
-/* A caller took a slot without waiting. */
+/* Tickets. Each event that starts a wait or a hold gives a ticket (an
+ * int64) for the event that ends it, so that the ages of the oldest waiter and
+ * holder (gym_concurrency_oldest_*_seconds) follow the right caller. A ticket
+ * of 0 (unknown) ends another one instead: counts stay right, only which
+ * start is kept differs. The calls without tickets below do that. */
+
+/* A caller took a slot without waiting; *hold: the hold's ticket. */
+int gym_limit_acquired_t(gym_limit* limit, int64_t* hold);
+/* A caller started waiting for a slot; *wait: the wait's ticket. */
+int gym_limit_wait_started_t(gym_limit* limit, int64_t* wait);
+/* The waiter of `wait` got a slot; *hold: the hold's ticket. GYM_ESTATE,
+ * changing nothing, when nobody waits or every slot is held. */
+int gym_limit_wait_admitted_t(gym_limit* limit, int64_t wait, int64_t* hold);
+/* The waiter of `wait` ran out of the admission timeout. GYM_ESTATE,
+ * changing nothing, when nobody waits (so for the next one). */
+int gym_limit_wait_timed_out_t(gym_limit* limit, int64_t wait);
+/* The waiter of `wait` was cancelled before a slot was free. */
+int gym_limit_wait_cancelled_t(gym_limit* limit, int64_t wait);
+/* The holder of `hold` returned its slot. GYM_ESTATE, changing nothing, when
+ * none is held. */
+int gym_limit_released_t(gym_limit* limit, int64_t hold);
+/* The holder of `hold` handed its slot straight to the waiter of `wait` (a
+ * semaphore that wakes a waiter with the slot, as asyncio's does): the slot
+ * never shows as free and the queue shrinks by one; *next: the new hold's
+ * ticket. GYM_ESTATE, changing nothing, when nobody waits or no slot is held. */
+int gym_limit_handed_off_t(gym_limit* limit, int64_t hold, int64_t wait, int64_t* next);
+
+/* The same events without tickets (ticket 0): a wait admitted, timed out or
+ * cancelled this way is recorded in the wait histogram as 0 s. */
 int gym_limit_acquired(gym_limit* limit);
-/* A caller started waiting for a slot. */
 int gym_limit_wait_started(gym_limit* limit);
-/* A waiting caller got a slot. GYM_ESTATE, changing nothing, when nobody
- * waits or every slot is held. */
 int gym_limit_wait_admitted(gym_limit* limit);
-/* A waiting caller ran out of the admission timeout. GYM_ESTATE, changing
- * nothing, when nobody waits (so for the next two). */
 int gym_limit_wait_timed_out(gym_limit* limit);
-/* A waiting caller was cancelled before a slot was free. */
 int gym_limit_wait_cancelled(gym_limit* limit);
-/* A slot was returned. GYM_ESTATE, changing nothing, when none is held. */
 int gym_limit_released(gym_limit* limit);
 /* Slots held and callers waiting now (-1 for a NULL limit). */
 int64_t gym_limit_active(const gym_limit* limit);
@@ -62,6 +83,16 @@ int gym_operation_dequeued(const char* operation, const char* executor);
 int gym_operation_started(const char* operation, const char* executor, double queue_seconds);
 int gym_operation_finished(const char* operation, const char* executor, double duration_seconds,
                            const char* outcome);
+/* The same with tickets, for the ages of the oldest queued and active
+ * operation (gym_resources_operation_oldest_*_seconds): queued gives the
+ * wait's ticket, which dequeued or started take; started gives the run's,
+ * which finished takes. */
+int gym_operation_queued_t(const char* operation, const char* executor, int64_t* queued);
+int gym_operation_dequeued_t(const char* operation, const char* executor, int64_t queued);
+int gym_operation_started_t(const char* operation, const char* executor, double queue_seconds,
+                            int64_t queued, int64_t* active);
+int gym_operation_finished_t(const char* operation, const char* executor, double duration_seconds,
+                             const char* outcome, int64_t active);
 
 /* Declares which Gym server this process is. */
 int gym_declare_server(const char* name, const char* server_type);

@@ -56,23 +56,6 @@ int64_t seconds_to_ns(const char* what, double s) {
   return static_cast<int64_t>(std::llround(std::min(s, 9.2e9) * 1e9));
 }
 
-// Moves one unit between free slots and held ones, within [0, limit].
-bool move_slot(const gym_limit* l, int64_t delta) {
-  return l->meter.move_available(delta);
-}
-
-int take_slot(gym_limit* l) {
-  if (!move_slot(l, -1))
-    return fail(GYM_ESTATE,
-                "a slot was taken but all " + std::to_string(l->meter.limit()) + " are held");
-  return GYM_OK;
-}
-
-int leave_queue(gym_limit* l) {
-  if (!l->meter.leave_queue()) return fail(GYM_ESTATE, "no caller is waiting");
-  return GYM_OK;
-}
-
 // Operations in flight per (operation, executor), counted in process memory
 // so that an event that does not fit (started without queued, finished
 // without started) is refused before anything changes. The registry's gauges
@@ -119,45 +102,89 @@ void gym_limit_close(gym_limit* limit) {
   delete limit;
 }
 
-int gym_limit_acquired(gym_limit* l) {
-  if (l == nullptr) return fail(GYM_EINVAL, "limit is NULL");
-  return take_slot(l);
-}
+#define GYM_CHECK_LIMIT(l) \
+  if ((l) == nullptr) return fail(GYM_EINVAL, "limit is NULL")
 
-int gym_limit_wait_started(gym_limit* l) {
-  if (l == nullptr) return fail(GYM_EINVAL, "limit is NULL");
-  l->meter.add_queued(1);
+int gym_limit_acquired_t(gym_limit* l, int64_t* hold) {
+  GYM_CHECK_LIMIT(l);
+  if (!l->meter.move_available(-1))
+    return fail(GYM_ESTATE,
+                "a slot was taken but all " + std::to_string(l->meter.limit()) + " are held");
+  const int64_t t = l->meter.admitted_at_once();
+  if (hold != nullptr) *hold = t;
   return GYM_OK;
 }
 
-int gym_limit_wait_admitted(gym_limit* l) {
-  if (l == nullptr) return fail(GYM_EINVAL, "limit is NULL");
-  if (int rc = leave_queue(l); rc != GYM_OK) return rc;
-  if (int rc = take_slot(l); rc != GYM_OK) {
-    l->meter.add_queued(1);  // back as it was
-    return rc;
+int gym_limit_wait_started_t(gym_limit* l, int64_t* wait) {
+  GYM_CHECK_LIMIT(l);
+  const int64_t t = l->meter.wait_started();
+  if (wait != nullptr) *wait = t;
+  return GYM_OK;
+}
+
+int gym_limit_wait_admitted_t(gym_limit* l, int64_t wait, int64_t* hold) {
+  GYM_CHECK_LIMIT(l);
+  if (l->meter.queued() <= 0) return fail(GYM_ESTATE, "no caller is waiting");
+  if (!l->meter.move_available(-1))
+    return fail(GYM_ESTATE,
+                "a slot was taken but all " + std::to_string(l->meter.limit()) + " are held");
+  const std::optional<int64_t> t = l->meter.wait_admitted(wait);
+  if (!t) {
+    l->meter.move_available(+1);  // back as it was
+    return fail(GYM_ESTATE, "no caller is waiting");
   }
+  if (hold != nullptr) *hold = *t;
   return GYM_OK;
 }
 
+int gym_limit_wait_timed_out_t(gym_limit* l, int64_t wait) {
+  GYM_CHECK_LIMIT(l);
+  if (!l->meter.wait_failed(wait, gym::WaitOutcome::kTimeout))
+    return fail(GYM_ESTATE, "no caller is waiting");
+  return GYM_OK;
+}
+
+int gym_limit_wait_cancelled_t(gym_limit* l, int64_t wait) {
+  GYM_CHECK_LIMIT(l);
+  if (!l->meter.wait_failed(wait, gym::WaitOutcome::kCancelled))
+    return fail(GYM_ESTATE, "no caller is waiting");
+  return GYM_OK;
+}
+
+int gym_limit_released_t(gym_limit* l, int64_t hold) {
+  GYM_CHECK_LIMIT(l);
+  if (!l->meter.move_available(+1)) return fail(GYM_ESTATE, "release without a slot held");
+  l->meter.released(hold);
+  return GYM_OK;
+}
+
+int gym_limit_handed_off_t(gym_limit* l, int64_t hold, int64_t wait, int64_t* next) {
+  GYM_CHECK_LIMIT(l);
+  if (__atomic_load_n(l->meter.available(), __ATOMIC_RELAXED) >= l->meter.limit())
+    return fail(GYM_ESTATE, "hand-off without a slot held");
+  const std::optional<int64_t> t = l->meter.handed_off(hold, wait);
+  if (!t) return fail(GYM_ESTATE, "hand-off with no caller waiting");
+  if (next != nullptr) *next = *t;
+  return GYM_OK;
+}
+
+int gym_limit_acquired(gym_limit* l) {
+  return gym_limit_acquired_t(l, nullptr);
+}
+int gym_limit_wait_started(gym_limit* l) {
+  return gym_limit_wait_started_t(l, nullptr);
+}
+int gym_limit_wait_admitted(gym_limit* l) {
+  return gym_limit_wait_admitted_t(l, 0, nullptr);
+}
 int gym_limit_wait_timed_out(gym_limit* l) {
-  if (l == nullptr) return fail(GYM_EINVAL, "limit is NULL");
-  if (int rc = leave_queue(l); rc != GYM_OK) return rc;
-  l->meter.count_timeout();
-  return GYM_OK;
+  return gym_limit_wait_timed_out_t(l, 0);
 }
-
 int gym_limit_wait_cancelled(gym_limit* l) {
-  if (l == nullptr) return fail(GYM_EINVAL, "limit is NULL");
-  if (int rc = leave_queue(l); rc != GYM_OK) return rc;
-  l->meter.count_cancelled();
-  return GYM_OK;
+  return gym_limit_wait_cancelled_t(l, 0);
 }
-
 int gym_limit_released(gym_limit* l) {
-  if (l == nullptr) return fail(GYM_EINVAL, "limit is NULL");
-  if (!move_slot(l, +1)) return fail(GYM_ESTATE, "release without a slot held");
-  return GYM_OK;
+  return gym_limit_released_t(l, 0);
 }
 
 int64_t gym_limit_active(const gym_limit* l) {
@@ -169,27 +196,33 @@ int64_t gym_limit_queued(const gym_limit* l) {
   return l == nullptr ? -1 : l->meter.queued();
 }
 
-int gym_operation_queued(const char* operation, const char* executor) {
+int gym_operation_queued_t(const char* operation, const char* executor, int64_t* queued) {
   return guarded([&] {
     const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
     const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
     __atomic_add_fetch(&counts(op, ex).queued, 1, __ATOMIC_RELAXED);
-    gym::OperationMetrics::process().cell(op, ex).queued.add(1);
+    const auto& cell = gym::OperationMetrics::process().cell(op, ex);
+    cell.queued.add(1);
+    const int64_t t = cell.queued_ages.begin(gym::segment::stamp_now_ns());
+    if (queued != nullptr) *queued = t;
     return GYM_OK;
   });
 }
 
-int gym_operation_dequeued(const char* operation, const char* executor) {
+int gym_operation_dequeued_t(const char* operation, const char* executor, int64_t queued) {
   return guarded([&] {
     const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
     const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
     if (!take_one(&counts(op, ex).queued)) return fail(GYM_ESTATE, "no such operation is queued");
-    gym::OperationMetrics::process().cell(op, ex).queued.add(-1);
+    const auto& cell = gym::OperationMetrics::process().cell(op, ex);
+    cell.queued_ages.end(queued);
+    cell.queued.add(-1);
     return GYM_OK;
   });
 }
 
-int gym_operation_started(const char* operation, const char* executor, double queue_seconds) {
+int gym_operation_started_t(const char* operation, const char* executor, double queue_seconds,
+                            int64_t queued, int64_t* active) {
   return guarded([&] {
     const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
     const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
@@ -198,14 +231,17 @@ int gym_operation_started(const char* operation, const char* executor, double qu
     __atomic_add_fetch(&counts(op, ex).active, 1, __ATOMIC_RELAXED);
     const auto& cell = gym::OperationMetrics::process().cell(op, ex);
     cell.queue_duration.observe(ns);
+    const int64_t t = cell.active_ages.begin(gym::segment::stamp_now_ns());
+    cell.queued_ages.end(queued);
     cell.queued.add(-1);
     cell.active.add(1);
+    if (active != nullptr) *active = t;
     return GYM_OK;
   });
 }
 
-int gym_operation_finished(const char* operation, const char* executor, double duration_seconds,
-                           const char* outcome) {
+int gym_operation_finished_t(const char* operation, const char* executor, double duration_seconds,
+                             const char* outcome, int64_t active) {
   return guarded([&] {
     const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
     const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
@@ -213,10 +249,25 @@ int gym_operation_finished(const char* operation, const char* executor, double d
     const int64_t ns = seconds_to_ns("duration_seconds", duration_seconds);
     if (!take_one(&counts(op, ex).active)) return fail(GYM_ESTATE, "no such operation is running");
     const auto& cell = gym::OperationMetrics::process().cell(op, ex);
+    cell.active_ages.end(active);
     cell.active.add(-1);
     cell.duration[static_cast<size_t>(out)].observe(ns);
     return GYM_OK;
   });
+}
+
+int gym_operation_queued(const char* operation, const char* executor) {
+  return gym_operation_queued_t(operation, executor, nullptr);
+}
+int gym_operation_dequeued(const char* operation, const char* executor) {
+  return gym_operation_dequeued_t(operation, executor, 0);
+}
+int gym_operation_started(const char* operation, const char* executor, double queue_seconds) {
+  return gym_operation_started_t(operation, executor, queue_seconds, 0, nullptr);
+}
+int gym_operation_finished(const char* operation, const char* executor, double duration_seconds,
+                           const char* outcome) {
+  return gym_operation_finished_t(operation, executor, duration_seconds, outcome, 0);
 }
 
 int gym_declare_server(const char* name, const char* server_type) {

@@ -1,5 +1,8 @@
 #include "gym/limit_meter.h"
 
+#include <time.h>
+
+#include <algorithm>
 #include <stdexcept>
 
 namespace gym {
@@ -36,6 +39,14 @@ std::vector<Label> views(const std::vector<std::pair<std::string, std::string>>&
 }
 }  // namespace
 
+// The precise monotonic clock, the base of the ages' stamp clock: a wait's
+// start, so that its duration is exact.
+int64_t precise_now_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t{t.tv_sec} * kNanosPerSecond + t.tv_nsec;
+}
+
 LimitMeter::LimitMeter(int64_t limit, Component component, std::string_view limit_name,
                        std::optional<std::string_view> server_name, bool has_admission_timeout,
                        SegmentWriter& writer)
@@ -43,15 +54,24 @@ LimitMeter::LimitMeter(int64_t limit, Component component, std::string_view limi
       labels_(limit_labels(limit, component, limit_name, server_name)),
       available_local_(new Slot{limit}),
       queued_local_(new Slot{0}) {
-  const std::vector<Label> l = views(labels_);
+  std::vector<Label> l = views(labels_);
   limit_gauge_ = writer.gauge(family::kConcurrencyLimit, l);
   available_ = writer.gauge(family::kConcurrencyAvailable, l);
   queued_ = writer.gauge(family::kConcurrencyQueueDepth, l);
+  holds_ = writer.ages(family::kConcurrencyOldestHold, l);
+  waits_ = writer.ages(family::kConcurrencyOldestWait, l);
   limit_gauge_.set(limit);
   available_.set(limit);
   // The timeouts series exists only for a limit that can time out.
   if (has_admission_timeout) timeouts_ = writer.counter(family::kAdmissionTimeouts, l);
   cancelled_ = writer.counter(family::kAdmissionCancelled, l);
+  l.push_back({label::kWaitOutcome, {}});
+  for (size_t i = 0; i < kWaitOutcomes.size(); ++i) {
+    if (i == size_t(WaitOutcome::kTimeout) && !has_admission_timeout) continue;
+    l.back().value = kWaitOutcomes[i];
+    waits_duration_[i] = writer.histogram(family::kConcurrencyWaitDuration, l, kOperationBoundsNs,
+                                          double(kNanosPerSecond));
+  }
 }
 
 bool LimitMeter::move_available(int64_t delta) const {
@@ -62,8 +82,46 @@ bool LimitMeter::move_available(int64_t delta) const {
     if (next < 0 || next > limit_) return false;
   } while (
       !__atomic_compare_exchange_n(a, &v, v + delta, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
-  available_.add(delta);
   return true;
+}
+
+int64_t LimitMeter::wait_started() const {
+  add_queued(1);
+  return waits_.begin(precise_now_ns());
+}
+
+void LimitMeter::observe_wait(int64_t wait, WaitOutcome outcome) const {
+  waits_.end(wait);
+  const int64_t start = segment::ticket_start(wait);
+  const int64_t waited = start > 0 ? std::max<int64_t>(precise_now_ns() - start, 0) : 0;
+  waits_duration_[static_cast<size_t>(outcome)].observe(waited);
+}
+
+std::optional<int64_t> LimitMeter::wait_admitted(int64_t wait) const {
+  // The hold first, then the queue: a scrape in between sees one more slot
+  // held and the caller still queued, never a free slot beside a queue.
+  const int64_t hold = holds_.begin(segment::stamp_now_ns());
+  if (!leave_queue()) {
+    holds_.end(hold);
+    return std::nullopt;
+  }
+  observe_wait(wait, WaitOutcome::kAdmitted);
+  return hold;
+}
+
+bool LimitMeter::wait_failed(int64_t wait, WaitOutcome outcome) const {
+  if (!leave_queue()) return false;
+  observe_wait(wait, outcome);
+  if (outcome == WaitOutcome::kTimeout) timeouts_.add();
+  if (outcome == WaitOutcome::kCancelled) cancelled_.add();
+  return true;
+}
+
+std::optional<int64_t> LimitMeter::handed_off(int64_t hold, int64_t wait) const {
+  if (!leave_queue()) return std::nullopt;
+  const int64_t next = holds_.restart(hold, segment::stamp_now_ns());
+  observe_wait(wait, WaitOutcome::kAdmitted);
+  return next;
 }
 
 void LimitMeter::add_queued(int64_t delta) const {

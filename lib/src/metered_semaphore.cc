@@ -2,6 +2,42 @@
 
 namespace gym {
 
+namespace {
+// The holds this thread took last (tickets by semaphore), so that release()
+// ends the caller's own hold. Constant-initialized and initial-exec: one load
+// to reach.
+struct HeldTicket {
+  const void* owner;
+  int64_t ticket;
+};
+constexpr uint32_t kHeldTickets = 4;
+constinit thread_local HeldTicket t_held[kHeldTickets]
+    __attribute__((tls_model("initial-exec"))) = {};
+constinit thread_local uint32_t t_held_count __attribute__((tls_model("initial-exec"))) = 0;
+
+void push_held(const void* owner, int64_t ticket) noexcept {
+  uint32_t n = t_held_count;
+  if (n == kHeldTickets) {  // forget the oldest: its release ends the oldest hold
+    for (uint32_t i = 1; i < kHeldTickets; ++i) t_held[i - 1] = t_held[i];
+    --n;
+  }
+  t_held[n] = {owner, ticket};
+  t_held_count = n + 1;
+}
+
+// This thread's latest ticket for `owner`, forgotten; 0 when it has none.
+int64_t pop_held(const void* owner) noexcept {
+  for (uint32_t i = t_held_count; i-- > 0;) {
+    if (t_held[i].owner != owner) continue;
+    const int64_t ticket = t_held[i].ticket;
+    for (uint32_t j = i + 1; j < t_held_count; ++j) t_held[j - 1] = t_held[j];
+    --t_held_count;
+    return ticket;
+  }
+  return 0;
+}
+}  // namespace
+
 MeteredSemaphore::MeteredSemaphore(int64_t limit, Component component, std::string_view limit_name,
                                    std::optional<std::string_view> server_name,
                                    std::optional<Duration> admission_timeout, SegmentWriter& writer)
@@ -11,33 +47,51 @@ MeteredSemaphore::MeteredSemaphore(int64_t limit, Component component, std::stri
              component, limit_name, server_name, admission_timeout.has_value(), writer),
       admission_timeout_(admission_timeout) {}
 
+bool MeteredSemaphore::take_free() noexcept {
+  int64_t* a = meter_.available();
+  int64_t v = __atomic_load_n(a, __ATOMIC_RELAXED);
+  while (v > 0)
+    if (__atomic_compare_exchange_n(a, &v, v - 1, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
+      return true;
+  return false;
+}
+
+bool MeteredSemaphore::try_acquire() noexcept {
+  if (!take_free()) return false;
+  push_held(this, meter_.admitted_at_once());
+  return true;
+}
+
 void MeteredSemaphore::acquire(std::stop_token stop) {
-  if (try_acquire()) return;
+  push_held(this, acquire_ticket(std::move(stop)));
+}
+
+int64_t MeteredSemaphore::acquire_ticket(std::stop_token stop) {
+  if (take_free()) return meter_.admitted_at_once();
   const auto deadline = admission_timeout_ ? std::chrono::steady_clock::now() + *admission_timeout_
                                            : std::chrono::steady_clock::time_point::max();
   std::unique_lock<std::mutex> lock(mu_);
   ++waiters_;
   __atomic_store_n(&waiting_, waiters_, __ATOMIC_SEQ_CST);
-  meter_.add_queued(1);
-  auto leave_queue = [&] {
+  const int64_t wait = meter_.wait_started();
+  auto leave = [&] {
     --waiters_;
     __atomic_store_n(&waiting_, waiters_, __ATOMIC_SEQ_CST);
-    meter_.add_queued(-1);
   };
   for (;;) {
-    if (try_acquire()) {
-      leave_queue();
-      return;
+    if (take_free()) {
+      leave();
+      return meter_.wait_admitted(wait).value_or(0);
     }
     if (stop.stop_requested()) {
-      leave_queue();
-      meter_.count_cancelled();
+      leave();
+      meter_.wait_failed(wait, WaitOutcome::kCancelled);
       throw AdmissionCancelled("cancelled while waiting for a slot of " +
                                meter_.labels()[1].second);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
-      leave_queue();
-      meter_.count_timeout();
+      leave();
+      meter_.wait_failed(wait, WaitOutcome::kTimeout);
       throw AdmissionTimeout("no slot of " + meter_.labels()[1].second +
                              " within the admission timeout");
     }
@@ -50,14 +104,23 @@ void MeteredSemaphore::acquire(std::stop_token stop) {
   }
 }
 
-void MeteredSemaphore::release() {
+// Puts a slot back as free; throws, changing nothing, when none is held.
+void MeteredSemaphore::return_slot() {
   int64_t* a = meter_.available();
   int64_t v = __atomic_load_n(a, __ATOMIC_RELAXED);
   do {
     if (v >= meter_.limit())
       throw std::logic_error("release of " + meter_.labels()[1].second + " without a slot held");
   } while (!__atomic_compare_exchange_n(a, &v, v + 1, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
-  meter_.published_available_add(1);
+}
+
+void MeteredSemaphore::release() {
+  release_ticket(pop_held(this));
+}
+
+void MeteredSemaphore::release_ticket(int64_t hold) {
+  return_slot();
+  meter_.released(hold);
   // A waiter publishes itself (waiting_) before its last look at the free
   // slots, and we published the slot before this look at waiting_: one of us
   // sees the other.

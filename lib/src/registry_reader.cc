@@ -573,7 +573,7 @@ int32_t RegistryReader::intern(const Record& rec, std::string* why) {
     *why = what;
     return kInvalid;
   };
-  if (rec.kind < 1 || rec.kind > 3) return invalid("unknown kind");
+  if (rec.kind < 1 || rec.kind > 4) return invalid("unknown kind");
   const auto kind = static_cast<SeriesKind>(rec.kind);
   if (rec.label_count > segment::kMaxLabels) return invalid("too many labels");
   if (rec.bound_count > segment::kMaxBounds ||
@@ -708,7 +708,9 @@ void RegistryReader::parse_new_records(Segment& s, uint32_t count) {
     e.bound_count = rec.bound_count;
     e.scratch = s.scratch_words;
     e.last = static_cast<uint32_t>(s.last.size());
-    s.scratch_words += e.kind == SeriesKind::kHistogram ? e.shards * (e.bound_count + 2u) : 1u;
+    s.scratch_words += e.kind == SeriesKind::kHistogram ? e.shards * (e.bound_count + 2u)
+                       : e.kind == SeriesKind::kAges    ? segment::kAgeWords
+                                                        : 1u;
     if (e.kind == SeriesKind::kCounter) s.last.push_back(0);
     if (e.kind == SeriesKind::kHistogram) s.last.resize(s.last.size() + e.bound_count + 2u, 0);
     ++refs_[e.id];
@@ -746,6 +748,10 @@ bool RegistryReader::read_values(Segment& s, uint32_t* count) {
       states[j] = segment::load_acquire(&seg.record(e.record)->state);
       const uint64_t* line = seg.line(e.value_line);
       uint64_t* to = out + e.scratch;
+      if (e.kind == SeriesKind::kAges) {
+        for (uint32_t w = 0; w < segment::kAgeWords; ++w) to[w] = segment::load_relaxed(&line[w]);
+        continue;
+      }
       if (e.kind != SeriesKind::kHistogram) {
         *to = segment::load_relaxed(line);
         continue;
@@ -779,7 +785,7 @@ void add_words(std::vector<uint64_t>& buckets, uint64_t& counter, int64_t& sum, 
 void RegistryReader::fold_last(Segment& s) {
   const int64_t now = now_ns();
   for (const Segment::Entry& e : s.entries) {
-    if (e.kind == SeriesKind::kGauge) continue;
+    if (e.kind == SeriesKind::kGauge || e.kind == SeriesKind::kAges) continue;
     Accumulator& acc = retired_[e.id];
     add_words(acc.buckets, acc.counter, acc.sum, e.kind, s.last.data() + e.last, e.bound_count);
     acc.present = true;
@@ -821,6 +827,25 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
     if (scratch_states_[j] != segment::kRecordLive) continue;
     const uint64_t* cur = scratch_.data() + e.scratch;
     Accumulator& acc = into_retired ? retired_[e.id] : current_[e.id];
+    if (e.kind == SeriesKind::kAges) {
+      if (!gauges) continue;
+      // In progress: word 0 and the slots in use; the oldest start is the
+      // smallest ticket.
+      int64_t n = static_cast<int64_t>(cur[0]);
+      int64_t oldest = 0;
+      for (uint32_t w = 1; w < segment::kAgeWords; ++w) {
+        const auto t = static_cast<int64_t>(cur[w]);
+        if (t == 0) continue;
+        n = segment::wrapping_add(n, 1);
+        if (t > 0 && (oldest == 0 || t < oldest)) oldest = t;
+      }
+      acc.gauge = segment::wrapping_add(acc.gauge, n);
+      oldest = segment::ticket_start(oldest);
+      if (oldest > 0 && (acc.oldest == 0 || oldest < acc.oldest)) acc.oldest = oldest;
+      acc.present = true;
+      last_change_[e.id] = now;
+      continue;
+    }
     if (e.kind == SeriesKind::kGauge) {
       if (!gauges) continue;
       acc.gauge = segment::wrapping_add(acc.gauge, static_cast<int64_t>(*cur));
@@ -884,7 +909,7 @@ void RegistryReader::retire(Segment& s) {
     if (!s.damaged) {
       const int64_t now = now_ns();
       for (const Segment::Entry& e : s.entries)
-        if (e.kind != SeriesKind::kGauge) last_change_[e.id] = now;
+        if (e.kind != SeriesKind::kGauge && e.kind != SeriesKind::kAges) last_change_[e.id] = now;
     }
   }
   retired_dropped_ = sat_add(retired_dropped_, s.dropped);
@@ -973,6 +998,7 @@ const Snapshot& RegistryReader::snapshot() {
     acc.present = false;
     acc.counter = 0;
     acc.gauge = 0;
+    acc.oldest = 0;
     acc.sum = 0;
     std::fill(acc.buckets.begin(), acc.buckets.end(), 0);
   }
@@ -1029,6 +1055,7 @@ void RegistryReader::build_output() {
     out.info = &info;
     out.counter = sat_add(live.counter, ret.counter);
     out.gauge = live.gauge;
+    out.oldest_start = live.oldest;
     out.sum = segment::wrapping_add(live.sum, ret.sum);
     if (info.kind == SeriesKind::kHistogram) {
       const size_t buckets = info.bounds.size() + 1;

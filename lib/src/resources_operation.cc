@@ -24,6 +24,8 @@ void OperationMetrics::register_cell(Slot& s, Operation op, Executor ex) {
                                        double(kNanosPerSecond));
   c.queued = writer_.gauge(family::kOperationQueued, labels);
   c.active = writer_.gauge(family::kOperationActive, labels);
+  c.queued_ages = writer_.ages(family::kOperationOldestQueued, labels);
+  c.active_ages = writer_.ages(family::kOperationOldestActive, labels);
   labels.push_back({label::kOutcome, {}});
   for (size_t i = 0; i < kOutcomes.size(); ++i) {
     labels.back().value = kOutcomes[i];

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <utility>
 
 #include "fault_guard.h"
 #include "label_rules.h"
@@ -47,6 +48,15 @@ Record* record_of(unsigned char* base, uint32_t i) {
 }
 unsigned char* line_of(unsigned char* base, uint32_t line) {
   return base + segment::kValuesOffset + uint64_t{line} * segment::kLineBytes;
+}
+
+// Zeroes a gauge's or an ages record's values (word by word, atomically: a
+// handle being moved may still write them).
+void zero_values(Record* r, unsigned char* base) {
+  const uint32_t words =
+      segment::value_lines_for(static_cast<SeriesKind>(r->kind), 0, 1) * segment::kLineBytes / 8;
+  auto* w = reinterpret_cast<int64_t*>(line_of(base, r->value_line));
+  for (uint32_t i = 0; i < words; ++i) segment::store_relaxed(&w[i], int64_t{0});
 }
 
 uint64_t now_unix_ns() {
@@ -130,6 +140,108 @@ Gauge::~Gauge() {
 void Gauge::reset() noexcept {
   if (writer_ != nullptr) writer_->release_gauge(record_);
   writer_ = nullptr;
+}
+
+// ---------------------------------------------------------------- AgeSlots
+
+namespace {
+constexpr uint32_t kAgeSlots = segment::kAgeWords - 1;
+bool cas_relaxed(int64_t* p, int64_t expected, int64_t desired) noexcept {
+  return __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_RELAXED,
+                                     __ATOMIC_RELAXED);
+}
+int64_t ticket_base(int64_t start) noexcept {
+  return std::max(start, int64_t{1} << segment::kAgeIndexBits) & ~segment::kAgeIndexMask;
+}
+}  // namespace
+
+AgeSlots::AgeSlots(AgeSlots&& other) noexcept
+    : writer_(std::exchange(other.writer_, nullptr)),
+      record_(other.record_),
+      words_(std::exchange(other.words_, nullptr)) {}
+
+AgeSlots& AgeSlots::operator=(AgeSlots&& other) noexcept {
+  if (this != &other) {
+    if (writer_ != nullptr) writer_->release_gauge(record_);
+    writer_ = std::exchange(other.writer_, nullptr);
+    record_ = other.record_;
+    words_ = std::exchange(other.words_, nullptr);
+  }
+  return *this;
+}
+
+AgeSlots::~AgeSlots() {
+  if (writer_ != nullptr) writer_->release_gauge(record_);
+}
+
+int64_t AgeSlots::begin(int64_t start) const noexcept {
+  if (words_ == nullptr) return 0;
+  const int64_t base = ticket_base(start);
+  // Each thread starts looking on a cache line of its own.
+  uint32_t i = (detail::thread_shard() * (segment::kLineBytes / 8)) % kAgeSlots;
+  for (uint32_t n = 0; n < kAgeSlots; ++n) {
+    int64_t* slot = &words_[1 + i];
+    if (segment::load_relaxed(slot) == 0 && cas_relaxed(slot, 0, base | (1 + i)))
+      return base | (1 + i);
+    i = i + 1 == kAgeSlots ? 0 : i + 1;
+  }
+  segment::add_relaxed(&words_[0], int64_t{1});
+  return base;
+}
+
+void AgeSlots::end(int64_t ticket) const noexcept {
+  if (words_ == nullptr) return;
+  const auto w = static_cast<uint32_t>(ticket & segment::kAgeIndexMask);
+  if (w != 0 && w < segment::kAgeWords && cas_relaxed(&words_[w], ticket, 0)) return;
+  end_any();
+}
+
+void AgeSlots::end_any() const noexcept {
+  for (int64_t n = segment::load_relaxed(&words_[0]); n > 0;)
+    if (__atomic_compare_exchange_n(&words_[0], &n, n - 1, true, __ATOMIC_RELAXED,
+                                    __ATOMIC_RELAXED))
+      return;
+  for (;;) {
+    uint32_t oldest = 0;
+    int64_t oldest_ticket = 0;
+    for (uint32_t w = 1; w < segment::kAgeWords; ++w) {
+      const int64_t t = segment::load_relaxed(&words_[w]);
+      if (t != 0 && (oldest == 0 || t < oldest_ticket)) {
+        oldest = w;
+        oldest_ticket = t;
+      }
+    }
+    if (oldest == 0) return;  // nothing in progress: nothing to end
+    if (cas_relaxed(&words_[oldest], oldest_ticket, 0)) return;
+  }
+}
+
+int64_t AgeSlots::restart(int64_t ticket, int64_t start) const noexcept {
+  if (words_ == nullptr) return 0;
+  const int64_t base = ticket_base(start);
+  const auto w = static_cast<uint32_t>(ticket & segment::kAgeIndexMask);
+  if (w == 0 && ticket != 0) return base;  // counted without a slot: stays so
+  if (w != 0 && w < segment::kAgeWords && cas_relaxed(&words_[w], ticket, base | w))
+    return base | w;
+  end_any();
+  return begin(start);
+}
+
+int64_t AgeSlots::count() const noexcept {
+  if (words_ == nullptr) return 0;
+  int64_t n = segment::load_relaxed(&words_[0]);
+  for (uint32_t w = 1; w < segment::kAgeWords; ++w) n += segment::load_relaxed(&words_[w]) != 0;
+  return n;
+}
+
+int64_t AgeSlots::oldest_start() const noexcept {
+  if (words_ == nullptr) return 0;
+  int64_t oldest = 0;
+  for (uint32_t w = 1; w < segment::kAgeWords; ++w) {
+    const int64_t t = segment::load_relaxed(&words_[w]);
+    if (t != 0 && (oldest == 0 || t < oldest)) oldest = t;
+  }
+  return segment::ticket_start(oldest);
 }
 
 // ---------------------------------------------------------------- SegmentWriter
@@ -337,10 +449,13 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
                 uint64_t{count} * segment::kRecordBytes);
     for (uint32_t i = 0; i < count; ++i) {
       Record* r = record_of(base, i);
-      if (r->kind != static_cast<uint8_t>(SeriesKind::kGauge)) continue;
-      if (r->value_line < segment::kValueLines)
+      if (r->kind != static_cast<uint8_t>(SeriesKind::kGauge) &&
+          r->kind != static_cast<uint8_t>(SeriesKind::kAges))
+        continue;
+      const uint32_t lines = segment::value_lines_for(static_cast<SeriesKind>(r->kind), 0, 1);
+      if (r->value_line + lines <= segment::kValueLines)
         std::memcpy(line_of(base, r->value_line), line_of(base_, r->value_line),
-                    segment::kLineBytes);
+                    uint64_t{lines} * segment::kLineBytes);
       if (r->state == segment::kRecordLive) r->state = segment::kRecordInherited;
     }
     if (detail::writer_mapping_lost(base_)) {
@@ -472,9 +587,8 @@ int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_vi
     if (it != released_gauges_.end() && !it->second.empty()) {
       uint32_t index = it->second.back();
       it->second.pop_back();
-      Record* r = record_of(base_, index);
-      segment::store_relaxed(reinterpret_cast<int64_t*>(line_of(base_, r->value_line)), int64_t{0});
-      segment::store_release(&r->state, segment::kRecordLive);
+      zero_values(record_of(base_, index), base_);
+      segment::store_release(&record_of(base_, index)->state, segment::kRecordLive);
       return static_cast<int32_t>(index);
     }
   }
@@ -552,11 +666,24 @@ Gauge SegmentWriter::gauge(std::string_view family, std::span<const Label> label
   return gauge;
 }
 
+AgeSlots SegmentWriter::ages(std::string_view family, std::span<const Label> labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  AgeSlots ages;
+  int32_t index = find_or_add_record_locked(SeriesKind::kAges, family, labels, {}, 1.0, true);
+  if (index < 0) return ages;
+  Record* r = record_of(base_, static_cast<uint32_t>(index));
+  ages.writer_ = this;
+  ages.record_ = static_cast<uint32_t>(index);
+  ages.words_ = reinterpret_cast<int64_t*>(line_of(base_, r->value_line));
+  return ages;
+}
+
+// Releases a gauge's or an ages record's slot (its values zeroed first).
 void SegmentWriter::release_gauge(uint32_t index) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   if (base_ == nullptr || index >= gauge_keys_.size()) return;
   Record* r = record_of(base_, index);
-  segment::store_relaxed(reinterpret_cast<int64_t*>(line_of(base_, r->value_line)), int64_t{0});
+  zero_values(r, base_);
   segment::store_release(&r->state, segment::kRecordReleased);
   try {
     released_gauges_[gauge_keys_[index]].push_back(index);

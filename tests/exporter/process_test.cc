@@ -124,7 +124,7 @@ TEST(ExporterProcess, OnceServesTheWritersSeriesAndPromtoolAcceptsIt) {
                             server + "}"),
             4);
   EXPECT_EQ(sample(out, "gym_resources_operation_active{" + op + "," + server + "}"), 0);
-  EXPECT_EQ(sample(out, "gym_exporter_registry_segments{format_version=\"2\"}"), 2);
+  EXPECT_EQ(sample(out, "gym_exporter_registry_segments{format_version=\"3\"}"), 2);
   EXPECT_NE(out.find("# HELP gym_concurrency_limit "), std::string::npos);
   EXPECT_NE(out.find("# TYPE gym_resources_operation_duration_seconds histogram"),
             std::string::npos);
@@ -333,7 +333,7 @@ void count_timeouts_and_exit(const std::string& dir, const char* name, int n) {
   pid_t pid = testing::spawn([&] {
     SegmentWriter w(dir);
     LimitMeter m(2, Component::kOther, name, std::nullopt, true, w);
-    for (int i = 0; i < n; ++i) m.count_timeout();
+    for (int i = 0; i < n; ++i) m.wait_failed(m.wait_started(), gym::WaitOutcome::kTimeout);
     return 0;
   });
   ASSERT_EQ(testing::wait_exit(pid), 0);
@@ -397,7 +397,7 @@ TEST(ExporterProcess, CountersNeverFallAcrossRestartsWithSigkillAndSigterm) {
   pid_t live = testing::spawn([&] {
     SegmentWriter w(tmp.path());
     LimitMeter m(2, Component::kOther, "work", std::nullopt, true, w);
-    for (int i = 0; i < 7; ++i) m.count_timeout();
+    for (int i = 0; i < 7; ++i) m.wait_failed(m.wait_started(), gym::WaitOutcome::kTimeout);
     ready.signal();
     gate.wait();
     return 0;
@@ -455,8 +455,9 @@ TEST(ExporterProcess, ServerNameThatIsNotUtf8ThroughTheCAbiLeavesTheExpositionVa
   gate.open();
   EXPECT_EQ(testing::wait_exit(pid), 0);
   ASSERT_EQ(rc, 0);
-  EXPECT_EQ(sample(out, "gym_exporter_registry_dropped_series_total"), 4)
-      << "limit, available, queue depth and cancellations of the bad name";
+  EXPECT_EQ(sample(out, "gym_exporter_registry_dropped_series_total"), 8)
+      << "limit, available, queue depth, the holds' and waits' ages, cancellations and the "
+         "admitted and cancelled waits of the bad name";
   EXPECT_EQ(sample(out,
                    "gym_concurrency_active{nemo_gym_concurrency_component="
                    "\"resources_server\",nemo_gym_concurrency_limit_name=\"verifiers\","

@@ -88,8 +88,7 @@ TEST(CAbi, MisuseReturnsAnErrorAndChangesNothing) {
         {"nemo_gym_concurrency_component", "agent_server"},
         {"nemo_gym_concurrency_limit_name", "tools"}};
     const SeriesSample* q = find_series(snap, "gym_concurrency_queue_depth", limit);
-    const SeriesSample* a = find_series(snap, "gym_concurrency_available", limit);
-    if (q == nullptr || q->gauge != 1 || a == nullptr || a->gauge != 0) return 12;
+    if (q == nullptr || q->gauge != 1 || testing::free_slots(snap, limit) != 0) return 12;
     const std::vector<std::pair<std::string, std::string>> inline_tool = {
         {"nemo_gym_resources_executor", "inline"}, {"nemo_gym_resources_operation", "tool"}};
     for (const char* f : {"gym_resources_operation_queued", "gym_resources_operation_active"}) {

@@ -14,6 +14,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using testing::find_series;
+using testing::free_slots;
 using testing::TempDir;
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
@@ -50,7 +51,7 @@ TEST(MeteredSemaphore, ReportsLimitFreeSlotsAndActiveThroughTheRegistry) {
   RegistryReader reader(tmp.path());
   const Snapshot& snap = reader.snapshot();
   EXPECT_EQ(gauge_of(snap, "gym_concurrency_limit", kAgentRollouts), 3);
-  EXPECT_EQ(gauge_of(snap, "gym_concurrency_available", kAgentRollouts), 1);
+  EXPECT_EQ(free_slots(snap, kAgentRollouts), 1);
   EXPECT_EQ(gauge_of(snap, "gym_concurrency_queue_depth", kAgentRollouts), 0);
   EXPECT_EQ(counter_of(snap, "gym_concurrency_admission_cancelled_total", kAgentRollouts), 0);
   EXPECT_EQ(find_series(snap, "gym_concurrency_admission_timeouts_total", kAgentRollouts), nullptr)
@@ -74,13 +75,13 @@ TEST(MeteredSemaphore, LimitsWithTheSameLabelsAreSummedAndADestroyedOneStopsRepo
     EXPECT_THROW(a.acquire(), AdmissionTimeout);
     const Snapshot& snap = reader.snapshot();
     EXPECT_EQ(gauge_of(snap, "gym_concurrency_limit", kAgentRollouts), 7);
-    EXPECT_EQ(gauge_of(snap, "gym_concurrency_available", kAgentRollouts), 4);
+    EXPECT_EQ(free_slots(snap, kAgentRollouts), 4);
     EXPECT_EQ(counter_of(snap, "gym_concurrency_admission_timeouts_total", kAgentRollouts), 1);
     b.release();
   }
   const Snapshot& snap = reader.snapshot();
   EXPECT_EQ(gauge_of(snap, "gym_concurrency_limit", kAgentRollouts), 2);
-  EXPECT_EQ(gauge_of(snap, "gym_concurrency_available", kAgentRollouts), 0);
+  EXPECT_EQ(free_slots(snap, kAgentRollouts), 0);
   EXPECT_EQ(counter_of(snap, "gym_concurrency_admission_timeouts_total", kAgentRollouts), 1)
       << "counters stay";
   a.release();
@@ -162,7 +163,7 @@ TEST(MeteredSemaphore, OverReleaseThrowsLogicErrorAndChangesNoNumber) {
   RegistryReader reader(tmp.path());
   Labels labels = {{"nemo_gym_concurrency_component", "other"},
                    {"nemo_gym_concurrency_limit_name", "jobs"}};
-  EXPECT_EQ(gauge_of(reader.snapshot(), "gym_concurrency_available", labels), 2);
+  EXPECT_EQ(free_slots(reader.snapshot(), labels), 2);
 }
 
 TEST(MeteredSemaphore, InvalidArgumentsAreRejectedNamingTheValue) {
@@ -267,7 +268,7 @@ TEST(MeteredSemaphore, ProcessesWithTheSameLimitAreSummedByTheReader) {
   RegistryReader reader(tmp.path());
   const Snapshot& snap = reader.snapshot();
   EXPECT_EQ(gauge_of(snap, "gym_concurrency_limit", kAgentRollouts), 12);
-  EXPECT_EQ(gauge_of(snap, "gym_concurrency_available", kAgentRollouts), 9);
+  EXPECT_EQ(free_slots(snap, kAgentRollouts), 9);
   gate.open();
   for (pid_t p : children) EXPECT_EQ(testing::wait_exit(p), 0);
   EXPECT_EQ(find_series(reader.snapshot(), "gym_concurrency_limit", kAgentRollouts), nullptr);

@@ -1,6 +1,9 @@
 // The contract's concurrency and resources-operation families (the rows of
 // gym/families.h whose source is the registry), built from a fresh registry
 // snapshot on each scrape, and the registry's own counts.
+#include <time.h>
+
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <set>
@@ -12,6 +15,13 @@
 
 namespace gym::exporter {
 namespace {
+
+// The clock of the ages' start times, read precisely (segment_format.h).
+int64_t precise_now_ns() {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
 
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
@@ -44,15 +54,21 @@ class RegistryCollector : public Collector {
   std::vector<size_t> served_index_;       // index in snapshot.series
   Families model_;
   std::vector<std::pair<ClientMetric*, size_t>> slots_;  // metric, served index
-  // gym_concurrency_active = limit - available: (metric, limit, available)
-  // with indexes into served_ (-1: none).
+  // Per limit, indexes into served_ (-1: none): free = the available gauge
+  // (format 3 writers keep the limit there) - the holds in progress (the
+  // holds' ages record), and gym_concurrency_active = limit - free.
   struct ActiveSlot {
     ClientMetric* metric;
     long limit;
     long available;
+    long holds;
   };
   MetricFamily active_;
   std::vector<ActiveSlot> active_slots_;
+  // gym_concurrency_admissions_total: the count of the admitted waits'
+  // histogram (metric, index into served_).
+  MetricFamily admissions_;
+  std::vector<std::pair<ClientMetric*, size_t>> admission_slots_;
   std::vector<size_t> scratch_index_;
   std::vector<const SeriesInfo*> scratch_infos_;
 };
@@ -71,6 +87,8 @@ void RegistryCollector::rebuild() {
   slots_.clear();
   active_slots_.clear();
   active_ = MetricFamily{};
+  admission_slots_.clear();
+  admissions_ = MetricFamily{};
   // Families first, so that metric pointers stay put once taken.
   const std::string* family = nullptr;
   size_t families = 0;
@@ -102,24 +120,46 @@ void RegistryCollector::rebuild() {
     }
     slots_.emplace_back(&m, i);
   }
-  // active = limit - available, for every label set that has a limit.
-  std::map<std::vector<std::pair<std::string, std::string>>, std::pair<long, long>> pairs;
+  // active = limit - free, for every label set that has a limit.
+  struct Indexes {
+    long limit = 0, available = 0, holds = 0;  // index + 1; 0: none
+  };
+  std::map<std::vector<std::pair<std::string, std::string>>, Indexes> limits;
+  std::map<std::vector<std::pair<std::string, std::string>>, size_t> admitted;
   for (size_t i = 0; i < served_.size(); ++i) {
-    if (served_[i]->family == family::kConcurrencyLimit)
-      pairs[served_[i]->labels].first = long(i) + 1;
-    if (served_[i]->family == family::kConcurrencyAvailable)
-      pairs[served_[i]->labels].second = long(i) + 1;
+    const SeriesInfo& info = *served_[i];
+    if (info.family == family::kConcurrencyLimit) limits[info.labels].limit = long(i) + 1;
+    if (info.family == family::kConcurrencyAvailable) limits[info.labels].available = long(i) + 1;
+    if (info.family == family::kConcurrencyOldestHold) limits[info.labels].holds = long(i) + 1;
+    if (info.family == family::kConcurrencyWaitDuration) {
+      std::vector<std::pair<std::string, std::string>> labels;
+      bool is_admitted = false;
+      for (const auto& l : info.labels) {
+        if (l.first != label::kWaitOutcome)
+          labels.push_back(l);
+        else
+          is_admitted = l.second == to_string(WaitOutcome::kAdmitted);
+      }
+      if (is_admitted) admitted.emplace(std::move(labels), i);
+    }
   }
   Families one;
   active_ = std::move(add_family(one, family::kConcurrencyActive));
-  active_.metric.reserve(pairs.size());
-  for (const auto& [labels, idx] : pairs) {
-    if (idx.first == 0) continue;
-    active_slots_.push_back({&add_metric(active_, labels), idx.first - 1, idx.second - 1});
+  active_.metric.reserve(limits.size());
+  for (const auto& [labels, idx] : limits) {
+    if (idx.limit == 0) continue;
+    active_slots_.push_back(
+        {&add_metric(active_, labels), idx.limit - 1, idx.available - 1, idx.holds - 1});
   }
+  Families two;
+  admissions_ = std::move(add_family(two, family::kConcurrencyAdmissions));
+  admissions_.metric.reserve(admitted.size());
+  for (const auto& [labels, i] : admitted)
+    admission_slots_.emplace_back(&add_metric(admissions_, labels), i);
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {
+  const int64_t now = precise_now_ns();
   for (auto& [metric, i] : slots_) {
     const SeriesSample& s = snap.series[served_index_[i]];
     switch (s.info->kind) {
@@ -128,6 +168,11 @@ void RegistryCollector::update_values(const Snapshot& snap) {
         break;
       case segment::SeriesKind::kGauge:
         metric->gauge.value = static_cast<double>(s.gauge);
+        break;
+      case segment::SeriesKind::kAges:
+        // The age of the oldest in progress, 0 when none (or none has a slot).
+        metric->gauge.value =
+            s.oldest_start > 0 ? double(std::max<int64_t>(now - s.oldest_start, 0)) / 1e9 : 0.0;
         break;
       case segment::SeriesKind::kHistogram:
         metric->histogram.sample_count = s.count();
@@ -139,10 +184,17 @@ void RegistryCollector::update_values(const Snapshot& snap) {
   }
   for (ActiveSlot& a : active_slots_) {
     const int64_t limit = snap.series[served_index_[size_t(a.limit)]].gauge;
-    const int64_t available =
-        a.available < 0 ? 0 : snap.series[served_index_[size_t(a.available)]].gauge;
+    const int64_t holds = a.holds < 0 ? 0 : snap.series[served_index_[size_t(a.holds)]].gauge;
+    int64_t available = 0;
+    if (a.available >= 0) {
+      available =
+          segment::wrapping_sub(snap.series[served_index_[size_t(a.available)]].gauge, holds);
+      slots_[size_t(a.available)].first->gauge.value = static_cast<double>(available);
+    }
     a.metric->gauge.value = static_cast<double>(segment::wrapping_sub(limit, available));
   }
+  for (auto& [metric, i] : admission_slots_)
+    metric->counter.value = static_cast<double>(snap.series[served_index_[i]].count());
 }
 
 void RegistryCollector::collect(const Emit& emit) {
@@ -164,6 +216,7 @@ void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
   update_values(snap);
   for (const MetricFamily& f : model_) emit(f);
   if (!active_.metric.empty()) emit(active_);
+  if (!admissions_.metric.empty()) emit(admissions_);
   emit_stats(snap, emit);
 }
 

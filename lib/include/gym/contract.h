@@ -19,11 +19,20 @@ inline constexpr std::string_view kConcurrencyAvailable = "gym_concurrency_avail
 inline constexpr std::string_view kConcurrencyQueueDepth = "gym_concurrency_queue_depth";
 inline constexpr std::string_view kAdmissionTimeouts = "gym_concurrency_admission_timeouts_total";
 inline constexpr std::string_view kAdmissionCancelled = "gym_concurrency_admission_cancelled_total";
+inline constexpr std::string_view kConcurrencyAdmissions = "gym_concurrency_admissions_total";
+inline constexpr std::string_view kConcurrencyWaitDuration =
+    "gym_concurrency_wait_duration_seconds";
+inline constexpr std::string_view kConcurrencyOldestWait = "gym_concurrency_oldest_wait_seconds";
+inline constexpr std::string_view kConcurrencyOldestHold = "gym_concurrency_oldest_hold_seconds";
 inline constexpr std::string_view kOperationQueueDuration =
     "gym_resources_operation_queue_duration_seconds";
 inline constexpr std::string_view kOperationDuration = "gym_resources_operation_duration_seconds";
 inline constexpr std::string_view kOperationQueued = "gym_resources_operation_queued";
 inline constexpr std::string_view kOperationActive = "gym_resources_operation_active";
+inline constexpr std::string_view kOperationOldestQueued =
+    "gym_resources_operation_oldest_queued_seconds";
+inline constexpr std::string_view kOperationOldestActive =
+    "gym_resources_operation_oldest_active_seconds";
 // Written by declare_server(); read by the exporter, not exposed as is.
 inline constexpr std::string_view kServerIdentity = "gym_server_identity";
 }  // namespace family
@@ -36,6 +45,7 @@ inline constexpr std::string_view kServerType = "nemo_gym_server_type";
 inline constexpr std::string_view kOperation = "nemo_gym_resources_operation";
 inline constexpr std::string_view kExecutor = "nemo_gym_resources_executor";
 inline constexpr std::string_view kOutcome = "nemo_gym_resources_operation_outcome";
+inline constexpr std::string_view kWaitOutcome = "nemo_gym_concurrency_wait_outcome";
 }  // namespace label
 
 enum class Component : uint8_t {
@@ -58,6 +68,11 @@ inline constexpr std::array<std::string_view, 5> kExecutors = {"inline", "thread
 enum class Outcome : uint8_t { kOk, kError, kTimeout, kCancelled, kCrashed };
 inline constexpr std::array<std::string_view, 5> kOutcomes = {"ok", "error", "timeout", "cancelled",
                                                               "crashed"};
+
+// How a wait for a slot of a concurrency limit ended.
+enum class WaitOutcome : uint8_t { kAdmitted, kTimeout, kCancelled };
+inline constexpr std::array<std::string_view, 3> kWaitOutcomes = {"admitted", "timeout",
+                                                                  "cancelled"};
 
 template <class Enum, size_t N>
 constexpr std::string_view name_of(Enum v, const std::array<std::string_view, N>& table) {
@@ -82,6 +97,9 @@ inline std::string_view to_string(Executor v) {
 }
 inline std::string_view to_string(Outcome v) {
   return name_of(v, kOutcomes);
+}
+inline std::string_view to_string(WaitOutcome v) {
+  return name_of(v, kWaitOutcomes);
 }
 
 // Operation bucket upper bounds: the seed's milliseconds, stored in

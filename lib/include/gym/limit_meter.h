@@ -1,13 +1,23 @@
 // LimitMeter: the gym_concurrency_* series of one concurrency limit — its
-// configured slots, free slots, waiters and admission failures — in the
-// registry. MeteredSemaphore uses it for its own semaphore; the C ABI uses it
-// for a language that keeps its own semaphore (asyncio), so both report the
-// same numbers.
+// configured slots, free slots, waiters, admissions, waits and the ages of
+// the oldest waiter and holder — in the registry. MeteredSemaphore uses it for
+// its own semaphore; the C ABI uses it for a language that keeps its own
+// semaphore (asyncio), so both report the same numbers.
 //
-// The free-slot count is the semaphore's state, so it lives in process memory:
-// the registry gets a copy (an atomic add per change). So does the number of
-// waiters, so that a misused C ABI call can be refused without changing it. Nothing another
-// process does to the registry file can change what the semaphore admits.
+// The free-slot count is the semaphore's state, so it lives in process memory.
+// The registry learns of holds from the holds' ages record: one slot claimed
+// per hold with its start time (and a count for holds beyond its slots), so
+// that the exporter reports held = the holds in progress and free = limit -
+// held. (The registry's `available` gauge holds the limit and is not
+// updated: readers subtract the holds, and a writer of format 1 or 2, which
+// updated it, has no holds record.) The number of waiters is process memory
+// too, mirrored to the registry's queue gauge, so that a misused C ABI call
+// can be refused without changing it. Nothing another process does to the
+// registry file can change what the semaphore admits.
+//
+// Every event that starts something returns a ticket (AgeSlots) for the event
+// that ends it; a ticket of 0 (unknown) ends some other one, keeping counts
+// right.
 //
 // Thread-safety: every method may be called from any thread.
 #pragma once
@@ -35,35 +45,63 @@ class LimitMeter {
              SegmentWriter& writer);
 
   int64_t limit() const { return limit_; }
-  // Free slots: the semaphore's own state, in process memory. Whoever
-  // changes it with a compare-exchange reports the change with
-  // published_available_add.
+  // Free slots: the semaphore's own state, in process memory, changed with
+  // a compare-exchange by whoever takes or returns a slot.
   int64_t* available() const { return &available_local_->value; }
-  void published_available_add(int64_t delta) const { available_.add(delta); }
   // Moves `delta` slots between free and held, within [0, limit]; false,
   // changing nothing, when that would leave the range.
   bool move_available(int64_t delta) const;
-  // Callers waiting: also process memory, mirrored to the registry.
+
+  // A slot was taken without waiting: a zero wait and a hold starting now.
+  // Returns the hold's ticket.
+  int64_t admitted_at_once() const noexcept {
+    waits_duration_[0].observe_zero();
+    return holds_.begin(segment::stamp_now_ns());
+  }
+  // A caller starts waiting (joins the queue). Returns the wait's ticket.
+  int64_t wait_started() const;
+  // The waiter of `wait` got a slot: its hold starts, it leaves the queue
+  // and its wait is recorded. Returns the hold's ticket; nullopt, changing
+  // nothing, when nobody waits.
+  std::optional<int64_t> wait_admitted(int64_t wait) const;
+  // The waiter of `wait` left without a slot (timeout or cancelled); false,
+  // changing nothing, when nobody waits.
+  bool wait_failed(int64_t wait, WaitOutcome outcome) const;
+  // The holder of `hold` handed its slot straight to the waiter of `wait`:
+  // one leaves the queue, and the hold passes on with no instant at which the
+  // slot shows as free. Returns the new hold's ticket; nullopt, changing
+  // nothing, when nobody waits.
+  std::optional<int64_t> handed_off(int64_t hold, int64_t wait) const;
+  // The hold of `hold` ended (the slot is back).
+  void released(int64_t hold) const noexcept { holds_.end(hold); }
+
+  // Callers waiting: process memory, mirrored to the registry.
   int64_t queued() const { return __atomic_load_n(&queued_local_->value, __ATOMIC_RELAXED); }
   void add_queued(int64_t delta) const;
   // One caller leaves the queue; false, changing nothing, when nobody waits.
   bool leave_queue() const;
-  void count_timeout() const { timeouts_.add(); }
-  void count_cancelled() const { cancelled_.add(); }
   // The labels this limit reports under, as (name, value).
   const std::vector<std::pair<std::string, std::string>>& labels() const { return labels_; }
+  // The ages records (for tests).
+  const AgeSlots& holds() const { return holds_; }
+  const AgeSlots& waits() const { return waits_; }
 
  private:
+  void observe_wait(int64_t wait, WaitOutcome outcome) const;
+
   int64_t limit_;
   std::vector<std::pair<std::string, std::string>> labels_;
   Gauge limit_gauge_;
-  Gauge available_;  // the registry's copy of *available()
+  Gauge available_;  // the limit (see above)
   struct alignas(64) Slot {
     int64_t value;
   };
   std::unique_ptr<Slot> available_local_;
   std::unique_ptr<Slot> queued_local_;
   Gauge queued_;  // the registry's copy of queued()
+  AgeSlots holds_;
+  AgeSlots waits_;
+  Histogram waits_duration_[kWaitOutcomes.size()];
   Counter timeouts_;
   Counter cancelled_;
 };

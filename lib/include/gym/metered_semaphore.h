@@ -1,12 +1,19 @@
 // MeteredSemaphore: a counting semaphore for threads that reports its limit,
-// free slots, waiters, admission timeouts and cancellations (the
+// free slots, waiters, admissions, waits, admission timeouts and
+// cancellations and the ages of its oldest waiter and holder (the
 // gym_concurrency_* families) through the registry.
 //
 // Thread-safety: no concurrent call to any API of this type causes a data
-// race. An uncontended acquire or release is one atomic compare-exchange on
-// the free-slot count (in process memory, so that no other process can change
-// what the semaphore admits) and one atomic add on its registry copy; only
+// race. An uncontended acquire is one atomic compare-exchange on the
+// free-slot count (in process memory, so that no other process can change
+// what the semaphore admits), one on a slot of the holds' ages record and
+// one add (the zero wait); a release is one compare-exchange on each. Only
 // waiters touch the queue count and the mutex.
+//
+// Holds' ages: a hold is remembered by the thread that took it (the last
+// few per thread), so that release() on that thread ends that hold. A
+// release on another thread ends the oldest hold instead (counts stay right;
+// only which start is kept differs). SemaphoreGuard always ends its own.
 //
 // Fork-safety: as the registry's; a child inherits the semaphore's state.
 #pragma once
@@ -54,20 +61,15 @@ class MeteredSemaphore {
   // out, AdmissionCancelled when `stop` is requested first.
   void acquire(std::stop_token stop = {});
   // Takes a slot if one is free now.
-  bool try_acquire() noexcept {
-    int64_t* a = meter_.available();
-    int64_t v = __atomic_load_n(a, __ATOMIC_RELAXED);
-    while (v > 0) {
-      if (__atomic_compare_exchange_n(a, &v, v - 1, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
-        meter_.published_available_add(-1);
-        return true;
-      }
-    }
-    return false;
-  }
+  bool try_acquire() noexcept;
   // Returns a slot. Throws std::logic_error, changing nothing, when no slot
   // is held.
   void release();
+
+  // As acquire() and release(), with the hold's ticket in the caller's hands
+  // (SemaphoreGuard): the release ends exactly that hold.
+  int64_t acquire_ticket(std::stop_token stop = {});
+  void release_ticket(int64_t hold);
 
   int64_t limit() const { return meter_.limit(); }
   int64_t active() const {
@@ -78,6 +80,8 @@ class MeteredSemaphore {
   const std::vector<std::pair<std::string, std::string>>& labels() const { return meter_.labels(); }
 
  private:
+  bool take_free() noexcept;
+  void return_slot();
   LimitMeter meter_;
   std::optional<Duration> admission_timeout_;
   std::mutex mu_;
@@ -89,15 +93,15 @@ class MeteredSemaphore {
 // Holds one slot of a MeteredSemaphore for its lifetime.
 class SemaphoreGuard {
  public:
-  explicit SemaphoreGuard(MeteredSemaphore& s, std::stop_token stop = {}) : s_(s) {
-    s_.acquire(std::move(stop));
-  }
-  ~SemaphoreGuard() { s_.release(); }
+  explicit SemaphoreGuard(MeteredSemaphore& s, std::stop_token stop = {})
+      : s_(s), hold_(s_.acquire_ticket(std::move(stop))) {}
+  ~SemaphoreGuard() { s_.release_ticket(hold_); }
   SemaphoreGuard(const SemaphoreGuard&) = delete;
   SemaphoreGuard& operator=(const SemaphoreGuard&) = delete;
 
  private:
   MeteredSemaphore& s_;
+  int64_t hold_;
 };
 
 }  // namespace gym

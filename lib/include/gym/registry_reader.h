@@ -57,7 +57,10 @@ struct SeriesInfo {
 struct SeriesSample {
   const SeriesInfo* info = nullptr;
   uint64_t counter = 0;  // counters
-  int64_t gauge = 0;     // gauges
+  int64_t gauge = 0;     // gauges; ages: how many are in progress
+  // Ages: the oldest start in progress (segment::stamp_now_ns() clock), 0
+  // when none has a slot.
+  int64_t oldest_start = 0;
   // Histograms: cumulative counts per bound, then +Inf (which is the count).
   std::vector<uint64_t> cumulative_buckets;
   int64_t sum = 0;  // histograms, raw units
@@ -168,6 +171,7 @@ class RegistryReader {
     bool present = false;
     uint64_t counter = 0;
     int64_t gauge = 0;
+    int64_t oldest = 0;  // ages
     int64_t sum = 0;
     std::vector<uint64_t> buckets;  // not cumulative
   };

@@ -10,7 +10,8 @@
 //
 // The outcome is the one set, else `cancelled` when an exception leaves the
 // scope after its stop_token was requested, else `error` for any other
-// exception, else `ok`. Durations use the monotonic clock.
+// exception, else `ok`. Durations use the monotonic clock (steady_clock is
+// CLOCK_MONOTONIC on Linux, the clock of the ages' start times).
 //
 // Thread-safety: OperationMetrics may be shared by all threads; one
 // ResourcesOperation belongs to the thread that made it.
@@ -43,6 +44,8 @@ class OperationMetrics {
     std::array<Histogram, kOutcomes.size()> duration;
     Gauge queued;
     Gauge active;
+    AgeSlots queued_ages;  // gym_resources_operation_oldest_queued_seconds
+    AgeSlots active_ages;  // gym_resources_operation_oldest_active_seconds
   };
   const Cell& cell(Operation op, Executor ex) {
     Slot& s = cells_[static_cast<size_t>(op) * kExecutors.size() + static_cast<size_t>(ex)];
@@ -82,6 +85,7 @@ class ResourcesOperation {
       if (limit.try_acquire()) {
         started_ = Clock::now();
         cell_.queue_duration.observe(0);
+        active_ticket_ = cell_.active_ages.begin(started_.time_since_epoch().count());
         cell_.active.add(1);
         exceptions_ = std::uncaught_exceptions();
         return;
@@ -89,17 +93,21 @@ class ResourcesOperation {
     }
     cell_.queued.add(1);
     const Clock::time_point queued_at = Clock::now();
+    const int64_t queued_ticket = cell_.queued_ages.begin(queued_at.time_since_epoch().count());
     try {
       if constexpr (requires { limit.acquire(stop_); })
         limit.acquire(stop_);
       else
         limit.acquire();
     } catch (...) {
+      cell_.queued_ages.end(queued_ticket);
       cell_.queued.add(-1);
       throw;
     }
     started_ = Clock::now();
     cell_.queue_duration.observe((started_ - queued_at).count());
+    active_ticket_ = cell_.active_ages.begin(started_.time_since_epoch().count());
+    cell_.queued_ages.end(queued_ticket);
     cell_.queued.add(-1);
     cell_.active.add(1);
     exceptions_ = std::uncaught_exceptions();
@@ -107,6 +115,7 @@ class ResourcesOperation {
 
   ~ResourcesOperation() {
     const auto ran = (Clock::now() - started_).count();
+    cell_.active_ages.end(active_ticket_);
     cell_.active.add(-1);
     Outcome outcome = Outcome::kOk;
     if (outcome_) {
@@ -130,6 +139,7 @@ class ResourcesOperation {
   const OperationMetrics::Cell& cell_;
   std::stop_token stop_;
   Clock::time_point started_;
+  int64_t active_ticket_ = 0;
   int exceptions_ = 0;
   std::optional<Outcome> outcome_;
 };

@@ -43,7 +43,7 @@
 //   ------ ---- -----------------------------------------------------------
 //        0    4 state            atomic: kRecordEmpty, kRecordLive,
 //                                kRecordReleased, kRecordInherited (v2)
-//        4    1 kind             SeriesKind
+//        4    1 kind             SeriesKind (kAges from v3)
 //        5    1 label_count      <= kMaxLabels
 //        6    1 bound_count      histograms: finite upper bounds, <= kMaxBounds
 //        7    1 shards           histograms: kHistogramShards; otherwise 1
@@ -62,6 +62,12 @@
 //   start on a cache line of their own and no two series share a line)
 //     counter    uint64 at value_line                          (1 line)
 //     gauge      int64  at value_line                          (1 line)
+//     ages       (v3) kAgeLines lines = kAgeWords int64: word 0 counts the
+//                ones in progress without a slot, words 1.. are slots, each 0
+//                (free) or a ticket: the start time (stamp_now_ns(), its low 6
+//                bits replaced by the word's index). In progress now: word 0
+//                plus the slots in use; the oldest started at the smallest
+//                ticket with its low bits cleared.
 //     histogram  `shards` shards, each ceil((n + 2) * 8 / 64) lines: uint64
 //                bucket[n + 1] (not cumulative; the last is the +Inf
 //                overflow), then int64 sum of raw observations. A thread
@@ -95,13 +101,23 @@
 // parent still reports them. A released-and-reused slot in the child is
 // kRecordLive again: a gauge the child made itself.
 //
+// Ages (version 3). A waiter or holder claims a free slot with a
+// compare-exchange of 0 to its ticket and frees it with a compare-exchange of
+// its ticket to 0; when no slot is free it adds 1 to word 0 instead (counted,
+// but with no age: the oldest is still right for the slots held). An ages
+// record is an instance's, like a gauge: released (all words zeroed) and
+// reused the same way, inherited by a forked child the same way, dropped (not
+// folded) when its owner is gone.
+//
 // Versions. 2 added kRecordInherited and the reservation rule; the layout is
-// that of 1, and a reader accepts both (kMinFormatVersion..kFormatVersion).
+// that of 1. 3 added kAges records. A reader accepts all three
+// (kMinFormatVersion..kFormatVersion).
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <ctime>
 
 namespace gym::segment {
 
@@ -112,7 +128,7 @@ inline uint64_t magic_word() {
   __builtin_memcpy(&w, kMagic, sizeof w);
   return w;
 }
-inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kFormatVersion = 3;
 inline constexpr uint32_t kMinFormatVersion = 1;
 // Reservations (fallocate) are made in whole pages.
 inline constexpr uint64_t kPageBytes = 4096;
@@ -130,7 +146,16 @@ inline constexpr uint32_t kMaxBounds = 15;       // finite histogram bounds
 inline constexpr uint32_t kBoundSlots = 16;      // bounds array in a record
 inline constexpr uint32_t kTextBytes = 864;      // family + labels, with NULs
 
-enum class SeriesKind : uint8_t { kCounter = 1, kGauge = 2, kHistogram = 3 };
+enum class SeriesKind : uint8_t { kCounter = 1, kGauge = 2, kHistogram = 3, kAges = 4 };
+
+// An ages record: word 0 (in progress without a slot), then kAgeWords - 1
+// slots. A ticket's low kAgeIndexBits bits are its slot's word index (0: no
+// slot).
+inline constexpr uint32_t kAgeLines = 4;
+inline constexpr uint32_t kAgeWords = kAgeLines * kLineBytes / 8;
+inline constexpr uint32_t kAgeIndexBits = 6;
+inline constexpr int64_t kAgeIndexMask = (int64_t{1} << kAgeIndexBits) - 1;
+static_assert(kAgeWords <= (1u << kAgeIndexBits));
 
 inline constexpr uint32_t kRecordEmpty = 0;
 inline constexpr uint32_t kRecordLive = 1;
@@ -197,6 +222,7 @@ constexpr uint32_t shard_lines(uint32_t bound_count) {
 }
 // Value cache lines a series occupies.
 constexpr uint32_t value_lines_for(SeriesKind kind, uint32_t bound_count, uint32_t shards) {
+  if (kind == SeriesKind::kAges) return kAgeLines;
   if (kind != SeriesKind::kHistogram) return 1;
   return shards * shard_lines(bound_count);
 }
@@ -223,6 +249,25 @@ inline void store_relaxed(T* p, T v) {
 template <class T>
 inline void add_relaxed(T* p, T v) {
   __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+
+// The clock of ages' start times: CLOCK_MONOTONIC_COARSE (one tick of
+// resolution, a few ns to read; shared by every process of the host). The
+// exporter reads the same clock to turn a start into an age.
+inline int64_t stamp_now_ns() noexcept {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
+// The clock's resolution (a tick), for the error bound of an age.
+inline int64_t stamp_resolution_ns() noexcept {
+  timespec t{};
+  clock_getres(CLOCK_MONOTONIC_COARSE, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
+// The start time a ticket (or slot word) holds.
+constexpr int64_t ticket_start(int64_t ticket) {
+  return ticket & ~kAgeIndexMask;
 }
 
 // a + b and a - b on int64 values that come from shared memory: any process

@@ -107,6 +107,46 @@ class Gauge {
   int64_t local_ = 0;  // the value when not registered (no heap block)
 };
 
+// The start times of what is in progress now (one instance's waiters or
+// holders), for the age of the oldest: an ages record (segment_format.h).
+// One record per instance, released when destroyed, like a Gauge; the
+// reader adds up the counts of instances with the same family and labels and
+// takes the oldest start. Move-only. Unregistered, every call does nothing
+// and begin() returns 0.
+class AgeSlots {
+ public:
+  AgeSlots() = default;
+  AgeSlots(AgeSlots&& other) noexcept;
+  AgeSlots& operator=(AgeSlots&& other) noexcept;
+  AgeSlots(const AgeSlots&) = delete;
+  AgeSlots& operator=(const AgeSlots&) = delete;
+  ~AgeSlots();
+
+  // Starts one at `start` (segment::stamp_now_ns() or a finer time of the
+  // same clock): claims a free slot, or counts it without an age when every
+  // slot is taken. Returns its ticket, for end() or restart().
+  int64_t begin(int64_t start) const noexcept;
+  // Ends the one `ticket` started. Ticket 0, or a ticket whose slot an
+  // earlier end_any() took, ends another in progress instead (one without a
+  // slot first, else the oldest): the count stays right.
+  void end(int64_t ticket) const noexcept;
+  // Gives `ticket`'s slot to one that starts at `start` (a slot handed from
+  // one holder to the next) with no instant in which the count differs.
+  // Returns the new ticket.
+  int64_t restart(int64_t ticket, int64_t start) const noexcept;
+  // In progress now, and the oldest start (0 when none has a slot).
+  int64_t count() const noexcept;
+  int64_t oldest_start() const noexcept;
+  bool registered() const noexcept { return words_ != nullptr; }
+
+ private:
+  friend class SegmentWriter;
+  void end_any() const noexcept;
+  SegmentWriter* writer_ = nullptr;
+  uint32_t record_ = 0;
+  int64_t* words_ = nullptr;
+};
+
 // Counts observations into fixed buckets. Values are raw integers (for
 // durations: nanoseconds); the exposition divides by the unit divisor given at
 // registration. Cheap to copy; valid while its SegmentWriter lives.
@@ -125,6 +165,13 @@ class Histogram {
     uint64_t* shard = buckets_ + (detail::thread_shard() & shard_mask_) * shard_words_;
     segment::add_relaxed(&shard[i], uint64_t{1});
     segment::add_relaxed(reinterpret_cast<int64_t*>(shard + sum_index_), v);
+  }
+  // observe(0) for a histogram whose bounds are all positive: one add (the
+  // sum does not change).
+  void observe_zero() const noexcept {
+    if (buckets_ == nullptr) return;
+    segment::add_relaxed(buckets_ + (detail::thread_shard() & shard_mask_) * shard_words_,
+                         uint64_t{1});
   }
   bool registered() const noexcept { return buckets_ != nullptr; }
 
@@ -161,6 +208,8 @@ class SegmentWriter {
                       std::span<const int64_t> bounds, double unit_divisor);
   // A new slot for one instance.
   Gauge gauge(std::string_view family, std::span<const Label> labels);
+  // A new ages record for one instance.
+  AgeSlots ages(std::string_view family, std::span<const Label> labels);
 
   const std::string& dir() const { return dir_; }
   // The segment file's path, empty when there is no segment.
@@ -175,6 +224,7 @@ class SegmentWriter {
 
  private:
   friend class Gauge;
+  friend class AgeSlots;
   bool ensure_segment_locked();
   bool create_segment_locked(bool after_fork);
   int32_t find_or_add_record_locked(segment::SeriesKind kind, std::string_view family,
