@@ -957,6 +957,9 @@ const Snapshot& RegistryReader::snapshot() {
   snapshot_.stats.unmetered_writers = 0;
   snapshot_.stats.registry_bytes = 0;
   snapshot_.stats.live_segments_by_version = {};
+  timespec mono{};
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  snapshot_.monotonic_ns = int64_t{mono.tv_sec} * 1000000000 + mono.tv_nsec;
   const int64_t now = now_ns();
   if (options_.mode == ReaderOptions::Mode::kRetire && !retiring() && open_dir()) {
     std::string why;

@@ -15,9 +15,10 @@ The registry directory is $GYM_METRICS_DIR (default /dev/shm/gym-metrics);
 without a usable registry everything still works, unmetered.
 """
 import asyncio
+import collections
 import contextlib
 import time
-from typing import Any, AsyncIterator, Dict, Optional
+from typing import Any, AsyncIterator, Deque, Dict, List, Optional
 
 from . import _gym_metrics as _abi
 
@@ -40,7 +41,14 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
     admission_timeout_s (counted as an admission timeout); a wait cancelled
     before a slot was free is counted as a cancellation, so pass the timeout
     here rather than wrapping acquire in asyncio.wait_for, which is counted as
-    a cancellation."""
+    a cancellation.
+
+    Waiters are served first come, first served, and a release with waiters
+    hands its slot straight to the first one: the exported free slots, slots in
+    use and queue depth agree with the semaphore at every instant (a free slot
+    is never shown beside a queue). The ages of the oldest waiter and holder
+    follow each task: a release ends the releasing task's own hold, or the
+    oldest hold when the task holds none."""
 
     def __init__(self, limit: int, component: str, limit_name: str,
                  server_name: Optional[str] = None,
@@ -58,6 +66,11 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         super().__init__(limit)
         self._limit = limit
         self._queued = 0
+        # Waiters in arrival order: [future, wait ticket]. A future's result
+        # is the hold ticket handed to it.
+        self._line: Deque[List[Any]] = collections.deque()
+        # Hold tickets by the task that holds them.
+        self._holds: Dict[Any, List[int]] = {}
         self._admission_timeout_s = admission_timeout_s
         self._attributes = {"nemo_gym_concurrency_component": component,
                             "nemo_gym_concurrency_limit_name": limit_name}
@@ -89,39 +102,84 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         """The metric labels this limit reports under."""
         return dict(self._attributes)
 
+    def locked(self) -> bool:
+        return self._value == 0
+
+    def _keep_hold(self, hold: int) -> None:
+        task = asyncio.current_task()
+        held = self._holds.get(task)
+        if held is None:
+            self._holds[task] = [hold]
+        else:
+            held.append(hold)
+
+    def _take_hold(self) -> int:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # released outside the event loop
+            return 0
+        held = self._holds.get(task)
+        if not held:
+            return 0  # ends the oldest hold
+        hold = held.pop()
+        if not held:
+            del self._holds[task]
+        return hold
+
     async def acquire(self) -> bool:
-        if not self.locked():
-            # A slot is free: take it as asyncio.Semaphore.acquire does when
-            # it need not wait (one coroutine frame less than awaiting it).
+        if self._value > 0:
             self._value -= 1
-            _abi.limit_acquired(self._handle)
+            self._keep_hold(_abi.limit_acquired(self._handle))
             return True
+        fut = asyncio.get_running_loop().create_future()
+        wait = _abi.limit_wait_started(self._handle)
+        entry = [fut, wait]
+        self._line.append(entry)
         self._queued += 1
-        _abi.limit_wait_started(self._handle)
         try:
             if self._admission_timeout_s is None:
-                await super().acquire()
+                await fut
             else:
-                await asyncio.wait_for(super().acquire(), self._admission_timeout_s)
-        except asyncio.TimeoutError:
-            self._queued -= 1
-            _abi.limit_wait_timed_out(self._handle)
-            raise TimeoutError(
-                f"no slot of {self._attributes['nemo_gym_concurrency_limit_name']} became free "
-                f"within {self._admission_timeout_s} s") from None
-        except BaseException:  # cancelled (also by an outer wait_for)
-            self._queued -= 1
-            _abi.limit_wait_cancelled(self._handle)
+                await asyncio.wait_for(fut, self._admission_timeout_s)
+        except BaseException as e:
+            if fut.done() and not fut.cancelled():
+                # Handed a slot as the wait ended: pass it on, as the caller
+                # does not get it.
+                self._hand_on(fut.result())
+            else:
+                try:
+                    self._line.remove(entry)
+                except ValueError:
+                    pass  # release() dropped it already
+                self._queued -= 1
+                if isinstance(e, asyncio.TimeoutError):
+                    _abi.limit_wait_timed_out(self._handle, wait)
+                else:  # cancelled (also by an outer wait_for)
+                    _abi.limit_wait_cancelled(self._handle, wait)
+            if isinstance(e, asyncio.TimeoutError):
+                raise TimeoutError(
+                    f"no slot of {self._attributes['nemo_gym_concurrency_limit_name']} became "
+                    f"free within {self._admission_timeout_s} s") from None
             raise
-        self._queued -= 1
-        _abi.limit_wait_admitted(self._handle)
+        self._keep_hold(fut.result())
         return True
 
+    def _hand_on(self, hold: int) -> None:
+        """Gives the slot of `hold` to the first live waiter, or frees it."""
+        while self._line:
+            fut, wait = self._line.popleft()
+            if fut.done():
+                continue  # cancelled: its acquire counts it
+            self._queued -= 1
+            fut.set_result(_abi.limit_handed_off(self._handle, hold, wait))
+            return
+        self._value += 1
+        _abi.limit_released(self._handle, hold)
+
     def release(self) -> None:
-        # BoundedSemaphore raises ValueError, changing nothing, when no slot
-        # is held.
-        super().release()
-        _abi.limit_released(self._handle)
+        if self._value >= self._limit:
+            raise ValueError("BoundedSemaphore released too many times")
+        self._hand_on(self._take_hold())
 
 
 class ResourcesOperation:
@@ -156,15 +214,15 @@ async def resources_operation(limit: Any, operation: str,
         raise ValueError(f"unknown operation {operation!r}; one of {sorted(OPERATIONS)}")
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}; one of {sorted(EXECUTORS)}")
-    _abi.operation_queued(operation, executor)
+    queued = _abi.operation_queued(operation, executor)
     queued_at = time.monotonic()
     try:
         await limit.__aenter__()
     except BaseException:
-        _abi.operation_dequeued(operation, executor)
+        _abi.operation_dequeued(operation, executor, queued)
         raise
     started = time.monotonic()
-    _abi.operation_started(operation, executor, started - queued_at)
+    running = _abi.operation_started(operation, executor, started - queued_at, queued)
     op = ResourcesOperation()
     outcome = "ok"
     try:
@@ -177,7 +235,7 @@ async def resources_operation(limit: Any, operation: str,
         raise
     finally:
         _abi.operation_finished(operation, executor, time.monotonic() - started,
-                                op.outcome or outcome)
+                                op.outcome or outcome, running)
         await limit.__aexit__(None, None, None)
 
 

@@ -31,39 +31,98 @@ static PyObject* limit_open(PyObject* self, PyObject* args) {
   return PyCapsule_New(l, kCapsule, close_limit);
 }
 
-/* Events take the handle alone (METH_O: no argument tuple to parse, as
- * they are on every acquire and release). */
-#define LIMIT_EVENT(name, call)                                         \
-  static PyObject* name(PyObject* self, PyObject* capsule) {            \
-    (void)self;                                                         \
-    gym_limit* l = (gym_limit*)PyCapsule_GetPointer(capsule, kCapsule); \
-    if (l == NULL) return NULL;                                         \
-    int rc = call(l);                                                   \
-    if (rc != GYM_OK) return raise_error(rc);                           \
-    Py_RETURN_NONE;                                                     \
+static gym_limit* limit_of(PyObject* capsule) {
+  return (gym_limit*)PyCapsule_GetPointer(capsule, kCapsule);
+}
+
+/* Events that start a wait or a hold take the handle alone (METH_O: no
+ * argument tuple to parse, as they are on every acquire) and return the
+ * ticket; those that end one take (handle, ticket). */
+#define LIMIT_START(name, call)                                  \
+  static PyObject* name(PyObject* self, PyObject* capsule) {     \
+    (void)self;                                                  \
+    gym_limit* l = limit_of(capsule);                            \
+    if (l == NULL) return NULL;                                  \
+    int64_t ticket = 0;                                          \
+    int rc = call(l, &ticket);                                   \
+    if (rc != GYM_OK) return raise_error(rc);                    \
+    return PyLong_FromLongLong((long long)ticket);               \
   }
 
-LIMIT_EVENT(limit_acquired, gym_limit_acquired)
-LIMIT_EVENT(limit_wait_started, gym_limit_wait_started)
-LIMIT_EVENT(limit_wait_admitted, gym_limit_wait_admitted)
-LIMIT_EVENT(limit_wait_timed_out, gym_limit_wait_timed_out)
-LIMIT_EVENT(limit_wait_cancelled, gym_limit_wait_cancelled)
-LIMIT_EVENT(limit_released, gym_limit_released)
+#define LIMIT_END(name, call)                                            \
+  static PyObject* name(PyObject* self, PyObject* const* args, Py_ssize_t n) { \
+    (void)self;                                                          \
+    if (n != 2) {                                                        \
+      PyErr_SetString(PyExc_TypeError, #name "(handle, ticket)");        \
+      return NULL;                                                       \
+    }                                                                    \
+    gym_limit* l = limit_of(args[0]);                                    \
+    if (l == NULL) return NULL;                                          \
+    long long ticket = PyLong_AsLongLong(args[1]);                       \
+    if (ticket == -1 && PyErr_Occurred()) return NULL;                   \
+    int rc = call(l, (int64_t)ticket);                                   \
+    if (rc != GYM_OK) return raise_error(rc);                            \
+    Py_RETURN_NONE;                                                      \
+  }
 
+LIMIT_START(limit_acquired, gym_limit_acquired_t)
+LIMIT_START(limit_wait_started, gym_limit_wait_started_t)
+LIMIT_END(limit_wait_timed_out, gym_limit_wait_timed_out_t)
+LIMIT_END(limit_wait_cancelled, gym_limit_wait_cancelled_t)
+LIMIT_END(limit_released, gym_limit_released_t)
+
+static PyObject* limit_wait_admitted(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  (void)self;
+  if (n != 2) {
+    PyErr_SetString(PyExc_TypeError, "limit_wait_admitted(handle, wait)");
+    return NULL;
+  }
+  gym_limit* l = limit_of(args[0]);
+  if (l == NULL) return NULL;
+  long long wait = PyLong_AsLongLong(args[1]);
+  if (wait == -1 && PyErr_Occurred()) return NULL;
+  int64_t hold = 0;
+  int rc = gym_limit_wait_admitted_t(l, (int64_t)wait, &hold);
+  if (rc != GYM_OK) return raise_error(rc);
+  return PyLong_FromLongLong((long long)hold);
+}
+
+static PyObject* limit_handed_off(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  (void)self;
+  if (n != 3) {
+    PyErr_SetString(PyExc_TypeError, "limit_handed_off(handle, hold, wait)");
+    return NULL;
+  }
+  gym_limit* l = limit_of(args[0]);
+  if (l == NULL) return NULL;
+  long long hold = PyLong_AsLongLong(args[1]);
+  if (hold == -1 && PyErr_Occurred()) return NULL;
+  long long wait = PyLong_AsLongLong(args[2]);
+  if (wait == -1 && PyErr_Occurred()) return NULL;
+  int64_t next = 0;
+  int rc = gym_limit_handed_off_t(l, (int64_t)hold, (int64_t)wait, &next);
+  if (rc != GYM_OK) return raise_error(rc);
+  return PyLong_FromLongLong((long long)next);
+}
+
+/* Operations: queued returns the wait's ticket; dequeued takes it; started
+ * takes it and returns the run's ticket; finished takes that. */
 static PyObject* operation_queued(PyObject* self, PyObject* args) {
   const char *op, *ex;
   (void)self;
   if (!PyArg_ParseTuple(args, "ss", &op, &ex)) return NULL;
-  int rc = gym_operation_queued(op, ex);
+  int64_t ticket = 0;
+  int rc = gym_operation_queued_t(op, ex, &ticket);
   if (rc != GYM_OK) return raise_error(rc);
-  Py_RETURN_NONE;
+  return PyLong_FromLongLong((long long)ticket);
 }
 
 static PyObject* operation_dequeued(PyObject* self, PyObject* args) {
   const char *op, *ex;
+  long long ticket;
   (void)self;
-  if (!PyArg_ParseTuple(args, "ss", &op, &ex)) return NULL;
-  int rc = gym_operation_dequeued(op, ex);
+  if (!PyArg_ParseTuple(args, "ssL", &op, &ex, &ticket)) return NULL;
+  int rc = gym_operation_dequeued_t(op, ex, (int64_t)ticket);
   if (rc != GYM_OK) return raise_error(rc);
   Py_RETURN_NONE;
 }
@@ -71,19 +130,22 @@ static PyObject* operation_dequeued(PyObject* self, PyObject* args) {
 static PyObject* operation_started(PyObject* self, PyObject* args) {
   const char *op, *ex;
   double queue_seconds;
+  long long queued;
   (void)self;
-  if (!PyArg_ParseTuple(args, "ssd", &op, &ex, &queue_seconds)) return NULL;
-  int rc = gym_operation_started(op, ex, queue_seconds);
+  if (!PyArg_ParseTuple(args, "ssdL", &op, &ex, &queue_seconds, &queued)) return NULL;
+  int64_t ticket = 0;
+  int rc = gym_operation_started_t(op, ex, queue_seconds, (int64_t)queued, &ticket);
   if (rc != GYM_OK) return raise_error(rc);
-  Py_RETURN_NONE;
+  return PyLong_FromLongLong((long long)ticket);
 }
 
 static PyObject* operation_finished(PyObject* self, PyObject* args) {
   const char *op, *ex, *outcome;
   double seconds;
+  long long active;
   (void)self;
-  if (!PyArg_ParseTuple(args, "ssds", &op, &ex, &seconds, &outcome)) return NULL;
-  int rc = gym_operation_finished(op, ex, seconds, outcome);
+  if (!PyArg_ParseTuple(args, "ssdsL", &op, &ex, &seconds, &outcome, &active)) return NULL;
+  int rc = gym_operation_finished_t(op, ex, seconds, outcome, (int64_t)active);
   if (rc != GYM_OK) return raise_error(rc);
   Py_RETURN_NONE;
 }
@@ -99,12 +161,18 @@ static PyObject* declare_server(PyObject* self, PyObject* args) {
 
 static PyMethodDef kMethods[] = {
     {"limit_open", limit_open, METH_VARARGS, "Open a concurrency limit; returns its handle."},
-    {"limit_acquired", limit_acquired, METH_O, "A slot was taken without waiting."},
-    {"limit_wait_started", limit_wait_started, METH_O, "A caller started waiting."},
-    {"limit_wait_admitted", limit_wait_admitted, METH_O, "A waiting caller got a slot."},
-    {"limit_wait_timed_out", limit_wait_timed_out, METH_O, "A wait ran out of time."},
-    {"limit_wait_cancelled", limit_wait_cancelled, METH_O, "A wait was cancelled."},
-    {"limit_released", limit_released, METH_O, "A slot was returned."},
+    {"limit_acquired", limit_acquired, METH_O, "A slot was taken without waiting; the hold."},
+    {"limit_wait_started", limit_wait_started, METH_O, "A caller started waiting; the wait."},
+    {"limit_wait_admitted", (PyCFunction)(void (*)(void))limit_wait_admitted, METH_FASTCALL,
+     "(handle, wait): a waiting caller got a slot; the hold."},
+    {"limit_wait_timed_out", (PyCFunction)(void (*)(void))limit_wait_timed_out, METH_FASTCALL,
+     "(handle, wait): a wait ran out of time."},
+    {"limit_wait_cancelled", (PyCFunction)(void (*)(void))limit_wait_cancelled, METH_FASTCALL,
+     "(handle, wait): a wait was cancelled."},
+    {"limit_released", (PyCFunction)(void (*)(void))limit_released, METH_FASTCALL,
+     "(handle, hold): a slot was returned."},
+    {"limit_handed_off", (PyCFunction)(void (*)(void))limit_handed_off, METH_FASTCALL,
+     "(handle, hold, wait): a holder handed its slot to a waiter; the new hold."},
     {"operation_queued", operation_queued, METH_VARARGS, "An operation waits for its limit."},
     {"operation_dequeued", operation_dequeued, METH_VARARGS, "A waiting operation gave up."},
     {"operation_started", operation_started, METH_VARARGS, "An operation entered its limit."},

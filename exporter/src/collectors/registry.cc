@@ -1,9 +1,6 @@
 // The contract's concurrency and resources-operation families (the rows of
 // gym/families.h whose source is the registry), built from a fresh registry
 // snapshot on each scrape, and the registry's own counts.
-#include <time.h>
-
-#include <algorithm>
 #include <limits>
 #include <map>
 #include <set>
@@ -16,12 +13,6 @@
 namespace gym::exporter {
 namespace {
 
-// The clock of the ages' start times, read precisely (segment_format.h).
-int64_t precise_now_ns() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
-}
 
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
@@ -159,7 +150,6 @@ void RegistryCollector::rebuild() {
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {
-  const int64_t now = precise_now_ns();
   for (auto& [metric, i] : slots_) {
     const SeriesSample& s = snap.series[served_index_[i]];
     switch (s.info->kind) {
@@ -171,8 +161,7 @@ void RegistryCollector::update_values(const Snapshot& snap) {
         break;
       case segment::SeriesKind::kAges:
         // The age of the oldest in progress, 0 when none (or none has a slot).
-        metric->gauge.value =
-            s.oldest_start > 0 ? double(std::max<int64_t>(now - s.oldest_start, 0)) / 1e9 : 0.0;
+        metric->gauge.value = age_seconds(snap, s);
         break;
       case segment::SeriesKind::kHistogram:
         metric->histogram.sample_count = s.count();

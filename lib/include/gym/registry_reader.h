@@ -108,6 +108,10 @@ struct WriterInfo {
 };
 
 struct Snapshot {
+  // CLOCK_MONOTONIC (the ages' clock) when the snapshot began: before any
+  // value was read, so that an age never exceeds how long its caller has
+  // really been in progress (beyond one tick of the stamps' clock).
+  int64_t monotonic_ns = 0;
   // Sorted by family, then labels; a family's series are adjacent.
   std::vector<SeriesSample> series;
   RegistryStats stats;
@@ -138,6 +142,13 @@ struct ReaderOptions {
   std::chrono::milliseconds retired_series_ttl = std::chrono::hours(1);
   size_t max_series = 100000;
 };
+
+// The age in seconds of the oldest in progress of an ages series (0 when
+// none has a start), as of the snapshot.
+inline double age_seconds(const Snapshot& snap, const SeriesSample& s) {
+  if (s.oldest_start <= 0 || snap.monotonic_ns <= s.oldest_start) return 0.0;
+  return double(snap.monotonic_ns - s.oldest_start) / 1e9;
+}
 
 class RegistryReader {
  public:
