@@ -38,31 +38,31 @@ static gym_limit* limit_of(PyObject* capsule) {
 /* Events that start a wait or a hold take the handle alone (METH_O: no
  * argument tuple to parse, as they are on every acquire) and return the
  * ticket; those that end one take (handle, ticket). */
-#define LIMIT_START(name, call)                                  \
-  static PyObject* name(PyObject* self, PyObject* capsule) {     \
-    (void)self;                                                  \
-    gym_limit* l = limit_of(capsule);                            \
-    if (l == NULL) return NULL;                                  \
-    int64_t ticket = 0;                                          \
-    int rc = call(l, &ticket);                                   \
-    if (rc != GYM_OK) return raise_error(rc);                    \
-    return PyLong_FromLongLong((long long)ticket);               \
+#define LIMIT_START(name, call)                              \
+  static PyObject* name(PyObject* self, PyObject* capsule) { \
+    (void)self;                                              \
+    gym_limit* l = limit_of(capsule);                        \
+    if (l == NULL) return NULL;                              \
+    int64_t ticket = 0;                                      \
+    int rc = call(l, &ticket);                               \
+    if (rc != GYM_OK) return raise_error(rc);                \
+    return PyLong_FromLongLong((long long)ticket);           \
   }
 
-#define LIMIT_END(name, call)                                            \
+#define LIMIT_END(name, call)                                                  \
   static PyObject* name(PyObject* self, PyObject* const* args, Py_ssize_t n) { \
-    (void)self;                                                          \
-    if (n != 2) {                                                        \
-      PyErr_SetString(PyExc_TypeError, #name "(handle, ticket)");        \
-      return NULL;                                                       \
-    }                                                                    \
-    gym_limit* l = limit_of(args[0]);                                    \
-    if (l == NULL) return NULL;                                          \
-    long long ticket = PyLong_AsLongLong(args[1]);                       \
-    if (ticket == -1 && PyErr_Occurred()) return NULL;                   \
-    int rc = call(l, (int64_t)ticket);                                   \
-    if (rc != GYM_OK) return raise_error(rc);                            \
-    Py_RETURN_NONE;                                                      \
+    (void)self;                                                                \
+    if (n != 2) {                                                              \
+      PyErr_SetString(PyExc_TypeError, #name "(handle, ticket)");              \
+      return NULL;                                                             \
+    }                                                                          \
+    gym_limit* l = limit_of(args[0]);                                          \
+    if (l == NULL) return NULL;                                                \
+    long long ticket = PyLong_AsLongLong(args[1]);                             \
+    if (ticket == -1 && PyErr_Occurred()) return NULL;                         \
+    int rc = call(l, (int64_t)ticket);                                         \
+    if (rc != GYM_OK) return raise_error(rc);                                  \
+    Py_RETURN_NONE;                                                            \
   }
 
 LIMIT_START(limit_acquired, gym_limit_acquired_t)

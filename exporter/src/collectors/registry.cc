@@ -13,7 +13,6 @@
 namespace gym::exporter {
 namespace {
 
-
 using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 

@@ -1,0 +1,142 @@
+"""The ages of the oldest waiter and holder (gym_concurrency_oldest_*_seconds)
+from Python writers beside a C++ one, and the hand-off of a released slot to
+a waiter as an outside scrape sees it."""
+import asyncio
+import os
+import socket
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from conftest import BUILD, EXPORTER, REGISTRY, LABEL, SAMPLE, scrape, value
+from gym_metrics import MeteredSemaphore
+
+HOLDER = os.path.join(BUILD, "tests", "gym_hold_limit")
+
+
+def parse(text):
+    samples = {}
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if m:
+            samples[(m.group(1), frozenset(LABEL.findall(m.group(2) or "")))] = float(m.group(3))
+    return samples
+
+
+def start_cpp_holder(limit_name, holds=1):
+    p = subprocess.Popen([HOLDER, "agent_server", limit_name, "4", str(holds)],
+                         stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "GYM_METRICS_DIR": REGISTRY})
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
+def test_ages_agree_between_a_cpp_and_a_python_writer_sharing_a_limits_labels():
+    name = "ages_shared"
+    cpp = start_cpp_holder(name)
+    try:
+        time.sleep(1.5)
+
+        async def hold_and_scrape():
+            sem = MeteredSemaphore(4, "agent_server", name)
+            async with sem:
+                both = await asyncio.to_thread(scrape)
+                await asyncio.sleep(0.3)
+                cpp.kill()
+                cpp.wait()
+                python_only = await asyncio.to_thread(scrape)
+            return both, python_only, await asyncio.to_thread(scrape)
+
+        both, python_only, none = asyncio.run(hold_and_scrape())
+    finally:
+        cpp.kill()
+        cpp.wait()
+    labels = {"nemo_gym_concurrency_limit_name": name}
+    # The oldest hold is the C++ writer's, held 1.5 s before Python's.
+    assert value(both, "gym_concurrency_active", **labels) == 2
+    assert 1.5 <= value(both, "gym_concurrency_oldest_hold_seconds", **labels) < 10
+    # Without it, Python's: held from just before the first scrape.
+    assert value(python_only, "gym_concurrency_active", **labels) == 1
+    age = value(python_only, "gym_concurrency_oldest_hold_seconds", **labels)
+    assert 0.3 <= age < 1.4, age
+    assert value(none, "gym_concurrency_oldest_hold_seconds", **labels) == 0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served_exporter(tmp_path):
+    port = free_port()
+    p = subprocess.Popen([EXPORTER, f"--registry.dir={REGISTRY}",
+                          f"--web.listen-address=127.0.0.1:{port}"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/metrics"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield url
+    p.terminate()
+    p.wait()
+
+
+CONTEND = """
+import asyncio, sys
+from gym_metrics import MeteredSemaphore
+
+async def main():
+    sem = MeteredSemaphore(2, "agent_server", sys.argv[1])
+    done = asyncio.Event()
+
+    async def task():
+        while not done.is_set():
+            async with sem:
+                await asyncio.sleep(0)
+
+    tasks = [asyncio.create_task(task()) for _ in range(100)]
+    await asyncio.sleep(0.05)
+    print("contending", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    done.set()
+    await asyncio.gather(*tasks)
+    print(sem.active, sem.queued, flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_a_handed_off_slot_is_never_shown_free_beside_a_queue(served_exporter):
+    name = "handoff"
+    # 100 tasks contend for 2 slots in another process, as a server's would.
+    p = subprocess.Popen(["/usr/bin/python3", "-c", CONTEND, name], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "GYM_METRICS_DIR": REGISTRY})
+    try:
+        assert p.stdout.readline().strip() == "contending"
+        scrapes = [parse(urllib.request.urlopen(served_exporter, timeout=5).read().decode())
+                   for _ in range(1000)]
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert p.stdout.readline().split() == ["0", "0"], "all slots back, nobody waits"
+    finally:
+        p.kill()
+        p.wait()
+    labels = {"nemo_gym_concurrency_limit_name": name}
+    busy = 0
+    for s in scrapes:
+        active = value(s, "gym_concurrency_active", **labels)
+        available = value(s, "gym_concurrency_available", **labels)
+        queued = value(s, "gym_concurrency_queue_depth", **labels)
+        assert active + available == 2, (active, available)
+        assert 0 <= available <= 2
+        assert not (available > 0 and queued > 0), (available, queued)
+        busy += queued > 0
+    assert busy > 900, "the tasks contended while scraped"
