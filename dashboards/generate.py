@@ -103,6 +103,25 @@ CONCURRENCY = dashboard(
             (f"sum by ({LIMIT}) (gym_concurrency_available{{{SEL}}})",
              "{{nemo_gym_concurrency_component}}/{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
         ]),
+        panel("Oldest hold", "s", [
+            (f"max by (instance, {LIMIT}) (gym_concurrency_oldest_hold_seconds{{{SEL}}})",
+             "{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}"),
+        ], description="How long the longest-held slot of each limit has been held, per host. "
+                       "A line that keeps climbing while admissions stay flat is a wedged holder."),
+        panel("Oldest wait", "s", [
+            (f"max by (instance, {LIMIT}) (gym_concurrency_oldest_wait_seconds{{{SEL}}})",
+             "{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}"),
+        ], description="How long the longest-waiting caller of each limit has waited, per host."),
+        panel("Admissions", "ops", [
+            (f"sum by ({LIMIT}) ({rate('gym_concurrency_admissions_total')})",
+             "{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
+        ], description="Callers that got a slot, per second: the flow through each limit."),
+        panel("Wait p99", "s", [
+            (f"histogram_quantile(0.99, sum by (le, {LIMIT}) "
+             f"({rate('gym_concurrency_wait_duration_seconds_bucket')}))",
+             "{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
+        ], description="99th percentile of the waits for a slot, timed out and cancelled ones "
+                       "included."),
         panel("Admission timeouts", "ops", [
             (f"sum by ({LIMIT}) ({rate('gym_concurrency_admission_timeouts_total')})",
              "{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
@@ -137,6 +156,13 @@ OPERATIONS = dashboard(
              f"({rate('gym_resources_operation_duration_seconds_count')})",
              "{{nemo_gym_resources_operation_outcome}}")], stack=True,
             description="Finished operations per second, by outcome."),
+        panel("Oldest queued and running", "s", [
+            (f"max by (instance, {OP}) (gym_resources_operation_oldest_queued_seconds{{{SEL}}})",
+             "queued {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}} {{instance}}"),
+            (f"max by (instance, {OP}) (gym_resources_operation_oldest_active_seconds{{{SEL}}})",
+             "running {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}} {{instance}}"),
+        ], description="Age of the longest-waiting and the longest-running operation, per host: "
+                       "a stuck operation shows here long before it records a duration."),
         panel("Queued and running", "short", [
             (f"sum by ({OP}) (gym_resources_operation_queued{{{SEL}}})",
              "queued {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}}"),
