@@ -42,6 +42,72 @@ void acquire_release_counting_semaphore(benchmark::State& state) {
 BENCHMARK(acquire_release_metered)->Threads(1)->Threads(2);
 BENCHMARK(acquire_release_counting_semaphore)->Threads(1)->Threads(2);
 
+// The cost of the ages (#14), single thread, 2 slots: MeteredSemaphore's
+// acquire+release now (a CAS on the free count, a CAS claiming a slot of the
+// holds' ages record with a coarse clock read, a zero-wait bucket add; a CAS
+// on the free count and one freeing the slot), through SemaphoreGuard (its
+// own ticket) and through acquire()/release() (the thread's ticket), against
+// the same semaphore as it was before ages (format 2): a CAS on the free count
+// and an add on its registry copy, each way.
+class BeforeAges {
+ public:
+  explicit BeforeAges(gym::SegmentWriter& w)
+      : published_(w.gauge("bench_available", {})), free_(new Slot{2}) {
+    published_.set(2);
+  }
+  void acquire() {
+    int64_t v = __atomic_load_n(&free_->value, __ATOMIC_RELAXED);
+    while (v > 0)
+      if (__atomic_compare_exchange_n(&free_->value, &v, v - 1, true, __ATOMIC_SEQ_CST,
+                                      __ATOMIC_RELAXED)) {
+        published_.add(-1);
+        return;
+      }
+    std::abort();  // uncontended: never
+  }
+  void release() {
+    int64_t v = __atomic_load_n(&free_->value, __ATOMIC_RELAXED);
+    do {
+      if (v >= 2) throw std::logic_error("release without a slot held");
+    } while (!__atomic_compare_exchange_n(&free_->value, &v, v + 1, true, __ATOMIC_SEQ_CST,
+                                          __ATOMIC_RELAXED));
+    published_.add(1);
+    if (__atomic_load_n(&waiting_, __ATOMIC_SEQ_CST) > 0) std::abort();
+  }
+
+ private:
+  struct alignas(64) Slot {
+    int64_t value;
+  };
+  gym::Gauge published_;
+  std::unique_ptr<Slot> free_;
+  alignas(64) int64_t waiting_ = 0;
+};
+
+void acquire_release_single_before_ages(benchmark::State& state) {
+  static auto* sem = new BeforeAges(writer());
+  for (auto _ : state) {
+    sem->acquire();
+    sem->release();
+  }
+}
+void acquire_release_single_metered(benchmark::State& state) {
+  static auto* sem = new gym::MeteredSemaphore(2, gym::Component::kAgentServer, "single",
+                                               std::nullopt, std::nullopt, writer());
+  for (auto _ : state) {
+    sem->acquire();
+    sem->release();
+  }
+}
+void acquire_release_single_guard(benchmark::State& state) {
+  static auto* sem = new gym::MeteredSemaphore(2, gym::Component::kAgentServer, "guarded",
+                                               std::nullopt, std::nullopt, writer());
+  for (auto _ : state) gym::SemaphoreGuard hold(*sem);
+}
+BENCHMARK(acquire_release_single_before_ages);
+BENCHMARK(acquire_release_single_metered);
+BENCHMARK(acquire_release_single_guard);
+
 // The scope over an uncontended limit: queued +1/-1, queue duration, active
 // +1/-1, duration by outcome, two clock reads.
 void operation_scope_registry(benchmark::State& state) {
