@@ -79,6 +79,12 @@ OperationCounts& counts(gym::Operation op, gym::Executor ex) {
   return g_operations[static_cast<size_t>(op)][static_cast<size_t>(ex)];
 }
 
+// A slot was to be taken, but every one is held.
+int all_held(const gym_limit* l) {
+  return fail(GYM_ESTATE,
+              "a slot was taken but all " + std::to_string(l->meter.limit()) + " are held");
+}
+
 }  // namespace
 
 extern "C" {
@@ -107,9 +113,7 @@ void gym_limit_close(gym_limit* limit) {
 
 int gym_limit_acquired_t(gym_limit* l, int64_t* hold) {
   GYM_CHECK_LIMIT(l);
-  if (!l->meter.move_available(-1))
-    return fail(GYM_ESTATE,
-                "a slot was taken but all " + std::to_string(l->meter.limit()) + " are held");
+  if (!l->meter.move_available(-1)) return all_held(l);
   const int64_t t = l->meter.admitted_at_once();
   if (hold != nullptr) *hold = t;
   return GYM_OK;
@@ -125,9 +129,7 @@ int gym_limit_wait_started_t(gym_limit* l, int64_t* wait) {
 int gym_limit_wait_admitted_t(gym_limit* l, int64_t wait, int64_t* hold) {
   GYM_CHECK_LIMIT(l);
   if (l->meter.queued() <= 0) return fail(GYM_ESTATE, "no caller is waiting");
-  if (!l->meter.move_available(-1))
-    return fail(GYM_ESTATE,
-                "a slot was taken but all " + std::to_string(l->meter.limit()) + " are held");
+  if (!l->meter.move_available(-1)) return all_held(l);
   const std::optional<int64_t> t = l->meter.wait_admitted(wait);
   if (!t) {
     l->meter.move_available(+1);  // back as it was

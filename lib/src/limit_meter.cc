@@ -39,14 +39,6 @@ std::vector<Label> views(const std::vector<std::pair<std::string, std::string>>&
 }
 }  // namespace
 
-// The precise monotonic clock, the base of the ages' stamp clock: a wait's
-// start, so that its duration is exact.
-int64_t precise_now_ns() {
-  timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return int64_t{t.tv_sec} * kNanosPerSecond + t.tv_nsec;
-}
-
 LimitMeter::LimitMeter(int64_t limit, Component component, std::string_view limit_name,
                        std::optional<std::string_view> server_name, bool has_admission_timeout,
                        SegmentWriter& writer)
@@ -87,13 +79,13 @@ bool LimitMeter::move_available(int64_t delta) const {
 
 int64_t LimitMeter::wait_started() const {
   add_queued(1);
-  return waits_.begin(precise_now_ns());
+  return waits_.begin(segment::precise_now_ns());
 }
 
 void LimitMeter::observe_wait(int64_t wait, WaitOutcome outcome) const {
   waits_.end(wait);
   const int64_t start = segment::ticket_start(wait);
-  const int64_t waited = start > 0 ? std::max<int64_t>(precise_now_ns() - start, 0) : 0;
+  const int64_t waited = start > 0 ? std::max<int64_t>(segment::precise_now_ns() - start, 0) : 0;
   waits_duration_[static_cast<size_t>(outcome)].observe(waited);
 }
 

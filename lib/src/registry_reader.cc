@@ -711,7 +711,7 @@ void RegistryReader::parse_new_records(Segment& s, uint32_t count) {
     s.scratch_words += e.kind == SeriesKind::kHistogram ? e.shards * (e.bound_count + 2u)
                        : e.kind == SeriesKind::kAges    ? segment::kAgeWords
                                                         : 1u;
-    if (e.kind == SeriesKind::kCounter) s.last.push_back(0);
+    if (e.kind == SeriesKind::kCounter || e.kind == SeriesKind::kAges) s.last.push_back(0);
     if (e.kind == SeriesKind::kHistogram) s.last.resize(s.last.size() + e.bound_count + 2u, 0);
     ++refs_[e.id];
     s.entries.push_back(e);
@@ -769,7 +769,7 @@ namespace {
 // the sum) into an accumulator.
 void add_words(std::vector<uint64_t>& buckets, uint64_t& counter, int64_t& sum, SeriesKind kind,
                const uint64_t* words, uint32_t bound_count) {
-  if (kind == SeriesKind::kCounter) {
+  if (kind != SeriesKind::kHistogram) {  // a counter, or an ages record's count of beginnings
     counter = sat_add(counter, words[0]);
     return;
   }
@@ -785,7 +785,7 @@ void add_words(std::vector<uint64_t>& buckets, uint64_t& counter, int64_t& sum, 
 void RegistryReader::fold_last(Segment& s) {
   const int64_t now = now_ns();
   for (const Segment::Entry& e : s.entries) {
-    if (e.kind == SeriesKind::kGauge || e.kind == SeriesKind::kAges) continue;
+    if (e.kind == SeriesKind::kGauge) continue;
     Accumulator& acc = retired_[e.id];
     add_words(acc.buckets, acc.counter, acc.sum, e.kind, s.last.data() + e.last, e.bound_count);
     acc.present = true;
@@ -824,28 +824,48 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
   bool declared = false;
   for (size_t j = 0; j < s.entries.size(); ++j) {
     const Segment::Entry& e = s.entries[j];
-    if (scratch_states_[j] != segment::kRecordLive) continue;
+    const uint32_t state = scratch_states_[j];
     const uint64_t* cur = scratch_.data() + e.scratch;
-    Accumulator& acc = into_retired ? retired_[e.id] : current_[e.id];
+    uint64_t ages_begun = 0;
     if (e.kind == SeriesKind::kAges) {
-      if (!gauges) continue;
-      // In progress: word 0 and the slots in use; the oldest start is the
-      // smallest ticket.
-      int64_t n = static_cast<int64_t>(cur[0]);
-      int64_t oldest = 0;
-      for (uint32_t w = 1; w < segment::kAgeWords; ++w) {
-        const auto t = static_cast<int64_t>(cur[w]);
-        if (t == 0) continue;
-        n = segment::wrapping_add(n, 1);
-        if (t > 0 && (oldest == 0 || t < oldest)) oldest = t;
+      if (state != segment::kRecordLive && state != segment::kRecordInherited) {
+        // Released: its count of beginnings (a counter) goes to the totals.
+        uint64_t* last = s.last.data() + e.last;
+        if (*last != 0) {
+          Accumulator& ret = retired_[e.id];
+          ret.counter = sat_add(ret.counter, *last);
+          ret.present = true;
+          *last = 0;
+          totals_dirty_ = true;
+          last_change_[e.id] = now;
+        }
+        continue;
       }
-      acc.gauge = segment::wrapping_add(acc.gauge, n);
-      oldest = segment::ticket_start(oldest);
-      if (oldest > 0 && (acc.oldest == 0 || oldest < acc.oldest)) acc.oldest = oldest;
-      acc.present = true;
-      last_change_[e.id] = now;
+      Accumulator& acc = into_retired ? retired_[e.id] : current_[e.id];
+      if (gauges && state == segment::kRecordLive) {
+        // In progress: word 0 and the slots in use; the oldest start is the
+        // smallest ticket.
+        int64_t n = static_cast<int64_t>(cur[0]);
+        int64_t oldest = 0;
+        for (uint32_t w = 1; w <= segment::kAgeSlots; ++w) {
+          const auto t = static_cast<int64_t>(cur[w]);
+          if (t == 0) continue;
+          n = segment::wrapping_add(n, 1);
+          if (t > 0 && (oldest == 0 || t < oldest)) oldest = t;
+        }
+        acc.gauge = segment::wrapping_add(acc.gauge, n);
+        oldest = segment::ticket_start(oldest);
+        if (oldest > 0 && (acc.oldest == 0 || oldest < acc.oldest)) acc.oldest = oldest;
+        acc.present = true;
+        last_change_[e.id] = now;
+      }
+      // Begun: the sum of the lanes, read on as a counter.
+      for (uint32_t l = 0; l < segment::kAgeLanes; ++l)
+        ages_begun = sat_add(ages_begun, cur[segment::kAgeFirstLane + l]);
+    } else if (state != segment::kRecordLive) {
       continue;
     }
+    Accumulator& acc = into_retired ? retired_[e.id] : current_[e.id];
     if (e.kind == SeriesKind::kGauge) {
       if (!gauges) continue;
       acc.gauge = segment::wrapping_add(acc.gauge, static_cast<int64_t>(*cur));
@@ -872,6 +892,8 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
     uint32_t words = 1;
     if (e.kind == SeriesKind::kCounter) {
       folded[0] = cur[0];
+    } else if (e.kind == SeriesKind::kAges) {
+      folded[0] = ages_begun;
     } else {
       // The shards' buckets and sums added up.
       words = e.bound_count + 2u;
@@ -909,7 +931,7 @@ void RegistryReader::retire(Segment& s) {
     if (!s.damaged) {
       const int64_t now = now_ns();
       for (const Segment::Entry& e : s.entries)
-        if (e.kind != SeriesKind::kGauge && e.kind != SeriesKind::kAges) last_change_[e.id] = now;
+        if (e.kind != SeriesKind::kGauge) last_change_[e.id] = now;
     }
   }
   retired_dropped_ = sat_add(retired_dropped_, s.dropped);
@@ -957,9 +979,7 @@ const Snapshot& RegistryReader::snapshot() {
   snapshot_.stats.unmetered_writers = 0;
   snapshot_.stats.registry_bytes = 0;
   snapshot_.stats.live_segments_by_version = {};
-  timespec mono{};
-  clock_gettime(CLOCK_MONOTONIC, &mono);
-  snapshot_.monotonic_ns = int64_t{mono.tv_sec} * 1000000000 + mono.tv_nsec;
+  snapshot_.monotonic_ns = segment::precise_now_ns();
   const int64_t now = now_ns();
   if (options_.mode == ReaderOptions::Mode::kRetire && !retiring() && open_dir()) {
     std::string why;

@@ -145,7 +145,8 @@ void Gauge::reset() noexcept {
 // ---------------------------------------------------------------- AgeSlots
 
 namespace {
-constexpr uint32_t kAgeSlots = segment::kAgeWords - 1;
+using segment::kAgeSlots;
+
 bool cas_relaxed(int64_t* p, int64_t expected, int64_t desired) noexcept {
   return __atomic_compare_exchange_n(p, &expected, desired, false, __ATOMIC_RELAXED,
                                      __ATOMIC_RELAXED);
@@ -153,7 +154,62 @@ bool cas_relaxed(int64_t* p, int64_t expected, int64_t desired) noexcept {
 int64_t ticket_base(int64_t start) noexcept {
   return std::max(start, int64_t{1} << segment::kAgeIndexBits) & ~segment::kAgeIndexMask;
 }
+// The slot word a ticket names, or 0 when it names none.
+uint32_t slot_of(int64_t ticket) noexcept {
+  const auto w = static_cast<uint32_t>(ticket & segment::kAgeIndexMask);
+  return w <= kAgeSlots ? w : 0;
+}
+
+// Lanes 1..kAgeLanes-1 taken by a thread of this process (bit = lane).
+std::atomic<uint64_t> g_age_lanes{1};  // lane 0 is shared, never handed out
+
+// Hands the thread's lane back when it exits (constructed on first use only,
+// so that the fast path reads a plain initial-exec variable).
+struct AgeLaneOwner {
+  uint32_t lane = 0;
+  ~AgeLaneOwner() {
+    // Anything this thread begins from now on counts in the shared lane.
+    detail::t_age_lane_plus_one = 1;
+    if (lane != 0) g_age_lanes.fetch_and(~(uint64_t{1} << lane), std::memory_order_release);
+  }
+};
+thread_local AgeLaneOwner t_age_lane_owner;
 }  // namespace
+
+constinit thread_local uint32_t detail::t_age_lane_plus_one = 0;
+
+uint32_t detail::assign_age_lane() noexcept {
+  uint64_t taken = g_age_lanes.load(std::memory_order_relaxed);
+  uint32_t lane = 0;
+  for (;;) {
+    const uint64_t free = ~taken & ((uint64_t{1} << segment::kAgeLanes) - 1);
+    if (free == 0) break;
+    const auto l = static_cast<uint32_t>(__builtin_ctzll(free));
+    if (g_age_lanes.compare_exchange_weak(taken, taken | (uint64_t{1} << l),
+                                          std::memory_order_acquire)) {
+      lane = l;
+      break;
+    }
+  }
+  t_age_lane_owner.lane = lane;
+  t_age_lane_plus_one = lane + 1;
+  return lane;
+}
+
+void detail::age_lanes_after_fork() noexcept {
+  const uint32_t l = t_age_lane_plus_one;
+  g_age_lanes.store(1 | (l > 1 ? uint64_t{1} << (l - 1) : 0), std::memory_order_relaxed);
+}
+
+uint32_t AgeSlots::count_begun() const noexcept {
+  const uint32_t lane = detail::age_lane();
+  int64_t* c = &words_[segment::kAgeFirstLane + lane];
+  if (lane == 0)
+    segment::add_relaxed(c, int64_t{1});
+  else  // this thread's own lane: no read-modify-write needed
+    segment::store_relaxed(c, segment::load_relaxed(c) + 1);
+  return lane;
+}
 
 AgeSlots::AgeSlots(AgeSlots&& other) noexcept
     : writer_(std::exchange(other.writer_, nullptr)),
@@ -176,9 +232,10 @@ AgeSlots::~AgeSlots() {
 
 int64_t AgeSlots::begin(int64_t start) const noexcept {
   if (words_ == nullptr) return 0;
+  const uint32_t lane = count_begun();
   const int64_t base = ticket_base(start);
-  // Each thread starts looking on a cache line of its own.
-  uint32_t i = (detail::thread_shard() * (segment::kLineBytes / 8)) % kAgeSlots;
+  // Each thread (its lane) starts looking on a cache line of its own.
+  uint32_t i = (lane * (segment::kLineBytes / 8)) % kAgeSlots;
   for (uint32_t n = 0; n < kAgeSlots; ++n) {
     int64_t* slot = &words_[1 + i];
     if (segment::load_relaxed(slot) == 0 && cas_relaxed(slot, 0, base | (1 + i)))
@@ -191,8 +248,8 @@ int64_t AgeSlots::begin(int64_t start) const noexcept {
 
 void AgeSlots::end(int64_t ticket) const noexcept {
   if (words_ == nullptr) return;
-  const auto w = static_cast<uint32_t>(ticket & segment::kAgeIndexMask);
-  if (w != 0 && w < segment::kAgeWords && cas_relaxed(&words_[w], ticket, 0)) return;
+  const uint32_t w = slot_of(ticket);
+  if (w != 0 && cas_relaxed(&words_[w], ticket, 0)) return;
   end_any();
 }
 
@@ -204,7 +261,7 @@ void AgeSlots::end_any() const noexcept {
   for (;;) {
     uint32_t oldest = 0;
     int64_t oldest_ticket = 0;
-    for (uint32_t w = 1; w < segment::kAgeWords; ++w) {
+    for (uint32_t w = 1; w <= kAgeSlots; ++w) {
       const int64_t t = segment::load_relaxed(&words_[w]);
       if (t != 0 && (oldest == 0 || t < oldest_ticket)) {
         oldest = w;
@@ -219,10 +276,15 @@ void AgeSlots::end_any() const noexcept {
 int64_t AgeSlots::restart(int64_t ticket, int64_t start) const noexcept {
   if (words_ == nullptr) return 0;
   const int64_t base = ticket_base(start);
-  const auto w = static_cast<uint32_t>(ticket & segment::kAgeIndexMask);
-  if (w == 0 && ticket != 0) return base;  // counted without a slot: stays so
-  if (w != 0 && w < segment::kAgeWords && cas_relaxed(&words_[w], ticket, base | w))
+  const uint32_t w = slot_of(ticket);
+  if (w == 0 && ticket != 0) {  // counted without a slot: stays so
+    count_begun();
+    return base;
+  }
+  if (w != 0 && cas_relaxed(&words_[w], ticket, base | w)) {
+    count_begun();
     return base | w;
+  }
   end_any();
   return begin(start);
 }
@@ -230,14 +292,22 @@ int64_t AgeSlots::restart(int64_t ticket, int64_t start) const noexcept {
 int64_t AgeSlots::count() const noexcept {
   if (words_ == nullptr) return 0;
   int64_t n = segment::load_relaxed(&words_[0]);
-  for (uint32_t w = 1; w < segment::kAgeWords; ++w) n += segment::load_relaxed(&words_[w]) != 0;
+  for (uint32_t w = 1; w <= kAgeSlots; ++w) n += segment::load_relaxed(&words_[w]) != 0;
+  return n;
+}
+
+int64_t AgeSlots::begun() const noexcept {
+  if (words_ == nullptr) return 0;
+  int64_t n = 0;
+  for (uint32_t l = 0; l < segment::kAgeLanes; ++l)
+    n += segment::load_relaxed(&words_[segment::kAgeFirstLane + l]);
   return n;
 }
 
 int64_t AgeSlots::oldest_start() const noexcept {
   if (words_ == nullptr) return 0;
   int64_t oldest = 0;
-  for (uint32_t w = 1; w < segment::kAgeWords; ++w) {
+  for (uint32_t w = 1; w <= kAgeSlots; ++w) {
     const int64_t t = segment::load_relaxed(&words_[w]);
     if (t != 0 && (oldest == 0 || t < oldest)) oldest = t;
   }
@@ -453,9 +523,14 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
           r->kind != static_cast<uint8_t>(SeriesKind::kAges))
         continue;
       const uint32_t lines = segment::value_lines_for(static_cast<SeriesKind>(r->kind), 0, 1);
-      if (r->value_line + lines <= segment::kValueLines)
-        std::memcpy(line_of(base, r->value_line), line_of(base_, r->value_line),
-                    uint64_t{lines} * segment::kLineBytes);
+      if (r->value_line + lines > segment::kValueLines) continue;
+      std::memcpy(line_of(base, r->value_line), line_of(base_, r->value_line),
+                  uint64_t{lines} * segment::kLineBytes);
+      if (r->kind == static_cast<uint8_t>(SeriesKind::kAges)) {
+        // Counts of beginnings are counters: the child's start from zero.
+        auto* w = reinterpret_cast<int64_t*>(line_of(base, r->value_line));
+        std::fill(w + segment::kAgeFirstLane, w + segment::kAgeWords, 0);
+      }
       if (r->state == segment::kRecordLive) r->state = segment::kRecordInherited;
     }
     if (detail::writer_mapping_lost(base_)) {
@@ -705,6 +780,7 @@ void SegmentWriter::after_fork_parent() noexcept {
 }
 
 void SegmentWriter::after_fork_child() noexcept {
+  detail::age_lanes_after_fork();
   for (SegmentWriter* w : writers()) {
     w->renew_after_fork();
     w->mu_.unlock();

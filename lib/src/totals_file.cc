@@ -131,7 +131,7 @@ bool decode_totals(std::string_view text, Totals& out, std::string* why) {
       size_t i = 1;
       unsigned kind = 0;
       size_t nbounds = 0;
-      if (!get_num(f[i++], kind) || kind < 1 || kind > 3) return bad("bad kind");
+      if (!get_num(f[i++], kind) || kind < 1 || kind > 4) return bad("bad kind");
       s.kind = static_cast<uint8_t>(kind);
       if (!get_hex(f[i++], &s.unit_divisor, sizeof s.unit_divisor)) return bad("bad divisor");
       if (!get_num(f[i++], nbounds) || nbounds > segment::kMaxBounds) return bad("bad bounds");

@@ -32,6 +32,13 @@ double oldest_hold(const Snapshot& snap, const Labels& labels) {
   return s == nullptr ? -1.0 : age_seconds(snap, *s);
 }
 
+// gym_concurrency_admissions_total: the holds begun, as the holds' ages
+// records count them.
+uint64_t admissions(const Snapshot& snap, const Labels& labels) {
+  const SeriesSample* s = find_series(snap, "gym_concurrency_oldest_hold_seconds", labels);
+  return s == nullptr ? 0 : s->counter;
+}
+
 TEST(AgeSlots, CountsEveryStartAndKeepsTheOldestBeyondItsSlots) {
   TempDir tmp;
   SegmentWriter w(tmp.path());
@@ -40,6 +47,7 @@ TEST(AgeSlots, CountsEveryStartAndKeepsTheOldestBeyondItsSlots) {
   std::vector<int64_t> tickets;
   for (int64_t i = 0; i < 40; ++i) tickets.push_back(a.begin(1'000'000 + i * 1000));
   EXPECT_EQ(a.count(), 40) << "31 slots and 9 counted without one";
+  EXPECT_EQ(a.begun(), 40);
   EXPECT_EQ(a.oldest_start(), segment::ticket_start(1'000'000));
   a.end(tickets[0]);
   EXPECT_EQ(a.count(), 39);
@@ -48,9 +56,11 @@ TEST(AgeSlots, CountsEveryStartAndKeepsTheOldestBeyondItsSlots) {
   EXPECT_EQ(a.count(), 38);
   const int64_t moved = a.restart(tickets[5], 9'000'000);
   EXPECT_EQ(a.count(), 38) << "a hand-off keeps the count";
+  EXPECT_EQ(a.begun(), 41) << "and counts the one it starts";
   EXPECT_EQ(segment::ticket_start(moved), segment::ticket_start(9'000'000));
   for (int i = 0; i < 50; ++i) a.end(0);
   EXPECT_EQ(a.count(), 0) << "ends without a ticket stop at zero";
+  EXPECT_EQ(a.begun(), 41) << "ends do not change what was begun";
   EXPECT_EQ(a.oldest_start(), 0);
 }
 
@@ -179,9 +189,10 @@ TEST(Ages, AWaiterAgesWhileBlockedAndEveryWaitIsInTheHistogramByOutcome) {
     const SeriesSample* s = find_series(snap, "gym_concurrency_wait_duration_seconds", l);
     return s == nullptr ? uint64_t{999} : s->count();
   };
-  EXPECT_EQ(waits("admitted"), 2u) << "the one at once and the one after a wait";
+  EXPECT_EQ(waits("admitted"), 1u) << "the one after a wait (the one at once did not wait)";
   EXPECT_EQ(waits("timeout"), 1u);
   EXPECT_EQ(waits("cancelled"), 0u);
+  EXPECT_EQ(admissions(snap, kStuck), 2u) << "the one at once and the one after a wait";
   const SeriesSample* w0 = find_series(snap, "gym_concurrency_oldest_wait_seconds", kStuck);
   ASSERT_NE(w0, nullptr);
   EXPECT_EQ(age_seconds(snap, *w0), 0.0) << "nobody waits now";
@@ -200,6 +211,31 @@ TEST(Ages, AReleaseOnAnotherThreadKeepsTheCountRight) {
   sem.release();
   EXPECT_EQ(testing::free_slots(reader.snapshot(), kStuck), 3);
   EXPECT_EQ(oldest_hold(reader.snapshot(), kStuck), 0.0);
+}
+
+TEST(Ages, AdmissionsNeverFallWhenASemaphoreIsDestroyedOrItsProcessExits) {
+  TempDir tmp;
+  SegmentWriter w(tmp.path());
+  RegistryReader reader(tmp.path());
+  {
+    MeteredSemaphore sem(2, Component::kResourcesServer, "stuck", std::nullopt, std::nullopt, w);
+    for (int i = 0; i < 5; ++i) SemaphoreGuard hold(sem);
+    EXPECT_EQ(admissions(reader.snapshot(), kStuck), 5u);
+  }
+  EXPECT_EQ(admissions(reader.snapshot(), kStuck), 5u) << "a destroyed semaphore's count stays";
+  // A forked child counts its own admissions from zero, also on the copy of a
+  // semaphore it inherited, and they stay when it exits.
+  MeteredSemaphore sem(2, Component::kResourcesServer, "stuck", std::nullopt, std::nullopt, w);
+  for (int i = 0; i < 3; ++i) SemaphoreGuard hold(sem);
+  pid_t child = testing::spawn([&] {
+    for (int i = 0; i < 7; ++i) SemaphoreGuard hold(sem);
+    return 0;
+  });
+  EXPECT_EQ(testing::wait_exit(child), 0);
+  EXPECT_EQ(admissions(reader.snapshot(), kStuck), 15u) << "5 + 3 + the child's 7, each once";
+  for (int i = 0; i < 2; ++i) SemaphoreGuard hold(sem);
+  EXPECT_EQ(admissions(reader.snapshot(), kStuck), 17u);
+  EXPECT_EQ(reader.snapshot().stats.counter_resets_total, 0u);
 }
 
 }  // namespace

@@ -55,8 +55,8 @@ class RegistryCollector : public Collector {
   };
   MetricFamily active_;
   std::vector<ActiveSlot> active_slots_;
-  // gym_concurrency_admissions_total: the count of the admitted waits'
-  // histogram (metric, index into served_).
+  // gym_concurrency_admissions_total: the holds begun, as the holds' ages
+  // record counts them (metric, index into served_).
   MetricFamily admissions_;
   std::vector<std::pair<ClientMetric*, size_t>> admission_slots_;
   std::vector<size_t> scratch_index_;
@@ -115,23 +115,11 @@ void RegistryCollector::rebuild() {
     long limit = 0, available = 0, holds = 0;  // index + 1; 0: none
   };
   std::map<std::vector<std::pair<std::string, std::string>>, Indexes> limits;
-  std::map<std::vector<std::pair<std::string, std::string>>, size_t> admitted;
   for (size_t i = 0; i < served_.size(); ++i) {
     const SeriesInfo& info = *served_[i];
     if (info.family == family::kConcurrencyLimit) limits[info.labels].limit = long(i) + 1;
     if (info.family == family::kConcurrencyAvailable) limits[info.labels].available = long(i) + 1;
     if (info.family == family::kConcurrencyOldestHold) limits[info.labels].holds = long(i) + 1;
-    if (info.family == family::kConcurrencyWaitDuration) {
-      std::vector<std::pair<std::string, std::string>> labels;
-      bool is_admitted = false;
-      for (const auto& l : info.labels) {
-        if (l.first != label::kWaitOutcome)
-          labels.push_back(l);
-        else
-          is_admitted = l.second == to_string(WaitOutcome::kAdmitted);
-      }
-      if (is_admitted) admitted.emplace(std::move(labels), i);
-    }
   }
   Families one;
   active_ = std::move(add_family(one, family::kConcurrencyActive));
@@ -143,9 +131,10 @@ void RegistryCollector::rebuild() {
   }
   Families two;
   admissions_ = std::move(add_family(two, family::kConcurrencyAdmissions));
-  admissions_.metric.reserve(admitted.size());
-  for (const auto& [labels, i] : admitted)
-    admission_slots_.emplace_back(&add_metric(admissions_, labels), i);
+  admissions_.metric.reserve(limits.size());
+  for (const auto& [labels, idx] : limits)
+    if (idx.holds != 0)
+      admission_slots_.emplace_back(&add_metric(admissions_, labels), size_t(idx.holds - 1));
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {
@@ -182,7 +171,7 @@ void RegistryCollector::update_values(const Snapshot& snap) {
     a.metric->gauge.value = static_cast<double>(segment::wrapping_sub(limit, available));
   }
   for (auto& [metric, i] : admission_slots_)
-    metric->counter.value = static_cast<double>(snap.series[served_index_[i]].count());
+    metric->counter.value = static_cast<double>(snap.series[served_index_[i]].counter);
 }
 
 void RegistryCollector::collect(const Emit& emit) {

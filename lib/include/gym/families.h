@@ -92,8 +92,8 @@ inline constexpr FamilySpec kFamilies[] = {
      MetricType::kHistogram,
      Source::kRegistry,
      "seconds",
-     "Time callers waited for a slot of a concurrency limit (0 when one was free), by how the "
-     "wait ended.",
+     "Time callers that found no free slot of a concurrency limit waited, by how the wait "
+     "ended.",
      {label::kComponent, label::kLimitName, label::kServerName, label::kWaitOutcome}},
     {family::kConcurrencyOldestWait,
      MetricType::kGauge,

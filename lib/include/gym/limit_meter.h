@@ -52,12 +52,9 @@ class LimitMeter {
   // changing nothing, when that would leave the range.
   bool move_available(int64_t delta) const;
 
-  // A slot was taken without waiting: a zero wait and a hold starting now.
-  // Returns the hold's ticket.
-  int64_t admitted_at_once() const noexcept {
-    waits_duration_[0].observe_zero();
-    return holds_.begin(segment::stamp_now_ns());
-  }
+  // A slot was taken without waiting: a hold starting now (the holds' ages
+  // record counts it as an admission). Returns the hold's ticket.
+  int64_t admitted_at_once() const noexcept { return holds_.begin(segment::stamp_now_ns()); }
   // A caller starts waiting (joins the queue). Returns the wait's ticket.
   int64_t wait_started() const;
   // The waiter of `wait` got a slot: its hold starts, it leaves the queue

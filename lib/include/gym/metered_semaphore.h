@@ -6,8 +6,9 @@
 // Thread-safety: no concurrent call to any API of this type causes a data
 // race. An uncontended acquire is one atomic compare-exchange on the
 // free-slot count (in process memory, so that no other process can change
-// what the semaphore admits), one on a slot of the holds' ages record and
-// one add (the zero wait); a release is one compare-exchange on each. Only
+// what the semaphore admits) and one claiming a slot of the holds' ages record
+// (which also counts the admission) with a coarse clock read; a release is
+// one compare-exchange on each. Only
 // waiters touch the queue count and the mutex.
 //
 // Holds' ages: a hold is remembered by the thread that took it (the last

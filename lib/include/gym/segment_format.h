@@ -63,11 +63,13 @@
 //     counter    uint64 at value_line                          (1 line)
 //     gauge      int64  at value_line                          (1 line)
 //     ages       (v3) kAgeLines lines = kAgeWords int64: word 0 counts the
-//                ones in progress without a slot, words 1.. are slots, each 0
-//                (free) or a ticket: the start time (stamp_now_ns(), its low 6
-//                bits replaced by the word's index). In progress now: word 0
-//                plus the slots in use; the oldest started at the smallest
-//                ticket with its low bits cleared.
+//                ones in progress without a slot; words 1..kAgeSlots are
+//                slots, each 0 (free) or a ticket: the start time
+//                (stamp_now_ns(), its low 6 bits replaced by the word's
+//                index); then kAgeLanes lanes counting the ones ever begun.
+//                In progress now: word 0 plus the slots in use; the oldest
+//                started at the smallest ticket with its low bits cleared;
+//                begun (a counter): the sum of the lanes.
 //     histogram  `shards` shards, each ceil((n + 2) * 8 / 64) lines: uint64
 //                bucket[n + 1] (not cumulative; the last is the +Inf
 //                overflow), then int64 sum of raw observations. A thread
@@ -104,10 +106,15 @@
 // Ages (version 3). A waiter or holder claims a free slot with a
 // compare-exchange of 0 to its ticket and frees it with a compare-exchange of
 // its ticket to 0; when no slot is free it adds 1 to word 0 instead (counted,
-// but with no age: the oldest is still right for the slots held). An ages
-// record is an instance's, like a gauge: released (all words zeroed) and
-// reused the same way, inherited by a forked child the same way, dropped (not
-// folded) when its owner is gone.
+// but with no age: the oldest is still right for the slots held). Each
+// beginning is also counted in its thread's lane: lanes 1.. belong to one
+// thread of the process at a time (handed out and back with an atomic
+// bitmap), which adds with a plain load and store, no read-modify-write;
+// lane 0 is shared (an atomic add) by threads beyond the lanes. An ages record is an instance's,
+// like a gauge: released (all words zeroed) and reused the same way, dropped when its owner is
+// gone. Its count of beginnings is a counter: folded into the totals when the record is released or
+// its owner is gone, and in a forked child's copy it starts from zero (the child's copy is not
+// exported as in progress, as for gauges, but what the child begins in it is counted).
 //
 // Versions. 2 added kRecordInherited and the reservation rule; the layout is
 // that of 1. 3 added kAges records. A reader accepts all three
@@ -148,14 +155,18 @@ inline constexpr uint32_t kTextBytes = 864;      // family + labels, with NULs
 
 enum class SeriesKind : uint8_t { kCounter = 1, kGauge = 2, kHistogram = 3, kAges = 4 };
 
-// An ages record: word 0 (in progress without a slot), then kAgeWords - 1
-// slots. A ticket's low kAgeIndexBits bits are its slot's word index (0: no
-// slot).
-inline constexpr uint32_t kAgeLines = 4;
+// An ages record: word 0 (in progress without a slot), words
+// 1..kAgeSlots (slots), then kAgeLanes lanes of beginnings from word
+// kAgeFirstLane. A ticket's low kAgeIndexBits bits are its slot's word index
+// (0: no slot).
+inline constexpr uint32_t kAgeLines = 8;
 inline constexpr uint32_t kAgeWords = kAgeLines * kLineBytes / 8;
+inline constexpr uint32_t kAgeSlots = 31;
+inline constexpr uint32_t kAgeFirstLane = 32;
+inline constexpr uint32_t kAgeLanes = kAgeWords - kAgeFirstLane;
 inline constexpr uint32_t kAgeIndexBits = 6;
 inline constexpr int64_t kAgeIndexMask = (int64_t{1} << kAgeIndexBits) - 1;
-static_assert(kAgeWords <= (1u << kAgeIndexBits));
+static_assert(kAgeSlots < kAgeFirstLane && kAgeFirstLane < (1u << kAgeIndexBits));
 
 inline constexpr uint32_t kRecordEmpty = 0;
 inline constexpr uint32_t kRecordLive = 1;
@@ -257,6 +268,13 @@ inline void add_relaxed(T* p, T v) {
 inline int64_t stamp_now_ns() noexcept {
   timespec t;
   clock_gettime(CLOCK_MONOTONIC_COARSE, &t);
+  return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
+}
+// The same clock read precisely (CLOCK_MONOTONIC): a wait's start, so that
+// its duration is exact, and the reader's "now" for an age.
+inline int64_t precise_now_ns() noexcept {
+  timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
   return int64_t{t.tv_sec} * 1000000000 + t.tv_nsec;
 }
 // The clock's resolution (a tick), for the error bound of an age.

@@ -57,6 +57,18 @@ inline uint32_t thread_shard() noexcept {
   const uint32_t s = t_shard_plus_one;
   return __builtin_expect(s != 0, 1) ? s - 1 : assign_thread_shard();
 }
+// This thread's lane of the ages records' counts of beginnings
+// (segment_format.h): 1..kAgeLanes-1 while the thread owns one, 0 (shared)
+// when all are taken. Handed back when the thread exits.
+extern constinit thread_local uint32_t t_age_lane_plus_one
+    __attribute__((tls_model("initial-exec")));
+uint32_t assign_age_lane() noexcept;
+inline uint32_t age_lane() noexcept {
+  const uint32_t l = t_age_lane_plus_one;
+  return __builtin_expect(l != 0, 1) ? l - 1 : assign_age_lane();
+}
+// In a forked child: only the calling thread still owns a lane.
+void age_lanes_after_fork() noexcept;
 }  // namespace detail
 
 // A monotonic count. Cheap to copy; valid while its SegmentWriter lives.
@@ -124,24 +136,28 @@ class AgeSlots {
 
   // Starts one at `start` (segment::stamp_now_ns() or a finer time of the
   // same clock): claims a free slot, or counts it without an age when every
-  // slot is taken. Returns its ticket, for end() or restart().
+  // slot is taken, and counts it as begun in the thread's lane. Returns its
+  // ticket, for end() or restart().
   int64_t begin(int64_t start) const noexcept;
   // Ends the one `ticket` started. Ticket 0, or a ticket whose slot an
   // earlier end_any() took, ends another in progress instead (one without a
   // slot first, else the oldest): the count stays right.
   void end(int64_t ticket) const noexcept;
   // Gives `ticket`'s slot to one that starts at `start` (a slot handed from
-  // one holder to the next) with no instant in which the count differs.
-  // Returns the new ticket.
+  // one holder to the next) with no instant in which the count differs; the
+  // new one is counted as begun. Returns the new ticket.
   int64_t restart(int64_t ticket, int64_t start) const noexcept;
-  // In progress now, and the oldest start (0 when none has a slot).
+  // In progress now, ever begun (restarts included), and the oldest start
+  // (0 when none has a slot).
   int64_t count() const noexcept;
+  int64_t begun() const noexcept;
   int64_t oldest_start() const noexcept;
   bool registered() const noexcept { return words_ != nullptr; }
 
  private:
   friend class SegmentWriter;
   void end_any() const noexcept;
+  uint32_t count_begun() const noexcept;  // returns the thread's lane
   SegmentWriter* writer_ = nullptr;
   uint32_t record_ = 0;
   int64_t* words_ = nullptr;
@@ -165,13 +181,6 @@ class Histogram {
     uint64_t* shard = buckets_ + (detail::thread_shard() & shard_mask_) * shard_words_;
     segment::add_relaxed(&shard[i], uint64_t{1});
     segment::add_relaxed(reinterpret_cast<int64_t*>(shard + sum_index_), v);
-  }
-  // observe(0) for a histogram whose bounds are all positive: one add (the
-  // sum does not change).
-  void observe_zero() const noexcept {
-    if (buckets_ == nullptr) return;
-    segment::add_relaxed(buckets_ + (detail::thread_shard() & shard_mask_) * shard_words_,
-                         uint64_t{1});
   }
   bool registered() const noexcept { return buckets_ != nullptr; }
 
