@@ -4,8 +4,14 @@
 #include <spdlog/spdlog.h>
 #include <zlib.h>
 
+#include <netdb.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include <cerrno>
 #include <cstdio>
@@ -41,6 +47,32 @@ std::string civet_port(const std::string& address) {
 }
 
 std::once_flag g_init;
+
+// Connects to the listener at `address` ([host]:port as configured; an
+// unspecified or empty host is this host's loopback) on `port` and hangs up.
+void wake_listener(const std::string& address, int port) {
+  std::string host;
+  if (!address.empty() && address[0] == '[') {
+    host = address.substr(1, address.find(']') - 1);
+  } else if (const size_t colon = address.rfind(':'); colon != std::string::npos) {
+    host = address.substr(0, colon);
+  }
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    const bool woke = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+    ::close(fd);
+    if (woke) break;
+  }
+  ::freeaddrinfo(found);
+}
 
 // CivetWeb wants the certificate and its key in one PEM file: both go to an
 // anonymous memory file (memfd), named to CivetWeb by its /proc/self/fd
@@ -201,7 +233,20 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
 }
 
 HttpServer::~HttpServer() {
-  if (ctx_ != nullptr) mg_stop(ctx_);
+  if (ctx_ == nullptr) return;
+  // CivetWeb's listener waits in poll() with a 2 s timeout and mg_stop()
+  // waits for it: connections to our own port wake it, so that a stop (and a
+  // restart after SIGTERM) is prompt.
+  std::atomic<bool> stopped{false};
+  std::thread waker([&] {
+    while (!stopped.load()) {
+      wake_listener(options_.listen_address, port_);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  mg_stop(ctx_);
+  stopped = true;
+  waker.join();
 }
 
 void HttpServer::set_basic_auth_users(std::map<std::string, std::string> users) {
