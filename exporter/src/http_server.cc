@@ -13,10 +13,12 @@
 #include <chrono>
 #include <thread>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "exposition/text.h"
@@ -48,30 +50,67 @@ std::string civet_port(const std::string& address) {
 
 std::once_flag g_init;
 
-// Connects to the listener at `address` ([host]:port as configured; an
-// unspecified or empty host is this host's loopback) on `port` and hangs up.
-void wake_listener(const std::string& address, int port) {
-  std::string host;
+// The host and port of a listen address ([host]:port, "[v6]:port" or
+// ":port"); the host may be empty.
+std::pair<std::string, std::string> split_listen_address(const std::string& address) {
   if (!address.empty() && address[0] == '[') {
-    host = address.substr(1, address.find(']') - 1);
-  } else if (const size_t colon = address.rfind(':'); colon != std::string::npos) {
-    host = address.substr(0, colon);
+    const size_t close = address.find(']');
+    if (close == std::string::npos) return {"", address};
+    const size_t colon = address.find(':', close);
+    return {address.substr(1, close - 1),
+            colon == std::string::npos ? "" : address.substr(colon + 1)};
   }
-  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
-  if (host == "::") host = "::1";
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return {"", address};
+  return {address.substr(0, colon), address.substr(colon + 1)};
+}
+
+// Runs `use` on the stream addresses of host:port until it returns true.
+template <class Use>
+void for_each_address(const std::string& host, const std::string& port, int flags, Use use) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICSERV;
+  hints.ai_flags = AI_NUMERICSERV | flags;
   addrinfo* found = nullptr;
-  if (::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found) != 0) return;
-  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) continue;
-    const bool woke = ::connect(fd, a->ai_addr, a->ai_addrlen) == 0;
-    ::close(fd);
-    if (woke) break;
-  }
+  if (::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found) != 0)
+    return;
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next)
+    if (use(*a)) break;
   ::freeaddrinfo(found);
+}
+
+// Connects to the listener at `address` on `port` (an unspecified or empty
+// host is this host's loopback) and hangs up.
+void wake_listener(const std::string& address, int port) {
+  std::string host = split_listen_address(address).first;
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "::") host = "::1";
+  for_each_address(host, std::to_string(port), 0, [](const addrinfo& a) {
+    const int fd = ::socket(a.ai_family, a.ai_socktype | SOCK_CLOEXEC, a.ai_protocol);
+    if (fd < 0) return false;
+    const bool woke = ::connect(fd, a.ai_addr, a.ai_addrlen) == 0;
+    ::close(fd);
+    return woke;
+  });
+}
+
+// Why `address` cannot be bound (as CivetWeb would bind it), for a clear
+// error: "address already in use"; empty when it can be (or no reason).
+std::string bind_error(const std::string& address) {
+  const auto [host, port] = split_listen_address(address);
+  std::string why;
+  for_each_address(host, port, AI_PASSIVE, [&](const addrinfo& a) {
+    const int fd = ::socket(a.ai_family, a.ai_socktype | SOCK_CLOEXEC, a.ai_protocol);
+    if (fd < 0) return false;
+    const int on = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    const bool bound = ::bind(fd, a.ai_addr, a.ai_addrlen) == 0;
+    if (!bound) why = std::strerror(errno);
+    ::close(fd);
+    return true;  // the first address is the one that matters
+  });
+  if (!why.empty()) why[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(why[0])));
+  return why;
 }
 
 // CivetWeb wants the certificate and its key in one PEM file: both go to an
@@ -221,9 +260,12 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
   server->ctx_ = mg_start2(&init, &err);
   civet.close_pem();  // read at start
   if (server->ctx_ == nullptr) {
-    if (error)
+    if (error) {
+      const std::string why = bind_error(options.listen_address);
+      const std::string civet = text[0] ? std::string(text) : "unknown error";
       *error = "cannot listen on " + options.listen_address + ": " +
-               (text[0] ? std::string(text) : "unknown error");
+               (why.empty() ? civet : why + " (" + civet + ")");
+    }
     return nullptr;
   }
   mg_server_port port{};
