@@ -297,6 +297,7 @@ void HttpServer::set_basic_auth_users(std::map<std::string, std::string> users) 
 }
 
 bool HttpServer::authorized(mg_connection* conn) {
+  std::string user;
   std::string hash;
   std::string password;
   {
@@ -307,12 +308,13 @@ bool HttpServer::authorized(mg_connection* conn) {
     const std::string pair = base64_decode(header + 6);
     const auto colon = pair.find(':');
     if (colon == std::string::npos) return false;
-    auto it = users_.find(pair.substr(0, colon));
+    user = pair.substr(0, colon);
+    auto it = users_.find(user);
     if (it == users_.end()) return false;
     hash = it->second;
     password = pair.substr(colon + 1);
   }
-  return verify_password(password, hash);  // bcrypt is slow: outside the lock
+  return passwords_.check(user, password, hash);  // bcrypt is slow: outside the lock
 }
 
 int HttpServer::handle(mg_connection* conn, void* self_ptr) {

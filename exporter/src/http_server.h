@@ -47,6 +47,7 @@ class HttpServer {
   Options options_;
   std::mutex users_mu_;
   std::map<std::string, std::string> users_;
+  PasswordCache passwords_;
   Exposition* exposition_ = nullptr;
   std::function<std::string()> landing_page_;
   mg_context* ctx_ = nullptr;

@@ -33,6 +33,21 @@ bool verify_password(const std::string& password, const std::string& hash) {
   return diff == 0;
 }
 
+bool PasswordCache::check(const std::string& user, const std::string& password,
+                          const std::string& hash) {
+  std::string key = user;
+  key.append(1, '\0').append(hash).append(1, '\0').append(password);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = outcomes_.find(key); it != outcomes_.end()) return it->second;
+  }
+  const bool ok = verify_(password, hash);  // slow: outside the lock
+  std::lock_guard<std::mutex> lock(mu_);
+  if (outcomes_.size() >= kEntries) outcomes_.clear();
+  outcomes_.emplace(std::move(key), ok);
+  return ok;
+}
+
 namespace {
 
 bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {

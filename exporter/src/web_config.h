@@ -10,11 +10,14 @@
 //   basic_auth_users:
 //     prometheus: $2y$10$...                         # bcrypt hashes
 //
-// Thread-safety: plain values; verify_password is reentrant.
+// Thread-safety: plain values; verify_password is reentrant; PasswordCache
+// is thread-safe.
 #pragma once
 
 #include <map>
+#include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace gym::exporter {
@@ -41,5 +44,24 @@ WebConfigResult parse_web_config(const std::string& yaml, const std::string& nam
 
 // Whether `password` matches the bcrypt `hash` ($2a$, $2b$ or $2y$).
 bool verify_password(const std::string& password, const std::string& hash);
+
+// Checked credentials, remembered as exporter-toolkit remembers them: bcrypt
+// costs tens of milliseconds, which every authenticated request would pay.
+// The outcome of checking (user, password) against a hash is kept under all
+// three, so a changed hash (a reload) is checked again. At most kEntries
+// outcomes are kept: the cache is emptied when full, so that guessing cannot
+// grow it. Thread-safe.
+class PasswordCache {
+ public:
+  using Verify = bool (*)(const std::string& password, const std::string& hash);
+  static constexpr size_t kEntries = 256;
+  explicit PasswordCache(Verify verify = &verify_password) : verify_(verify) {}
+  bool check(const std::string& user, const std::string& password, const std::string& hash);
+
+ private:
+  Verify verify_;
+  std::mutex mu_;
+  std::unordered_map<std::string, bool> outcomes_;
+};
 
 }  // namespace gym::exporter

@@ -2,9 +2,44 @@
 
 #include "collectors/memory.h"
 #include "config.h"
+#include "web_config.h"
 
 namespace gym::exporter {
 namespace {
+
+// A stand-in for bcrypt that counts its calls: "pw" matches hash "h1" and
+// "pw2" matches "h2".
+int g_verifications = 0;
+bool counting_verify(const std::string& password, const std::string& hash) {
+  ++g_verifications;
+  return (password == "pw" && hash == "h1") || (password == "pw2" && hash == "h2");
+}
+
+TEST(PasswordCache, ChecksEachCredentialOnceAndAgainWhenTheHashChanges) {
+  g_verifications = 0;
+  PasswordCache cache(&counting_verify);
+  EXPECT_TRUE(cache.check("alice", "pw", "h1"));
+  EXPECT_TRUE(cache.check("alice", "pw", "h1"));
+  EXPECT_EQ(g_verifications, 1) << "the second request costs no bcrypt";
+  EXPECT_FALSE(cache.check("alice", "wrong", "h1"));
+  EXPECT_FALSE(cache.check("alice", "wrong", "h1"));
+  EXPECT_EQ(g_verifications, 2) << "a wrong password is remembered as wrong";
+  EXPECT_FALSE(cache.check("alice", "pw", "h2")) << "a reload changed the hash";
+  EXPECT_TRUE(cache.check("alice", "pw2", "h2"));
+  EXPECT_FALSE(cache.check("bob", "pw", "h2")) << "another user, another key";
+  EXPECT_EQ(g_verifications, 5);
+}
+
+TEST(PasswordCache, GuessingCannotGrowItBeyondItsBound) {
+  g_verifications = 0;
+  PasswordCache cache(&counting_verify);
+  EXPECT_TRUE(cache.check("alice", "pw", "h1"));
+  for (size_t i = 0; i < PasswordCache::kEntries; ++i)
+    EXPECT_FALSE(cache.check("alice", "guess" + std::to_string(i), "h1"));
+  // Full: emptied, so the good credential is checked again (and still holds).
+  EXPECT_TRUE(cache.check("alice", "pw", "h1"));
+  EXPECT_EQ(g_verifications, int(PasswordCache::kEntries) + 2);
+}
 
 bool has_error(const ConfigResult& r, const std::string& needle) {
   for (const auto& e : r.errors)
