@@ -28,6 +28,7 @@
 #include "exposition/exposition.h"
 #include "gym/contract.h"
 #include "gym/segment_writer.h"
+#include "scratch_dir.h"
 
 namespace {
 
@@ -87,9 +88,7 @@ struct GymFixture {
   std::unique_ptr<Writers> writers;
   std::unique_ptr<gym::exporter::Exposition> exposition;
   explicit GymFixture(int writer_count) {
-    dir = "/dev/shm/gym-bench-scrape-" + std::to_string(::getpid()) + "-" +
-          std::to_string(writer_count);
-    std::filesystem::remove_all(dir);
+    dir = gym::bench::scratch_dir("gym-bench-scrape-" + std::to_string(writer_count));
     writers = std::make_unique<Writers>(dir, writer_count);
     std::vector<std::unique_ptr<gym::exporter::Collector>> collectors;
     const gym::exporter::CollectorContext context{

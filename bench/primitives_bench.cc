@@ -11,15 +11,12 @@
 
 #include "gym/metered_semaphore.h"
 #include "gym/resources_operation.h"
+#include "scratch_dir.h"
 
 namespace {
 
 gym::SegmentWriter& writer() {
-  static auto* w = [] {
-    std::string dir = "/dev/shm/gym-bench-primitives-" + std::to_string(::getpid());
-    std::filesystem::remove_all(dir);
-    return new gym::SegmentWriter(dir);
-  }();
+  static auto* w = new gym::SegmentWriter(gym::bench::scratch_dir("gym-bench-primitives"));
   return *w;
 }
 

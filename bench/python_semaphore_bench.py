@@ -5,12 +5,16 @@
     PYTHONPATH=build/python /usr/bin/python3 bench/python_semaphore_bench.py
 """
 import asyncio
+import atexit
 import os
+import shutil
 import statistics
 import tempfile
 import time
 
-os.environ.setdefault("GYM_METRICS_DIR", tempfile.mkdtemp(prefix="gym-bench-py-", dir="/dev/shm"))
+if "GYM_METRICS_DIR" not in os.environ:  # a registry of our own, removed at exit
+    os.environ["GYM_METRICS_DIR"] = tempfile.mkdtemp(prefix="gym-bench-py-", dir="/dev/shm")
+    atexit.register(shutil.rmtree, os.environ["GYM_METRICS_DIR"], True)
 from gym_metrics import MeteredSemaphore  # noqa: E402
 
 N = 200_000

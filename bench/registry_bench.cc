@@ -16,6 +16,7 @@
 
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
+#include "scratch_dir.h"
 
 namespace {
 
@@ -41,9 +42,7 @@ struct Durations {
 const Durations kDurations;
 
 std::string bench_dir(const char* name) {
-  std::string dir = std::string("/dev/shm/gym-bench-") + name + "-" + std::to_string(::getpid());
-  std::filesystem::remove_all(dir);
-  return dir;
+  return gym::bench::scratch_dir(std::string("gym-bench-") + name);
 }
 
 gym::SegmentWriter& writer() {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <string>
@@ -55,6 +56,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::string d = "/dev/shm/gym-fuzz-reader-" + std::to_string(::getpid());
     std::filesystem::remove_all(d);
     std::filesystem::create_directory(d);
+    std::atexit([] {
+      std::error_code ec;
+      std::filesystem::remove_all("/dev/shm/gym-fuzz-reader-" + std::to_string(::getpid()), ec);
+    });
     return d;
   }();
   std::vector<unsigned char> seg = segment_template();

@@ -1,14 +1,17 @@
 """One registry directory for the test session (the library reads
 $GYM_METRICS_DIR once per process), read back through gym-exporter --once.
 Tests use limit names of their own, so they do not see each other."""
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 
 import pytest
 
 REGISTRY = tempfile.mkdtemp(prefix="gym-pytest-", dir="/dev/shm")
+atexit.register(shutil.rmtree, REGISTRY, True)
 os.environ["GYM_METRICS_DIR"] = REGISTRY
 BUILD = os.environ.get("GYM_BUILD_DIR",
                        os.path.join(os.path.dirname(__file__), "..", "..", "build"))
