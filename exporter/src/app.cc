@@ -9,6 +9,7 @@
 #include "landing_page.h"
 #include "logging.h"
 #include "procfs.h"
+#include "self_metrics.h"
 #include "snapshot_view.h"
 
 namespace gym::exporter {
@@ -112,9 +113,11 @@ bool App::reload() {
   if (!next.ok()) {
     for (const auto& e : next.errors())
       spdlog::error("reload failed, keeping the running configuration: {}", e);
+    SelfMetrics::process().reloaded(false);
     return false;
   }
   apply(next.config.config, next.web.config);
+  SelfMetrics::process().reloaded(true);
   spdlog::info("configuration reloaded from {}",
                flags_.config_file.empty() ? "flags" : flags_.config_file);
   return true;

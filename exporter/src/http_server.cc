@@ -23,6 +23,7 @@
 
 #include "exposition/text.h"
 #include "procfs.h"
+#include "self_metrics.h"
 
 namespace gym::exporter {
 
@@ -320,6 +321,25 @@ bool HttpServer::authorized(mg_connection* conn) {
 int HttpServer::handle(mg_connection* conn, void* self_ptr) {
   auto* self = static_cast<HttpServer*>(self_ptr);
   const mg_request_info* req = mg_get_request_info(conn);
+  const std::string uri = req->local_uri ? req->local_uri : "";
+  const int code = self->serve(conn, req, uri);
+  size_t path = SelfMetrics::kPaths.size() - 1;  // other
+  if (uri == self->options_.telemetry_path)
+    path = 0;
+  else if (uri == "/api/v1/snapshot" && self->options_.snapshot_json)
+    path = 1;
+  else if (uri == "/-/healthy")
+    path = 2;
+  else if (uri == "/-/ready")
+    path = 3;
+  else if (uri == "/")
+    path = 4;
+  SelfMetrics::process().count_request(path, code);
+  return code;
+}
+
+int HttpServer::serve(mg_connection* conn, const mg_request_info* req, const std::string& uri) {
+  HttpServer* self = this;
   if (!self->authorized(conn)) {
     send(conn, 401, "Unauthorized", "text/plain; charset=utf-8", "Unauthorized\n",
          std::strcmp(req->request_method ? req->request_method : "", "HEAD") == 0,
@@ -327,7 +347,6 @@ int HttpServer::handle(mg_connection* conn, void* self_ptr) {
     return 401;
   }
   const std::string method = req->request_method ? req->request_method : "";
-  const std::string uri = req->local_uri ? req->local_uri : "";
   const bool head = method == "HEAD";
   if (method != "GET" && !head) {
     send(conn, 405, "Method Not Allowed", "text/plain; charset=utf-8",

@@ -17,6 +17,7 @@
 
 struct mg_context;
 struct mg_connection;
+struct mg_request_info;
 
 namespace gym::exporter {
 
@@ -42,7 +43,10 @@ class HttpServer {
 
  private:
   HttpServer() = default;
+  // CivetWeb's handler: serve(), then the request counted (self_metrics.h).
   static int handle(::mg_connection* conn, void* self);
+  // Answers one request; returns its status.
+  int serve(::mg_connection* conn, const ::mg_request_info* req, const std::string& uri);
   bool authorized(::mg_connection* conn);
   Options options_;
   std::mutex users_mu_;

@@ -225,6 +225,19 @@ TEST(ExporterProcess, EveryEndpointThroughARealClient) {
   EXPECT_NE(landing.body.find("<a href=\"/metrics\">"), std::string::npos);
   EXPECT_NE(landing.body.find(tmp.path()), std::string::npos) << "shows the configuration";
   EXPECT_EQ(http(ex.port(), "GET", "/nope").status, 404);
+  // Each of those requests is counted, by path and status.
+  const std::string counted = http(ex.port(), "GET", "/metrics").body;
+  auto requests = [&](const char* code, const char* path) {
+    return sample(counted, std::string("gym_exporter_http_requests_total{code=\"") + code +
+                               "\",path=\"" + path + "\"}");
+  };
+  EXPECT_EQ(requests("200", "metrics"), 3) << "GET, gzip and HEAD before this scrape";
+  EXPECT_EQ(requests("405", "metrics"), 1);
+  EXPECT_EQ(requests("200", "healthy"), 1);
+  EXPECT_EQ(requests("200", "ready"), 1);
+  EXPECT_EQ(requests("200", "landing"), 1);
+  EXPECT_EQ(requests("404", "other"), 1) << "an unknown path is `other`, not a new series";
+  EXPECT_EQ(requests("200", "snapshot"), 0);
   // Concurrent scrapes.
   std::vector<std::thread> clients;
   std::atomic<int> ok{0};
@@ -310,6 +323,9 @@ TEST(ExporterProcess, SighupReloadsAGoodFileAndKeepsTheRunningConfigOnABadOne) {
       if (!switched) std::this_thread::sleep_for(10ms);
     }
     EXPECT_TRUE(switched) << ex.log();
+    std::string out = http(ex.port(), "GET", "/metrics").body;
+    EXPECT_EQ(sample(out, "gym_exporter_config_reloads_total{result=\"success\"}"), 1);
+    EXPECT_EQ(sample(out, "gym_exporter_config_last_reload_successful"), 1);
 
     std::ofstream(cfg) << "registry: [broken\n";
     ::kill(ex.pid(), SIGHUP);
@@ -319,8 +335,12 @@ TEST(ExporterProcess, SighupReloadsAGoodFileAndKeepsTheRunningConfigOnABadOne) {
       if (!logged) std::this_thread::sleep_for(10ms);
     }
     EXPECT_TRUE(logged) << ex.log();
-    EXPECT_NE(http(ex.port(), "GET", "/metrics").body.find("limit_name=\"b\""), std::string::npos)
+    out = http(ex.port(), "GET", "/metrics").body;
+    EXPECT_NE(out.find("limit_name=\"b\""), std::string::npos)
         << "the running configuration is kept";
+    EXPECT_EQ(sample(out, "gym_exporter_config_reloads_total{result=\"failure\"}"), 1);
+    EXPECT_EQ(sample(out, "gym_exporter_config_reloads_total{result=\"success\"}"), 1);
+    EXPECT_EQ(sample(out, "gym_exporter_config_last_reload_successful"), 0);
     EXPECT_EQ(ex.stop(), 0);
   }
 }
