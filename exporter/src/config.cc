@@ -55,7 +55,7 @@ void read_web(YamlReader& rd, const YAML::Node& n, Config& c) {
               {"telemetry_path",
                [&](const YAML::Node& v) { rd.string(v, "web.telemetry_path", c.telemetry_path); }},
               {"max_connections", [&](const YAML::Node& v) {
-                 rd.integer(v, "web.max_connections", c.max_connections, 1, 256);
+                 rd.integer(v, "web.max_connections", c.max_connections, 1, 4096);
                }}});
 }
 

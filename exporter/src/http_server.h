@@ -26,7 +26,7 @@ class HttpServer {
   struct Options {
     std::string listen_address = ":9478";  // [host]:port; port 0 picks a free one
     std::string telemetry_path = "/metrics";
-    int threads = 64;
+    int threads = 1024;
     WebConfig web;  // TLS and basic auth (--web.config.file)
     // The registry as JSON at /api/v1/snapshot (docs/snapshot.schema.json);
     // none: 404.

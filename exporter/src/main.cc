@@ -3,8 +3,10 @@
 // SIGINT).
 #include <malloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -25,7 +27,19 @@ void tune_malloc() {
   mallopt(M_ARENA_MAX, 2);
 }
 
+// Every connection is a descriptor beside the registry's segments: raise the
+// soft limit to the hard one (as Go programs do at start), so that
+// web.max_connections connections and thousands of segments fit together.
+void raise_open_files_limit() {
+  rlimit nofile{};
+  if (getrlimit(RLIMIT_NOFILE, &nofile) != 0 || nofile.rlim_cur >= nofile.rlim_max) return;
+  nofile.rlim_cur = nofile.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &nofile) != 0)
+    spdlog::warn("cannot raise the open files limit: {}", std::strerror(errno));
+}
+
 int serve(const Flags& flags, const Loaded& loaded) {
+  raise_open_files_limit();
   // Signals go to the main thread's sigwait, never to server threads.
   sigset_t signals;
   sigemptyset(&signals);

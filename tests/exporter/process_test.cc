@@ -8,6 +8,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -247,6 +248,42 @@ TEST(ExporterProcess, EveryEndpointThroughARealClient) {
   EXPECT_EQ(ok.load(), 8);
   EXPECT_EQ(ex.stop(), 0) << "SIGTERM stops it cleanly";
   EXPECT_NE(ex.log().find("stopping"), std::string::npos);
+}
+
+// A connection to the exporter's port that sends nothing, or half a request.
+int idle_connection(int port, bool half_sent) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  const std::string half = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
+  if (half_sent) ::send(fd, half.data(), half.size(), 0);
+  return fd;
+}
+
+TEST(ExporterProcess, AScrapeIsAnsweredBeside500IdleAndHalfSentConnections) {
+  // Each idle connection holds a worker until the 10 s request timeout; with
+  // fewer workers than connections a scrape queues behind them (it took
+  // 29.5 s with 200 and the old 64 workers). The client gives up after 5 s.
+  TempDir tmp;
+  RunningExporter ex(tmp, "--registry.dir=" + tmp.path());
+  ASSERT_GT(ex.port(), 0) << ex.log();
+  std::vector<int> fds;
+  for (int i = 0; i < 500; ++i) fds.push_back(idle_connection(ex.port(), i % 2 == 1));
+  EXPECT_EQ(std::count(fds.begin(), fds.end(), -1), 0);
+  std::this_thread::sleep_for(200ms);  // every connection accepted and waiting
+  Response m = http(ex.port(), "GET", "/metrics");
+  EXPECT_EQ(m.status, 200);
+  EXPECT_NE(m.body.find("gym_exporter_build_info"), std::string::npos);
+  for (int fd : fds)
+    if (fd >= 0) ::close(fd);
+  EXPECT_EQ(http(ex.port(), "GET", "/metrics").status, 200);
+  EXPECT_EQ(ex.stop(), 0) << "stops cleanly with connections just closed";
 }
 
 TEST(ExporterProcess, PortInUseIsAOneLineErrorAndNonZeroExit) {
