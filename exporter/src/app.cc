@@ -111,9 +111,10 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
 bool App::reload() {
   const Loaded next = load(flags_);
   if (!next.ok()) {
+    // Counted before it is logged: whoever reads the log line sees the count.
+    SelfMetrics::process().reloaded(false);
     for (const auto& e : next.errors())
       spdlog::error("reload failed, keeping the running configuration: {}", e);
-    SelfMetrics::process().reloaded(false);
     return false;
   }
   apply(next.config.config, next.web.config);
