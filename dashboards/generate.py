@@ -196,7 +196,7 @@ MEMORY = dashboard(
             (f"max by (instance) (gym_host_memory_sampled_peak_bytes{{{SEL}}})", "peak used {{instance}}"),
         ]),
         panel("Servers' share of host memory", "percentunit", [
-            (f"max by (instance, {SERVER}) (gym_server_memory_usage_bytes{{{SEL}}}) "
+            (f"max by (instance, {SERVER}) (gym_server_memory_usage_bytes{{{SEL}, memory_type=\"rss\"}}) "
              f"/ on (instance) group_left sum by (instance) (gym_host_memory_total_bytes{{{SEL}}})",
              "{{nemo_gym_server_name}} {{instance}}")]),
         panel("Memory sample time", "s", [

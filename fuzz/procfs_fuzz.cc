@@ -11,6 +11,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (st->pid <= 0) __builtin_trap();
   }
   (void)gym::exporter::procfs::parse_meminfo(text);
-  (void)gym::exporter::procfs::parse_smaps_rollup_pss(text);
+  (void)gym::exporter::procfs::parse_smaps_rollup(text);
   return 0;
 }

@@ -65,11 +65,21 @@ void IntervalCollector::start() {
   std::lock_guard<std::mutex> lock(mu_);
   if (stopping_) return;
   thread_ = std::thread([this] {
+    using Clock = std::chrono::steady_clock;
+    const auto period = std::chrono::duration_cast<Clock::duration>(interval_);
+    auto next = Clock::now() + period;
     std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_for(lock, interval_, [this] { return stopping_; })) {
+    while (!cv_.wait_until(lock, next, [this] { return stopping_; })) {
       lock.unlock();
       sample();
       lock.lock();
+      next += period;
+      const auto now = Clock::now();
+      if (now >= next) {  // this sample ran into the next period(s)
+        const auto missed = (now - next) / period + 1;
+        overruns_.fetch_add(uint64_t(missed), std::memory_order_relaxed);
+        next = now + period;
+      }
     }
   });
 }

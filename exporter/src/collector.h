@@ -13,6 +13,7 @@
 #include <prometheus/metric_family.h>
 #include <yaml-cpp/yaml.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -47,7 +48,10 @@ class Collector {
 };
 
 // A collector that samples on its own thread: one sample at start(), one
-// every interval, and a final one at stop(). A subclass's destructor must
+// every interval, and a final one at stop(). The interval is a period (a
+// sample starts every interval, whatever a sample takes); a sample that runs
+// past the start of the next one makes the missed starts overruns, and the
+// next sample starts an interval after it ends. A subclass's destructor must
 // call stop() (sample() is its own).
 class IntervalCollector : public Collector {
  public:
@@ -58,8 +62,11 @@ class IntervalCollector : public Collector {
   void refresh() final { sample(); }
   // One sample: what start(), the thread and stop() call.
   virtual void sample() = 0;
+  // Periods in which no sample started because one was still running.
+  uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
 
  private:
+  std::atomic<uint64_t> overruns_{0};
   std::chrono::duration<double> interval_;
   std::mutex mu_;
   std::condition_variable cv_;

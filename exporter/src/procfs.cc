@@ -126,14 +126,25 @@ MemInfo parse_meminfo(std::string_view text) {
   return m;
 }
 
-std::optional<uint64_t> parse_smaps_rollup_pss(std::string_view text) {
-  std::optional<uint64_t> pss;
+SmapsRollup parse_smaps_rollup(std::string_view text) {
+  SmapsRollup r;
   for_each_line(text, [&](std::string_view line) {
-    if (!line.starts_with("Pss:")) return true;
-    pss = kb_value(line.substr(4));
-    return false;
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) return true;
+    const std::string_view key = line.substr(0, colon);
+    const std::optional<uint64_t> v = kb_value(line.substr(colon + 1));
+    if (!v) return true;
+    if (key == "Rss")
+      r.rss = v;
+    else if (key == "Pss")
+      r.pss = v;
+    else if (key == "Private_Clean" || key == "Private_Dirty")
+      r.uss += *v;
+    else if (key == "Swap")
+      r.swap = *v;
+    return true;
   });
-  return pss;
+  return r;
 }
 
 ReadStatus read_file(const std::string& path, std::string& out) {

@@ -48,8 +48,16 @@ struct MemInfo {
 // MemFree + Buffers + Cached, as free(1) computed it then.
 MemInfo parse_meminfo(std::string_view text);
 
-// The Pss line of /proc/<pid>/smaps_rollup, in bytes.
-std::optional<uint64_t> parse_smaps_rollup_pss(std::string_view text);
+// /proc/<pid>/smaps_rollup, in bytes: one read gives RSS, PSS, USS and swap
+// of the same instant (so PSS never exceeds the RSS beside it). USS is
+// Private_Clean + Private_Dirty.
+struct SmapsRollup {
+  std::optional<uint64_t> rss;
+  std::optional<uint64_t> pss;  // the one a sample needs
+  uint64_t uss = 0;
+  uint64_t swap = 0;
+};
+SmapsRollup parse_smaps_rollup(std::string_view text);
 
 enum class ReadStatus { kOk, kGone, kPermission, kError };
 // Reads a small file whole (procfs, pidfiles, configuration files; at most

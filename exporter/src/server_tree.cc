@@ -1,5 +1,8 @@
 #include "server_tree.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <tuple>
@@ -100,16 +103,43 @@ ServerTrees::ServerTrees(std::vector<ServerTarget> targets,
                          std::function<void(const std::string&, const std::string&)> error)
     : registry_(std::move(registry)), error_(std::move(error)) {
   for (ServerTarget& t : targets) {
-    Target target{std::move(t), std::nullopt, std::nullopt};
+    Target target;
+    target.config = std::move(t);
     if (!target.config.match_cmdline.empty()) target.cmdline.emplace(target.config.match_cmdline);
     targets_.push_back(std::move(target));
   }
 }
 
-const procfs::ProcStat* ServerTrees::from_pidfile(const ServerTarget& c,
-                                                  const procfs::ProcessTable& table) {
+const procfs::ProcStat* ServerTrees::first_seen(Target& t, pid_t pid,
+                                                const procfs::ProcessTable& table) {
+  const procfs::ProcStat* p = table.find(pid);
+  if (p == nullptr) return nullptr;
+  if (t.root_pid != pid || !t.root_start) {
+    t.root_pid = pid;
+    t.root_start = p->start_ticks;
+  }
+  return p->start_ticks == *t.root_start ? p : nullptr;
+}
+
+std::optional<double> ServerTrees::started_at(const procfs::ProcStat& p,
+                                              const procfs::ProcessTable& table) {
+  if (!boot_time_) {
+    std::string text;
+    if (procfs::read_file(table.proc_root() + "/stat", text) != procfs::ReadStatus::kOk)
+      return std::nullopt;
+    boot_time_ = procfs::parse_btime(text);
+    if (!boot_time_) return std::nullopt;
+  }
+  static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
+  return double(*boot_time_) + double(p.start_ticks) / ticks_per_second;
+}
+
+const procfs::ProcStat* ServerTrees::from_pidfile(Target& t, const procfs::ProcessTable& table) {
+  const ServerTarget& c = t.config;
   std::string text;
-  if (procfs::read_file(c.pidfile, text) != procfs::ReadStatus::kOk) {
+  struct stat st {};
+  if (procfs::read_file(c.pidfile, text) != procfs::ReadStatus::kOk ||
+      ::stat(c.pidfile.c_str(), &st) != 0) {
     error_("pidfile", "cannot read pidfile " + c.pidfile + " of " + c.name);
     return nullptr;
   }
@@ -122,7 +152,16 @@ const procfs::ProcStat* ServerTrees::from_pidfile(const ServerTarget& c,
     error_("pidfile", "pidfile " + c.pidfile + " of " + c.name + " holds no pid");
     return nullptr;
   }
-  return table.find(pid);
+  const procfs::ProcStat* p = table.find(pid);
+  if (p == nullptr) return nullptr;
+  // A process that started after the pidfile was written did not write it:
+  // the server is gone and its pid reused. (Boot time has whole seconds.)
+  const double written = double(st.st_mtim.tv_sec) + double(st.st_mtim.tv_nsec) * 1e-9;
+  if (auto started = started_at(*p, table); started && *started > written + 1.0) return nullptr;
+  // A rewritten pidfile names its process afresh (a restart may reuse a pid).
+  if (written != t.pidfile_written) t.root_start.reset();
+  t.pidfile_written = written;
+  return first_seen(t, pid, table);
 }
 
 // The oldest matching process is the root.
@@ -149,13 +188,8 @@ const procfs::ProcStat* ServerTrees::from_match(const Target& t,
 }
 
 const procfs::ProcStat* ServerTrees::find_root(Target& t, const procfs::ProcessTable& table) {
-  if (t.config.pid) {
-    const procfs::ProcStat* p = table.find(*t.config.pid);
-    if (p == nullptr) return nullptr;
-    if (!t.root_start) t.root_start = p->start_ticks;
-    return p->start_ticks == *t.root_start ? p : nullptr;
-  }
-  if (!t.config.pidfile.empty()) return from_pidfile(t.config, table);
+  if (t.config.pid) return first_seen(t, *t.config.pid, table);
+  if (!t.config.pidfile.empty()) return from_pidfile(t, table);
   return from_match(t, table);
 }
 
@@ -163,7 +197,7 @@ std::vector<ServerTrees::Server> ServerTrees::resolve(const procfs::ProcessTable
   std::vector<Server> out;
   std::map<std::string, bool> named;
   for (Target& t : targets_) {
-    out.push_back({t.config.name, t.config.server_type, t.config.pss, find_root(t, table)});
+    out.push_back({t.config.name, t.config.server_type, t.config.pss, true, find_root(t, table)});
     named[t.config.name] = true;
   }
   if (!registry_) return out;
@@ -176,7 +210,7 @@ std::vector<ServerTrees::Server> ServerTrees::resolve(const procfs::ProcessTable
   });
   for (const DeclaredServer& d : declared) {
     if (!named.emplace(d.name, true).second) continue;  // configuration wins
-    out.push_back({d.name, d.server_type, true, table.find(d.pid, d.start_ticks)});
+    out.push_back({d.name, d.server_type, true, false, table.find(d.pid, d.start_ticks)});
   }
   return out;
 }

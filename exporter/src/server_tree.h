@@ -5,8 +5,11 @@
 // name wins over a declared one.
 //
 // A pid target names the process first seen with that pid: a younger process
-// that reuses the pid is not the server. Pidfiles and matches are resolved
-// again at every resolve(), so a restarted server is followed.
+// that reuses the pid is not the server. A pidfile names, while it holds the
+// same pid, the process first seen behind it, and never one that started
+// after the pidfile was last written (a stale pidfile whose pid was reused).
+// Pidfiles and matches are resolved again at every resolve(), so a restarted
+// server is followed.
 //
 // Thread-safety: one ServerTrees belongs to one sampling thread.
 #pragma once
@@ -57,6 +60,7 @@ class ServerTrees {
     std::string name;
     std::string server_type;
     bool pss = true;                         // whether PSS is wanted
+    bool configured = false;                 // a target of the configuration
     const procfs::ProcStat* root = nullptr;  // in the table; nullptr: gone
   };
   // Every server, configured ones first, with its root in `table`.
@@ -66,10 +70,19 @@ class ServerTrees {
   struct Target {
     ServerTarget config;
     std::optional<std::regex> cmdline;
-    std::optional<uint64_t> root_start;  // pid targets: the process first seen
+    pid_t root_pid = 0;                  // pid and pidfile targets: the pid,
+    std::optional<uint64_t> root_start;  // and the start of the process first seen
+    double pidfile_written = 0;          // the pidfile's mtime then
   };
   const procfs::ProcStat* find_root(Target& t, const procfs::ProcessTable& table);
-  const procfs::ProcStat* from_pidfile(const ServerTarget& t, const procfs::ProcessTable& table);
+  const procfs::ProcStat* from_pidfile(Target& t, const procfs::ProcessTable& table);
+  // The process `pid` if it is the one first seen with that pid for `t`.
+  static const procfs::ProcStat* first_seen(Target& t, pid_t pid,
+                                            const procfs::ProcessTable& table);
+  // Seconds since the epoch at which `p` started (nullopt: boot time unknown).
+  std::optional<double> started_at(const procfs::ProcStat& p, const procfs::ProcessTable& table);
+
+  std::optional<uint64_t> boot_time_;  // btime of the proc root, read once
   static const procfs::ProcStat* from_match(const Target& t, const procfs::ProcessTable& table);
 
   std::vector<Target> targets_;

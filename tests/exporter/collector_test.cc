@@ -204,6 +204,25 @@ TEST(IntervalCollector, StartTwiceAndStopTwiceSampleOnceEach) {
   EXPECT_EQ(c.samples, 2);
 }
 
+TEST(IntervalCollector, ASampleLongerThanTheIntervalCountsTheStartsItMissed) {
+  struct Slow : IntervalCollector {
+    Slow() : IntervalCollector(std::chrono::milliseconds(20)) {}
+    ~Slow() override { stop(); }
+    void sample() override {
+      std::this_thread::sleep_for(std::chrono::milliseconds(60));  // three periods
+      ++samples;
+    }
+    void collect(const Emit&) override {}
+    std::atomic<int> samples{0};
+  } c;
+  c.start();
+  EXPECT_EQ(c.overruns(), 0u) << "the first sample is not in a period";
+  while (c.samples < 4) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  c.stop();
+  // Each sample on the thread ran through at least two further starts.
+  EXPECT_GE(c.overruns(), 2u * 3);
+}
+
 TEST(IntervalCollector, OnceTakesOneSampleAndNoThread) {
   struct Counting : IntervalCollector {
     Counting() : IntervalCollector(std::chrono::hours(1)) {}

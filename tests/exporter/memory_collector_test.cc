@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "collectors/memory.h"
@@ -264,6 +265,169 @@ TEST(MemoryCollector, StartSamplesAtOnceAndStopTakesAFinalSample) {
   EXPECT_EQ(sampler.servers().size(), 1u) << "a sample at start";
   sampler.stop();  // returns at once despite the hour-long interval
   EXPECT_EQ(sampler.servers().at(0).processes, 1u);
+}
+
+// Sums a field ("Rss", "Pss") of the smaps_rollup of each pid, in bytes.
+uint64_t rollup_sum(const std::vector<pid_t>& pids, const std::string& field) {
+  uint64_t sum = 0;
+  for (pid_t pid : pids) {
+    std::ifstream in("/proc/" + std::to_string(pid) + "/smaps_rollup");
+    std::string line;
+    while (std::getline(in, line))
+      if (line.starts_with(field + ":")) sum += std::stoull(line.substr(field.size() + 1)) * 1024;
+  }
+  return sum;
+}
+
+TEST(MemoryCollector, PssNeverExceedsRssWhileTheTreeGrowsAndShrinks) {
+  // RSS from stat at scan time and PSS later from smaps_rollup let PSS pass
+  // RSS in 16 of 40 samples of a growing process; with both from one read it
+  // cannot.
+  testing::Gate gate;
+  testing::Ready ready;
+  pid_t root = testing::spawn([&] {
+    pid_t child = testing::spawn([&] {
+      ready.signal();
+      gate.wait();
+      return 0;
+    });
+    const size_t chunk = 256 << 10;
+    std::vector<void*> chunks;
+    ready.signal();
+    for (;;) {  // grow to 64 MiB a chunk at a time, then give it all back
+      void* p = ::mmap(nullptr, chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED) break;
+      std::memset(p, 1, chunk);
+      chunks.push_back(p);
+      if (chunks.size() == 256) {
+        for (void* c : chunks) ::munmap(c, chunk);
+        chunks.clear();
+      }
+      if (::getppid() == 1) break;  // the test is gone
+    }
+    testing::wait_exit(child);
+    return 0;
+  });
+  ready.wait(2);
+  MemoryConfig c;
+  ServerTarget t;
+  t.name = "growing";
+  t.server_type = "resources_server";
+  t.pid = root;
+  c.targets = {t};
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  int with_pss = 0;
+  for (int i = 0; i < 40; ++i) {
+    sampler.sample();
+    const auto s = sampler.servers().at(0);
+    if (!s.pss) continue;
+    ++with_pss;
+    EXPECT_LE(*s.pss, s.rss) << "sample " << i;
+    ASSERT_TRUE(s.uss.has_value());
+    EXPECT_LE(*s.uss, *s.pss) << "sample " << i;
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_GE(with_pss, 30) << "PSS is read for a tree of the test's own user";
+  ::kill(root, SIGKILL);
+  gate.open();
+  testing::wait_exit(root);
+}
+
+TEST(MemoryCollector, RssOfAStoppedTreeEqualsItsSummedSmapsRollup) {
+  testing::Gate gate;
+  testing::Ready ready;
+  pid_t root = testing::spawn([&] {
+    std::vector<char> mine(8 << 20, 1);  // something of its own
+    testing::spawn([&] {
+      std::vector<char> its(4 << 20, 2);
+      ready.signal();
+      gate.wait();
+      return int(its[1] - 2);
+    });
+    ready.signal();
+    gate.wait();
+    return int(mine[1] - 1);
+  });
+  ready.wait(2);
+  // Freeze the tree: nothing changes between the sampler's read and ours.
+  MemoryConfig c;
+  ServerTarget t;
+  t.name = "stopped";
+  t.server_type = "model_server";
+  t.pid = root;
+  c.targets = {t};
+  procfs::ProcessTable table("/proc");
+  ASSERT_TRUE(table.scan());
+  std::vector<pid_t> pids;
+  for (const procfs::ProcStat* p : table.tree(*table.find(root))) pids.push_back(p->pid);
+  ASSERT_EQ(pids.size(), 2u);
+  for (pid_t p : pids) ::kill(p, SIGSTOP);
+  std::this_thread::sleep_for(50ms);
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample();
+  const auto s = sampler.servers().at(0);
+  EXPECT_EQ(s.rss, rollup_sum(pids, "Rss")) << "exact: smaps_rollup's RSS, not stat's";
+  // PSS moves whenever any process sharing a page maps or unmaps it (this
+  // test's process shares the tree's copy-on-write pages): close, not equal.
+  ASSERT_TRUE(s.pss.has_value());
+  EXPECT_LE(*s.pss, s.rss);
+  EXPECT_NEAR(double(*s.pss), double(rollup_sum(pids, "Pss")), 0.01 * double(*s.pss));
+  EXPECT_GT(s.rss, uint64_t(12 << 20));
+  for (pid_t p : pids) ::kill(p, SIGCONT);
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(root), 0);
+}
+
+TEST(MemoryCollector, ADeclaredServerThatExitsReportsZerosThenGoesWithItsPeaks) {
+  testing::TempDir tmp;
+  testing::Gate gate;
+  testing::Ready ready;
+  pid_t server = testing::spawn([&] {
+    ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
+    declare_server("math_verifier", "resources_server");
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  auto registry = std::make_shared<SharedRegistry>(tmp.path());
+  MemoryConfig c;
+  c.gone_server_ttl_seconds = 0.5;
+  MemoryCollector sampler(c, registry, [](const std::string&) {});
+  auto series = [&] {
+    std::map<std::string, double> out;  // family{memory_type} -> value, for math_verifier
+    sampler.collect([&](const prometheus::MetricFamily& f) {
+      for (const auto& m : f.metric) {
+        std::string key = f.name, server;
+        for (const auto& l : m.label) {
+          if (l.name == "nemo_gym_server_name") server = l.value;
+          if (l.name == "memory_type") key += "{" + l.value + "}";
+        }
+        if (server == "math_verifier") out[key] = m.gauge.value;
+      }
+    });
+    return out;
+  };
+  sampler.sample();
+  auto up = series();
+  EXPECT_EQ(up["gym_server_up"], 1);
+  EXPECT_GT(up["gym_server_memory_usage_bytes{rss}"], 0);
+  EXPECT_GT(up["gym_server_memory_sampled_peak_bytes{rss}"], 0);
+  ::kill(server, SIGKILL);
+  testing::wait_exit(server);
+  sampler.sample();
+  auto gone = series();
+  EXPECT_EQ(gone["gym_server_up"], 0) << "gone: reported as down, not dropped";
+  EXPECT_EQ(gone["gym_server_processes"], 0);
+  EXPECT_EQ(gone.at("gym_server_memory_usage_bytes{rss}"), 0);
+  EXPECT_EQ(gone.at("gym_server_memory_usage_bytes{pss}"), 0);
+  EXPECT_EQ(gone.count("gym_server_info"), 0u) << "no root pid";
+  EXPECT_EQ(gone["gym_server_memory_sampled_peak_bytes{rss}"],
+            up["gym_server_memory_sampled_peak_bytes{rss}"]);
+  std::this_thread::sleep_for(600ms);  // past the TTL
+  sampler.sample();
+  EXPECT_TRUE(series().empty()) << "every series of the server went, its peaks too";
+  EXPECT_TRUE(sampler.servers().empty());
 }
 
 }  // namespace

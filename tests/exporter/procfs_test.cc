@@ -9,8 +9,14 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "collectors/memory.h"
 #include "procfs.h"
+#include "test_support.h"
 
 namespace gym::exporter {
 namespace {
@@ -57,9 +63,17 @@ TEST(Procfs, MeminfoToleratesOddLines) {
   EXPECT_FALSE(nothing.available.has_value());
 }
 
-TEST(Procfs, SmapsRollupPss) {
-  EXPECT_EQ(procfs::parse_smaps_rollup_pss("Rss: 10 kB\nPss:   4 kB\n"), 4096u);
-  EXPECT_EQ(procfs::parse_smaps_rollup_pss("Rss: 10 kB\n"), std::nullopt);
+TEST(Procfs, SmapsRollupGivesRssPssUssAndSwapOfOneRead) {
+  const auto r = procfs::parse_smaps_rollup(
+      "00400000-7fff0000 ---p 00000000 00:00 0    [rollup]\n"
+      "Rss:  10 kB\nPss:   4 kB\nShared_Clean: 6 kB\nPrivate_Clean: 1 kB\n"
+      "Private_Dirty:   3 kB\nSwap: 7 kB\nSwapPss: 2 kB\n");
+  EXPECT_EQ(r.rss, 10u * 1024);
+  EXPECT_EQ(r.pss, 4u * 1024);
+  EXPECT_EQ(r.uss, 4u * 1024) << "Private_Clean + Private_Dirty";
+  EXPECT_EQ(r.swap, 7u * 1024) << "Swap, not SwapPss";
+  EXPECT_EQ(procfs::parse_smaps_rollup("Rss: 10 kB\n").pss, std::nullopt);
+  EXPECT_EQ(procfs::parse_smaps_rollup("Pss: 1 kB\n").rss, std::nullopt);
 }
 
 TEST(Procfs, FixtureTreeLinksChildrenNotOlderThanTheirParent) {
@@ -127,13 +141,16 @@ TEST(MemoryCollectorFixture, TargetsByPidPidfileCommAndCmdline) {
   const auto* comm = find(servers, "by_comm");
   EXPECT_EQ(comm->root_pid, 101);
   EXPECT_EQ(comm->processes, 2u);
-  EXPECT_EQ(comm->rss, (300 + 50) * kPage);
+  EXPECT_EQ(comm->rss, (1200 + 200) * 1024u) << "with PSS, RSS comes from the same smaps_rollup";
   EXPECT_EQ(comm->pss, (600 + 100) * 1024u);
   const auto* g = find(servers, "gone");
   EXPECT_FALSE(g->root_pid.has_value());
   EXPECT_EQ(g->processes, 0u);
   EXPECT_EQ(g->rss, 0u);
   EXPECT_EQ(g->pss, 0u);
+  EXPECT_EQ(g->uss, 0u);
+  EXPECT_EQ(g->swap, 0u);
+  EXPECT_EQ(find(servers, "no_pss")->rss, (300 + 50) * kPage) << "without PSS, RSS from stat";
   EXPECT_FALSE(find(servers, "no_pss")->pss.has_value());
 
   std::string text;
@@ -170,6 +187,141 @@ TEST(MemoryCollectorFixture, MissingProcRootIsCountedNotFatal) {
   MemoryCollector sampler(c, nullptr, [](const std::string&) {});
   sampler.sample();
   EXPECT_EQ(sampler.servers().at(0).processes, 0u);
+}
+
+// A writable copy of the fixture tree, to change between samples.
+class FixtureCopy {
+ public:
+  FixtureCopy() {
+    std::filesystem::copy(kFixture, proc(), std::filesystem::copy_options::recursive);
+  }
+  std::string proc() const { return tmp_.sub("proc"); }
+  std::string path(const std::string& name) const { return tmp_.sub(name); }
+  void write(const std::string& name, const std::string& text) const {
+    std::ofstream(tmp_.sub(name), std::ios::trunc) << text;
+  }
+  // Sets a file's modification time, in seconds since the epoch.
+  void set_mtime(const std::string& name, double seconds) const {
+    timespec times[2];
+    times[0].tv_sec = times[1].tv_sec = time_t(seconds);
+    times[0].tv_nsec = times[1].tv_nsec = long((seconds - double(time_t(seconds))) * 1e9);
+    ASSERT_EQ(::utimensat(AT_FDCWD, tmp_.sub(name).c_str(), times, 0), 0);
+  }
+
+ private:
+  testing::TempDir tmp_;
+};
+
+// Process 101 of the fixture with another start time (a younger process).
+const char* const kStat101Reused =
+    "101 (we(ird) )name) S 100 101 101 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 900 1000000 300 "
+    "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
+
+double counted(MemoryCollector& sampler, const std::string& family, const std::string& label) {
+  double value = -1;
+  sampler.collect([&](const prometheus::MetricFamily& f) {
+    if (f.name != family) return;
+    for (const auto& m : f.metric)
+      if (label.empty() || (!m.label.empty() && m.label[0].value == label))
+        value = f.type == prometheus::MetricType::Counter ? m.counter.value : m.gauge.value;
+  });
+  return value;
+}
+
+TEST(MemoryCollectorFixture, APidfileNamesTheProcessFirstSeenBehindItNotAReusedPid) {
+  FixtureCopy fx;
+  fx.write("server.pid", "101\n");
+  MemoryConfig c;
+  c.proc_root = fx.proc();
+  auto t = target("pidfile");
+  t.pidfile = fx.path("server.pid");
+  c.targets = {t};
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample();
+  EXPECT_EQ(sampler.servers().at(0).root_pid, 101);
+  EXPECT_EQ(counted(sampler, "gym_server_up", "pidfile"), 1);
+  // The server exits and a younger process gets its pid; the pidfile stays.
+  fx.write("proc/101/stat", kStat101Reused);
+  sampler.sample();
+  EXPECT_FALSE(sampler.servers().at(0).root_pid.has_value()) << "a reused pid is not the server";
+  EXPECT_EQ(sampler.servers().at(0).processes, 0u);
+  EXPECT_EQ(counted(sampler, "gym_server_up", "pidfile"), 0);
+  // A restarted server writes the pidfile again, with the same pid by chance.
+  fx.set_mtime("server.pid", double(::time(nullptr)) + 10);
+  sampler.sample();
+  EXPECT_EQ(sampler.servers().at(0).root_pid, 101) << "a rewritten pidfile names its process";
+}
+
+TEST(MemoryCollectorFixture, AProcessYoungerThanItsPidfileIsNotTheServer) {
+  FixtureCopy fx;
+  // Boot at 1000 s; 101 started 600 ticks later.
+  fx.write("proc/stat", "cpu  1 2 3\nbtime 1000\n");
+  const double started = 1000 + 600.0 / double(::sysconf(_SC_CLK_TCK));
+  fx.write("server.pid", "101\n");
+  fx.set_mtime("server.pid", started - 5);  // written before 101 started: stale
+  MemoryConfig c;
+  c.proc_root = fx.proc();
+  auto t = target("pidfile");
+  t.pidfile = fx.path("server.pid");
+  c.targets = {t};
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample();
+  EXPECT_FALSE(sampler.servers().at(0).root_pid.has_value())
+      << "the pid was reused after the pidfile was written";
+  EXPECT_EQ(counted(sampler, "gym_server_up", "pidfile"), 0);
+  fx.set_mtime("server.pid", started + 0.5);  // written by 101
+  sampler.sample();
+  EXPECT_EQ(sampler.servers().at(0).root_pid, 101);
+  EXPECT_EQ(counted(sampler, "gym_server_up", "pidfile"), 1);
+}
+
+TEST(MemoryCollectorFixture, AMissingPidfileIsDownCountedEachTimeAndLoggedOnce) {
+  FixtureCopy fx;
+  MemoryConfig c;
+  c.proc_root = fx.proc();
+  auto t = target("missing");
+  t.pidfile = fx.path("missing.pid");
+  c.targets = {t};
+  std::vector<std::string> logged;
+  MemoryCollector sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
+  for (int i = 0; i < 3; ++i) sampler.sample();
+  EXPECT_EQ(counted(sampler, "gym_server_up", "missing"), 0) << "a series, at 0";
+  EXPECT_EQ(counted(sampler, "gym_server_processes", "missing"), 0);
+  EXPECT_EQ(counted(sampler, "gym_exporter_memory_sample_errors_total", "pidfile"), 3);
+  ASSERT_EQ(logged.size(), 1u) << "one line while it stays missing";
+  EXPECT_NE(logged[0].find("missing.pid"), std::string::npos) << logged[0];
+  fx.write("missing.pid", "100\n");
+  sampler.sample();
+  EXPECT_EQ(counted(sampler, "gym_server_up", "missing"), 1);
+  std::filesystem::remove(fx.path("missing.pid"));
+  sampler.sample();
+  sampler.sample();
+  EXPECT_EQ(std::count_if(logged.begin(), logged.end(),
+                          [](const std::string& m) {
+                            return m.find("missing.pid") != std::string::npos;
+                          }),
+            2)
+      << "missing again after it was back: logged again, once";
+}
+
+TEST(MemoryCollectorFixture, ALiveProcessWithoutSmapsRollupMeansRssOnlyNotPssZero) {
+  FixtureCopy fx;
+  std::filesystem::remove(fx.path("proc/101/smaps_rollup"));
+  std::filesystem::remove(fx.path("proc/102/smaps_rollup"));
+  MemoryConfig c;
+  c.proc_root = fx.proc();
+  auto t = target("old_kernel");
+  t.pid = 101;
+  c.targets = {t};
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample();
+  const auto s = sampler.servers().at(0);
+  EXPECT_EQ(s.processes, 2u);
+  EXPECT_EQ(s.rss, (300 + 50) * kPage) << "RSS from stat";
+  EXPECT_FALSE(s.pss.has_value());
+  EXPECT_FALSE(s.uss.has_value());
+  EXPECT_FALSE(s.swap.has_value());
+  EXPECT_EQ(counted(sampler, "gym_exporter_memory_sample_errors_total", "read"), 2);
 }
 
 }  // namespace

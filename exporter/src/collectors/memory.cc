@@ -19,6 +19,15 @@ LabelPairs server_labels(const std::string& name, const std::string& type) {
   return {{std::string(label::kServerName), name}, {std::string(label::kServerType), type}};
 }
 
+// A server's memory by memory_type, those it has.
+std::vector<std::pair<const char*, uint64_t>> memory_types(const MemoryCollector::ServerMemory& s) {
+  std::vector<std::pair<const char*, uint64_t>> out{{"rss", s.rss}};
+  if (s.pss) out.emplace_back("pss", *s.pss);
+  if (s.uss) out.emplace_back("uss", *s.uss);
+  if (s.swap) out.emplace_back("swap", *s.swap);
+  return out;
+}
+
 // Error reasons, all reported (0 until they happen).
 const char* const kReasons[] = {"permission", "read", "parse", "pidfile", "proc", "meminfo"};
 
@@ -38,6 +47,10 @@ std::shared_ptr<const CollectorSettings> parse_memory(YamlReader& rd, const YAML
        {"pss_interval_seconds",
         [&](const YAML::Node& v) {
           rd.number(v, "memory.pss_interval_seconds", c.pss_interval_seconds, 0);
+        }},
+       {"gone_server_ttl_seconds",
+        [&](const YAML::Node& v) {
+          rd.number(v, "memory.gone_server_ttl_seconds", c.gone_server_ttl_seconds, 0);
         }},
        {"proc_root", [&](const YAML::Node& v) { rd.string(v, "memory.proc_root", c.proc_root); }},
        {"targets",
@@ -77,34 +90,48 @@ MemoryCollector::~MemoryCollector() {
   stop();
 }
 
+// Counted every time; logged once while it repeats sample after sample (a
+// missing pidfile is one line, not one per interval).
 void MemoryCollector::count_error(const std::string& reason, const std::string& detail) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++errors_[reason];
   }
-  log_("memory sample: " + detail);
+  failing_now_.insert(detail);
+  if (!failing_.contains(detail)) log_("memory sample: " + detail);
 }
 
-std::optional<uint64_t> MemoryCollector::read_pss(
-    const std::vector<const procfs::ProcStat*>& live, const procfs::ProcessTable& table,
-    std::vector<std::pair<pid_t, uint64_t>>& read_members) {
-  uint64_t pss = 0;
+std::optional<MemoryCollector::Rollups> MemoryCollector::read_rollups(
+    const std::vector<const procfs::ProcStat*>& live, const procfs::ProcessTable& table) {
+  static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  Rollups r;
   bool complete = true;
   std::string text;
   for (const procfs::ProcStat* p : live) {
-    const std::string path = table.proc_root() + "/" + std::to_string(p->pid) + "/smaps_rollup";
+    const std::string dir = table.proc_root() + "/" + std::to_string(p->pid);
+    const std::string path = dir + "/smaps_rollup";
     switch (procfs::read_file(path, text)) {
-      case procfs::ReadStatus::kOk:
-        if (auto v = procfs::parse_smaps_rollup_pss(text)) {
-          pss += *v;
-          read_members.emplace_back(p->pid, p->start_ticks);
-        } else {
+      case procfs::ReadStatus::kOk: {
+        const procfs::SmapsRollup one = procfs::parse_smaps_rollup(text);
+        if (!one.pss) {
           complete = false;
           count_error("parse", "no Pss line in " + path);
+          break;
         }
+        r.rss += one.rss.value_or(p->rss_pages * page);
+        r.pss += *one.pss;
+        r.uss += one.uss;
+        r.swap += one.swap;
+        r.members.emplace_back(p->pid, p->start_ticks);
         break;
+      }
       case procfs::ReadStatus::kGone:
-        break;  // exited while we read: it uses nothing now
+        // Exited while we read: it uses nothing now, in any type. A process
+        // that is still there has no smaps_rollup (Linux before 4.14).
+        if (procfs::read_file(dir + "/stat", text) == procfs::ReadStatus::kGone) break;
+        complete = false;
+        count_error("read", "no " + path + " (Linux 4.14 or later has it): RSS only");
+        break;
       case procfs::ReadStatus::kPermission:
         complete = false;
         count_error("permission", "cannot read " + path + " (permission)");
@@ -116,8 +143,8 @@ std::optional<uint64_t> MemoryCollector::read_pss(
     }
   }
   if (!complete) return std::nullopt;
-  std::sort(read_members.begin(), read_members.end());
-  return pss;
+  std::sort(r.members.begin(), r.members.end());
+  return r;
 }
 
 MemoryCollector::ServerMemory MemoryCollector::measure(const ServerTrees::Server& server,
@@ -126,29 +153,68 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerTrees::Server
   ServerMemory m;
   m.name = server.name;
   m.server_type = server.server_type;
-  PssState& state = pss_[server.name];
   if (server.root == nullptr) {  // gone: 0 processes and 0 bytes
-    if (server.pss) m.pss = 0;
-    state.last_pss.reset();
+    if (server.pss) m.pss = m.uss = m.swap = 0;
+    rollups_.erase(server.name);
     return m;
   }
   m.root_pid = server.root->pid;
   procfs::TreeUsage tree = procfs::tree_usage(table, *server.root);
   m.rss = tree.rss_bytes;
   m.processes = tree.live.size();
-  const std::vector<const procfs::ProcStat*>& live = tree.live;
-  const std::vector<std::pair<pid_t, uint64_t>>& members = tree.members;
   if (!server.pss) return m;
   if (pss_due) {
-    std::vector<std::pair<pid_t, uint64_t>> read_members;
-    state.last_pss = read_pss(live, table, read_members);
-    state.members = std::move(read_members);
-    m.pss = state.last_pss;
-    return m;
+    rollups_.erase(server.name);
+    std::optional<Rollups> r = read_rollups(tree.live, table);
+    if (!r) return m;  // RSS only
+    // All of one read: RSS too, and only the processes that were read.
+    m.rss = r->rss;
+    m.processes = r->members.size();
+    rollups_[server.name] = std::move(*r);
   }
-  // Between PSS reads the last value stands, while the tree is the same.
-  if (state.last_pss && state.members == members) m.pss = state.last_pss;
+  // Between PSS reads the last values stand while the tree is the same and
+  // they still fit in its RSS.
+  auto it = rollups_.find(server.name);
+  if (it == rollups_.end()) return m;
+  const Rollups& r = it->second;
+  if (!pss_due && (r.members != tree.members || r.pss > m.rss)) return m;
+  m.pss = r.pss;
+  m.uss = r.uss;
+  m.swap = r.swap;
   return m;
+}
+
+void MemoryCollector::add_gone(std::vector<ServerMemory>& servers,
+                               std::chrono::steady_clock::time_point now) {
+  std::set<std::string> reported;
+  for (const ServerMemory& s : servers) reported.insert(s.name);
+  const auto ttl = std::chrono::duration<double>(config_.gone_server_ttl_seconds);
+  for (auto it = declared_.begin(); it != declared_.end();) {
+    auto& [name, d] = *it;
+    auto up = std::find_if(servers.begin(), servers.end(), [&](const ServerMemory& s) {
+      return s.name == name && s.root_pid.has_value();
+    });
+    if (up != servers.end()) {
+      d.gone_since.reset();
+      ++it;
+      continue;
+    }
+    if (!d.gone_since) d.gone_since = now;
+    if (now - *d.gone_since > ttl) {
+      rollups_.erase(name);
+      std::erase_if(servers, [&](const ServerMemory& s) { return s.name == name; });
+      it = declared_.erase(it);
+      continue;
+    }
+    if (!reported.contains(name)) {  // its segment is gone too
+      ServerMemory zero;
+      zero.name = name;
+      zero.server_type = d.server_type;
+      zero.pss = zero.uss = zero.swap = 0;
+      servers.push_back(std::move(zero));
+    }
+    ++it;
+  }
 }
 
 std::optional<procfs::MemInfo> MemoryCollector::read_host() {
@@ -173,8 +239,13 @@ void MemoryCollector::sample() {
       !pss_ever_ || config_.pss_interval_seconds <= 0 ||
       std::chrono::duration<double>(started - last_pss_).count() >= config_.pss_interval_seconds;
   std::vector<ServerMemory> servers;
-  for (const ServerTrees::Server& s : trees_.resolve(table))
+  for (const ServerTrees::Server& s : trees_.resolve(table)) {
     servers.push_back(measure(s, table, pss_due));
+    if (!s.configured) declared_[s.name].server_type = s.server_type;
+  }
+  add_gone(servers, started);
+  failing_.swap(failing_now_);
+  failing_now_.clear();
   if (pss_due) {
     last_pss_ = started;
     pss_ever_ = true;
@@ -187,14 +258,18 @@ void MemoryCollector::sample() {
 void MemoryCollector::record(std::vector<ServerMemory> servers, std::optional<procfs::MemInfo> host,
                              double took) {
   std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::pair<std::string, std::string>> reported;
   for (const ServerMemory& s : servers) {
-    uint64_t& rss_peak = peaks_[{s.name, s.server_type, "rss"}];
-    rss_peak = std::max(rss_peak, s.rss);
-    if (s.pss) {
-      uint64_t& pss_peak = peaks_[{s.name, s.server_type, "pss"}];
-      pss_peak = std::max(pss_peak, *s.pss);
+    reported.emplace(s.name, s.server_type);
+    for (const auto& [type, value] : memory_types(s)) {
+      uint64_t& peak = peaks_[{s.name, s.server_type, type}];
+      peak = std::max(peak, value);
     }
   }
+  // Peaks go with their servers.
+  std::erase_if(peaks_, [&](const auto& kv) {
+    return !reported.contains({std::get<0>(kv.first), std::get<1>(kv.first)});
+  });
   if (host)
     host_peak_ = std::max(host_peak_, *host->total - std::min(*host->total, *host->available));
   host_ = host;
@@ -209,12 +284,13 @@ std::vector<MemoryCollector::ServerMemory> MemoryCollector::servers() const {
 
 void MemoryCollector::collect(const Emit& emit) {
   Families out;
-  out.reserve(12);  // references to families stay valid while others are added
+  out.reserve(16);  // references to families stay valid while others are added
   std::lock_guard<std::mutex> lock(mu_);
   if (!servers_.empty()) {
     MetricFamily& usage = add_family(out, "gym_server_memory_usage_bytes");
     MetricFamily& processes = add_family(out, "gym_server_processes");
     MetricFamily& info = add_family(out, "gym_server_info");
+    MetricFamily& up = add_family(out, "gym_server_up");
     for (const ServerMemory& s : servers_) {
       LabelPairs l = server_labels(s.name, s.server_type);
       add_metric(processes, l).gauge.value = double(s.processes);
@@ -223,11 +299,11 @@ void MemoryCollector::collect(const Emit& emit) {
         li.emplace_back("process_pid", std::to_string(*s.root_pid));
         add_metric(info, li).gauge.value = 1;
       }
-      l.emplace_back("memory_type", "rss");
-      add_metric(usage, l).gauge.value = double(s.rss);
-      if (s.pss) {
-        l.back().second = "pss";
-        add_metric(usage, l).gauge.value = double(*s.pss);
+      add_metric(up, l).gauge.value = s.root_pid ? 1 : 0;
+      l.emplace_back("memory_type", "");
+      for (const auto& [type, value] : memory_types(s)) {
+        l.back().second = type;
+        add_metric(usage, l).gauge.value = double(value);
       }
     }
     MetricFamily& peaks = add_family(out, "gym_server_memory_sampled_peak_bytes");
@@ -249,6 +325,8 @@ void MemoryCollector::collect(const Emit& emit) {
   MetricFamily& errors = add_family(out, "gym_exporter_memory_sample_errors_total");
   for (const auto& [reason, n] : errors_)
     add_metric(errors, {{"reason", reason}}).counter.value = double(n);
+  add_metric(add_family(out, "gym_exporter_memory_sample_overruns_total"), {}).counter.value =
+      double(overruns());
   for (const MetricFamily& f : out) emit(f);
 }
 

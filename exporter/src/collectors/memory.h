@@ -5,7 +5,13 @@
 //
 // Which servers, and their roots, come from the server trees
 // (server_tree.h). A sample reads the process table in one pass, then RSS
-// from each member's stat and, when due, PSS from its smaps_rollup.
+// from each member's stat or, when PSS is due, RSS, PSS, USS and swap from
+// one read of its smaps_rollup (so that they are of one instant).
+//
+// A server whose root is gone reports gym_server_up 0 and zeros; a declared
+// server that is gone does so for gone_server_ttl_seconds, then its series
+// (its peaks too) are dropped. Configured targets are reported while they are
+// configured.
 //
 // Orphans: when a middle process of a tree exits, the kernel hands its
 // children to init or to the nearest subreaper, so they leave the tree; run
@@ -18,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -34,6 +41,8 @@ struct MemoryConfig {
   double interval_seconds = 5;
   // PSS at most this often (0: at every sample); see the README for its cost.
   double pss_interval_seconds = 0;
+  // How long a declared server that is gone reports zeros before its series go.
+  double gone_server_ttl_seconds = 300;
   std::string proc_root = "/proc";
   std::vector<ServerTarget> targets;
   bool operator==(const MemoryConfig&) const = default;
@@ -55,23 +64,28 @@ class MemoryCollector : public IntervalCollector {
     std::string name;
     std::string server_type;
     uint64_t rss = 0;
-    std::optional<uint64_t> pss;  // only when read for every process of the tree
+    // From smaps_rollup: only when read for every process of the tree.
+    std::optional<uint64_t> pss;
+    std::optional<uint64_t> uss;
+    std::optional<uint64_t> swap;
     uint64_t processes = 0;
-    std::optional<pid_t> root_pid;  // none when the root is gone
+    std::optional<pid_t> root_pid;  // none when the root is gone (gym_server_up 0)
   };
   // The last sample's servers (for tests).
   std::vector<ServerMemory> servers() const;
 
  private:
-  struct PssState {
-    std::optional<uint64_t> last_pss;
-    std::vector<std::pair<pid_t, uint64_t>> members;  // membership when PSS was read
+  // A tree's smaps_rollup totals, and its membership when they were read.
+  struct Rollups {
+    uint64_t rss = 0, pss = 0, uss = 0, swap = 0;
+    std::vector<std::pair<pid_t, uint64_t>> members;  // sorted
   };
   ServerMemory measure(const ServerTrees::Server& server, const procfs::ProcessTable& table,
                        bool pss_due);
-  std::optional<uint64_t> read_pss(const std::vector<const procfs::ProcStat*>& live,
-                                   const procfs::ProcessTable& table,
-                                   std::vector<std::pair<pid_t, uint64_t>>& read_members);
+  std::optional<Rollups> read_rollups(const std::vector<const procfs::ProcStat*>& live,
+                                      const procfs::ProcessTable& table);
+  // Zeros for the declared servers that are gone, until their TTL.
+  void add_gone(std::vector<ServerMemory>& servers, std::chrono::steady_clock::time_point now);
   std::optional<procfs::MemInfo> read_host();
   void record(std::vector<ServerMemory> servers, std::optional<procfs::MemInfo> host, double took);
   void count_error(const std::string& reason, const std::string& detail);
@@ -79,7 +93,15 @@ class MemoryCollector : public IntervalCollector {
   MemoryConfig config_;
   ServerTrees trees_;
   Log log_;
-  std::map<std::string, PssState> pss_;  // by server name; sampling thread only
+  // The sampling thread's: last smaps_rollup totals by server name, and
+  // declared servers reported, with when they went (if they did).
+  std::map<std::string, Rollups> rollups_;
+  struct Declared {
+    std::string server_type;
+    std::optional<std::chrono::steady_clock::time_point> gone_since;
+  };
+  std::map<std::string, Declared> declared_;
+  std::set<std::string> failing_, failing_now_;  // details logged, to log each once
   std::chrono::steady_clock::time_point last_pss_{};
   bool pss_ever_ = false;
 
