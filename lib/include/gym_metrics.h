@@ -94,7 +94,9 @@ int gym_operation_started_t(const char* operation, const char* executor, double 
 int gym_operation_finished_t(const char* operation, const char* executor, double duration_seconds,
                              const char* outcome, int64_t active);
 
-/* Declares which Gym server this process is. */
+/* Declares which Gym server this process is. GYM_ESTATE, changing nothing,
+ * after this process's first resources operation for any identity but the
+ * one its operation series took (declare before the first operation). */
 int gym_declare_server(const char* name, const char* server_type);
 
 /* The message of this thread's last failing call ("" if none). Valid until

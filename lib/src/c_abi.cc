@@ -33,6 +33,8 @@ int guarded(Body&& body) {
     return body();
   } catch (const std::invalid_argument& e) {
     return fail(GYM_EINVAL, e.what());
+  } catch (const std::logic_error& e) {  // a call that does not fit the state
+    return fail(GYM_ESTATE, e.what());
   } catch (const std::bad_alloc&) {
     return fail(GYM_ENOMEM, "out of memory");
   } catch (const std::exception& e) {

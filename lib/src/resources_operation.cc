@@ -1,5 +1,7 @@
 #include "gym/resources_operation.h"
 
+#include <pthread.h>
+
 #include <string>
 #include <vector>
 
@@ -8,18 +10,45 @@
 namespace gym {
 
 OperationMetrics& OperationMetrics::process() {
-  static auto* metrics = new OperationMetrics(SegmentWriter::process());
+  static auto* metrics = [] {
+    auto* m = new OperationMetrics(SegmentWriter::process());
+    m->process_ = true;
+    // Registration and declarations are consistent across a fork: the
+    // forking thread holds both locks (this one first, as register_cell
+    // takes them), and the child starts afresh.
+    static OperationMetrics* self = m;
+    pthread_atfork(
+        [] {
+          self->mu_.lock();
+          detail::identity_prepare_fork();
+        },
+        [] {
+          detail::identity_after_fork(false);
+          self->mu_.unlock();
+        },
+        [] {
+          detail::identity_after_fork(true);
+          self->forget_cells_after_fork();
+          self->mu_.unlock();
+        });
+    return m;
+  }();
   return *metrics;
 }
 
-void OperationMetrics::register_cell(Slot& s, Operation op, Executor ex) {
+void OperationMetrics::forget_cells_after_fork() noexcept {
+  for (Slot& s : cells_) s.cell.store(nullptr, std::memory_order_relaxed);
+}
+
+const OperationMetrics::Cell& OperationMetrics::register_cell(Slot& s, Operation op, Executor ex) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (s.ready.load(std::memory_order_relaxed)) return;
-  const std::optional<ServerIdentity> server = declared_server();
+  if (const Cell* c = s.cell.load(std::memory_order_relaxed)) return *c;
+  const std::optional<ServerIdentity> server =
+      process_ ? detail::identity_for_series() : declared_server();
   std::vector<Label> labels = {{label::kOperation, to_string(op)},
                                {label::kExecutor, to_string(ex)}};
   if (server) labels.push_back({label::kServerName, server->name});
-  Cell& c = s.cell;
+  Cell& c = *owned_.emplace_back(std::make_unique<Cell>());
   c.queue_duration = writer_.histogram(family::kOperationQueueDuration, labels, kOperationBoundsNs,
                                        double(kNanosPerSecond));
   c.queued = writer_.gauge(family::kOperationQueued, labels);
@@ -32,7 +61,8 @@ void OperationMetrics::register_cell(Slot& s, Operation op, Executor ex) {
     c.duration[i] = writer_.histogram(family::kOperationDuration, labels, kOperationBoundsNs,
                                       double(kNanosPerSecond));
   }
-  s.ready.store(true, std::memory_order_release);
+  s.cell.store(&c, std::memory_order_release);
+  return c;
 }
 
 }  // namespace gym

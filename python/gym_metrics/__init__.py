@@ -241,6 +241,7 @@ async def resources_operation(limit: Any, operation: str,
 
 def declare_server(name: str, server_type: str) -> None:
     """Declare which Gym server this process is: its resources-operation
-    series then carry nemo_gym_server_name (declare before the first
-    operation), and gym-exporter samples its process tree's memory."""
+    series then carry nemo_gym_server_name, and gym-exporter samples its
+    process tree's memory. Declare before the first operation: afterwards
+    another identity raises RuntimeError and changes nothing."""
     _abi.declare_server(name, server_type)

@@ -252,6 +252,33 @@ def test_invalid_operation_executor_and_outcome_are_rejected():
     run(body())
 
 
+LATE_DECLARATION = textwrap.dedent("""
+    import asyncio
+    import gym_metrics
+    async def main():
+        sem = gym_metrics.MeteredSemaphore(2, "resources_server", "py_late")
+        async with gym_metrics.resources_operation(sem, "tool", "inline"):
+            pass
+        try:
+            gym_metrics.declare_server("late", "resources_server")
+        except RuntimeError as e:
+            print("refused:", e)
+    asyncio.run(main())
+""")
+
+
+def test_declaring_a_server_after_the_first_operation_raises_and_changes_nothing(tmp_path):
+    env = dict(os.environ, GYM_METRICS_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", LATE_DECLARATION], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    assert out.startswith("refused:"), out
+    assert "before the first operation" in out
+    s = scrape(str(tmp_path))
+    assert value(s, "gym_resources_operation_duration_seconds_count",
+                 nemo_gym_resources_operation="tool", nemo_gym_resources_executor="inline") == 1
+    assert value(s, "gym_server_processes", nemo_gym_server_name="late") is None
+
+
 WRITER = textwrap.dedent("""
     import asyncio, sys
     import gym_metrics

@@ -55,6 +55,23 @@ TEST(CAbi, EventsOfALanguageWithItsOwnSemaphoreReachTheRegistry) {
   EXPECT_EQ(d->cumulative_buckets[6], 1u);  // 1 s
 }
 
+TEST(CAbi, DeclaringAServerAfterTheFirstOperationIsGymEstate) {
+  testing::TempDir tmp;
+  pid_t pid = testing::spawn([&] {
+    ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
+    gym_operation_queued("verify", "thread");
+    gym_operation_dequeued("verify", "thread");
+    if (gym_declare_server("late", "resources_server") != GYM_ESTATE) return 1;
+    if (std::string(gym_last_error()).find("before the first operation") == std::string::npos)
+      return 2;
+    if (gym_declare_server("", "resources_server") != GYM_EINVAL) return 3;
+    std::fflush(nullptr);
+    ::_exit(0);
+    return 0;
+  });
+  ASSERT_EQ(testing::wait_exit(pid), 0);
+}
+
 // Each misuse returns GYM_ESTATE and leaves every count as it was, in the
 // process (gym_limit_active/queued) and in the registry.
 TEST(CAbi, MisuseReturnsAnErrorAndChangesNothing) {

@@ -22,9 +22,11 @@
 #include <chrono>
 #include <concepts>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <stop_token>
+#include <vector>
 
 #include "gym/contract.h"
 #include "gym/segment_writer.h"
@@ -35,8 +37,11 @@ namespace gym {
 // registered on first use (so that only combinations that happen report).
 class OperationMetrics {
  public:
+  // Series of an instance of one's own carry the server declared when each
+  // registers (declare_server does not wait for them).
   explicit OperationMetrics(SegmentWriter& writer) : writer_(writer) {}
-  // For SegmentWriter::process(). Never destroyed.
+  // For SegmentWriter::process(); what ResourcesOperation and the C ABI use.
+  // Never destroyed.
   static OperationMetrics& process();
 
   struct Cell {
@@ -49,18 +54,22 @@ class OperationMetrics {
   };
   const Cell& cell(Operation op, Executor ex) {
     Slot& s = cells_[static_cast<size_t>(op) * kExecutors.size() + static_cast<size_t>(ex)];
-    if (!s.ready.load(std::memory_order_acquire)) register_cell(s, op, ex);
-    return s.cell;
+    const Cell* c = s.cell.load(std::memory_order_acquire);
+    return c != nullptr ? *c : register_cell(s, op, ex);
   }
 
  private:
   struct Slot {
-    std::atomic<bool> ready{false};
-    Cell cell;
+    std::atomic<const Cell*> cell{nullptr};
   };
-  void register_cell(Slot& s, Operation op, Executor ex);
+  const Cell& register_cell(Slot& s, Operation op, Executor ex);
+  // process()'s, in a forked child: cells register again, with the child's
+  // identity (operations in flight keep theirs: cells live as long as this).
+  void forget_cells_after_fork() noexcept;
   SegmentWriter& writer_;
+  bool process_ = false;  // process()'s: its series take the declared identity
   std::mutex mu_;
+  std::vector<std::unique_ptr<Cell>> owned_;
   std::array<Slot, kOperations.size() * kExecutors.size()> cells_;
 };
 
