@@ -58,7 +58,9 @@ std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
 
 namespace {
 CollectorContext context_for(std::shared_ptr<SharedRegistry> registry) {
-  return {std::move(registry), [](const std::string& problem) { spdlog::warn("{}", problem); }};
+  // A problem seen at every scrape or sample is one line a minute.
+  static RateLimitedLog warnings;
+  return {std::move(registry), [](const std::string& problem) { warnings.warn(problem); }};
 }
 }  // namespace
 
@@ -103,8 +105,15 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
       },
       error);
   if (!app->server_) return nullptr;
-  spdlog::info("gym-exporter {} listening on {} (port {}), telemetry path {}, registry {}",
-               kVersion, c.listen_address, app->server_->port(), c.telemetry_path, c.registry_dir);
+  const std::string port = std::to_string(app->server_->port());
+  log_event(spdlog::level::info,
+            fmt::format("gym-exporter {} listening on {} (port {}), telemetry path {}, registry {}",
+                        kVersion, c.listen_address, port, c.telemetry_path, c.registry_dir),
+            {{"address", c.listen_address},
+             {"port", port},
+             {"tls", app->web_.tls ? "true" : "false"},
+             {"basic_auth", app->web_.basic_auth_users.empty() ? "false" : "true"},
+             {"max_connections", std::to_string(c.max_connections)}});
   return app;
 }
 

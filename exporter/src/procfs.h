@@ -30,6 +30,7 @@ struct ProcStat {
   uint64_t rss_pages = 0;                                           // field 24
   bool kernel_thread() const { return (flags & 0x00200000) != 0; }  // PF_KTHREAD
   bool zombie() const { return state == 'Z' || state == 'X'; }
+  bool exiting() const { return zombie() || (flags & 0x00000004) != 0; }  // PF_EXITING
 };
 
 // /proc/<pid>/stat, split by the library's gym/proc_stat.h (the one stat

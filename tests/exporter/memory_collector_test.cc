@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 
 #include <cstring>
 #include <fstream>
@@ -428,6 +429,45 @@ TEST(MemoryCollector, ADeclaredServerThatExitsReportsZerosThenGoesWithItsPeaks) 
   sampler.sample();
   EXPECT_TRUE(series().empty()) << "every series of the server went, its peaks too";
   EXPECT_TRUE(sampler.servers().empty());
+}
+
+TEST(MemoryCollector, ChildrenExitingDuringSamplesAreNeitherErrorsNorCounted) {
+  // A server that keeps forking short-lived children and reaps each a little
+  // later: between the scan and the smaps_rollup read a child may exit, and
+  // as a zombie its smaps_rollup is gone while its stat is still there.
+  testing::Ready ready;
+  pid_t root = testing::spawn([&] {
+    ready.signal();
+    while (::getppid() != 1) {
+      pid_t child = ::fork();
+      if (child == 0) {
+        std::vector<char> mem(1 << 20, 1);  // some memory to read
+        std::this_thread::sleep_for(std::chrono::microseconds(200 + mem[7]));
+        ::_exit(0);
+      }
+      std::this_thread::sleep_for(1ms);  // a zombie for a while
+      if (child > 0) ::waitpid(child, nullptr, 0);
+    }
+    return 0;
+  });
+  ready.wait(1);
+  MemoryConfig c;
+  ServerTarget t;
+  t.name = "churn";
+  t.server_type = "resources_server";
+  t.pid = root;
+  c.targets = {t};
+  std::vector<std::string> logged;
+  MemoryCollector sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
+  int with_pss = 0;
+  for (int i = 0; i < 300; ++i) {
+    sampler.sample();
+    with_pss += sampler.servers().at(0).pss.has_value();
+  }
+  EXPECT_TRUE(logged.empty()) << logged.size() << " lines, the first: " << logged.front();
+  EXPECT_EQ(with_pss, 300) << "an exiting child makes no sample RSS-only";
+  ::kill(root, SIGKILL);
+  testing::wait_exit(root);
 }
 
 }  // namespace

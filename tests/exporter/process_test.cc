@@ -286,6 +286,64 @@ TEST(ExporterProcess, AScrapeIsAnsweredBeside500IdleAndHalfSentConnections) {
   EXPECT_EQ(ex.stop(), 0) << "stops cleanly with connections just closed";
 }
 
+// Lines of `log` that contain every one of `parts`.
+int log_lines_with(const std::string& log, std::initializer_list<std::string> parts) {
+  std::istringstream in(log);
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line))
+    n += std::all_of(parts.begin(), parts.end(),
+                     [&](const std::string& p) { return line.find(p) != std::string::npos; });
+  return n;
+}
+
+TEST(ExporterProcess, DebugLogsWritersAndServersAsTheyComeAndGoWithFields) {
+  TempDir tmp;
+  testing::Ready ready;
+  testing::Gate gate;
+  const pid_t writer = start_writer(tmp.path(), ready, gate);
+  ready.wait(1);
+  RunningExporter ex(tmp, "--registry.dir=" + tmp.path() + " --log.level=debug --log.format=json");
+  ASSERT_GT(ex.port(), 0) << ex.log();
+  EXPECT_EQ(http(ex.port(), "GET", "/metrics").status, 200);
+  ::kill(writer, SIGKILL);
+  testing::wait_exit(writer);
+  EXPECT_EQ(http(ex.port(), "GET", "/metrics").status, 200);
+  EXPECT_EQ(ex.stop(), 0);
+  const std::string log = ex.log();
+  const std::string pid = "\"pid\":\"" + std::to_string(writer) + "\"";
+  EXPECT_EQ(log_lines_with(log, {"\"msg\":\"registry: writer appeared\"", pid}), 1) << log;
+  EXPECT_EQ(log_lines_with(log, {"\"msg\":\"registry: writer gone\"", pid}), 1) << log;
+  EXPECT_EQ(log_lines_with(log, {"\"msg\":\"registry: server declared\"",
+                                 "\"server\":\"math \\\"v2\\\"\\\\x\"", pid}),
+            1)
+      << "fields are JSON strings, escaped\n"
+      << log;
+  EXPECT_GE(log_lines_with(log, {"\"msg\":\"memory sample\"", "\"took_seconds\":"}), 1);
+  EXPECT_EQ(log_lines_with(log, {"listening on", "\"tls\":\"false\"", "\"port\":\""}), 1)
+      << "whether TLS is on";
+  // Every line is one JSON object.
+  std::istringstream lines(log);
+  std::string line;
+  while (std::getline(lines, line)) {
+    EXPECT_EQ(line.front(), '{') << line;
+    EXPECT_EQ(line.back(), '}') << line;
+  }
+}
+
+TEST(ExporterProcess, LogfmtFieldsAreKeyValuePairsQuotedWhenNeeded) {
+  TempDir tmp;
+  RunningExporter ex(tmp, "--registry.dir=" + tmp.path() + " --log.level=debug");
+  ASSERT_GT(ex.port(), 0) << ex.log();
+  EXPECT_EQ(ex.stop(), 0);
+  const std::string log = ex.log();
+  EXPECT_EQ(log_lines_with(log, {"level=info", "listening on", " tls=false",
+                                 " port=" + std::to_string(ex.port())}),
+            1)
+      << log;
+  EXPECT_GE(log_lines_with(log, {"msg=\"memory sample\"", " pss=read"}), 1) << log;
+}
+
 TEST(ExporterProcess, PortInUseIsAOneLineErrorAndNonZeroExit) {
   TempDir tmp;
   RunningExporter first(tmp, "--registry.dir=" + tmp.path());

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "config.h"
+#include "logging.h"
 #include "exposition/families.h"
 #include "gym/contract.h"
 #include "yaml_reader.h"
@@ -125,13 +126,17 @@ std::optional<MemoryCollector::Rollups> MemoryCollector::read_rollups(
         r.members.emplace_back(p->pid, p->start_ticks);
         break;
       }
-      case procfs::ReadStatus::kGone:
-        // Exited while we read: it uses nothing now, in any type. A process
-        // that is still there has no smaps_rollup (Linux before 4.14).
-        if (procfs::read_file(dir + "/stat", text) == procfs::ReadStatus::kGone) break;
+      case procfs::ReadStatus::kGone: {
+        // Exited while we read (gone, exiting, or a zombie until reaped): it
+        // uses nothing now, in any type. A process that still runs has no
+        // smaps_rollup (Linux before 4.14).
+        if (procfs::read_file(dir + "/stat", text) != procfs::ReadStatus::kOk) break;
+        const std::optional<procfs::ProcStat> now = procfs::parse_stat(text);
+        if (!now || now->exiting() || now->start_ticks != p->start_ticks) break;
         complete = false;
         count_error("read", "no " + path + " (Linux 4.14 or later has it): RSS only");
         break;
+      }
       case procfs::ReadStatus::kPermission:
         complete = false;
         count_error("permission", "cannot read " + path + " (permission)");
@@ -252,6 +257,12 @@ void MemoryCollector::sample() {
   }
   const double took =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (log_enabled(spdlog::level::debug))
+    log_event(spdlog::level::debug, "memory sample",
+              {{"servers", std::to_string(servers.size())},
+               {"processes", std::to_string(table.processes().size())},
+               {"pss", pss_due ? "read" : "kept"},
+               {"took_seconds", fmt::format("{:.6f}", took)}});
   record(std::move(servers), host, took);
 }
 

@@ -4,8 +4,10 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "collector.h"
+#include "logging.h"
 #include "exposition/families.h"
 #include "gym/contract.h"
 #include "gym/families.h"
@@ -35,6 +37,10 @@ class RegistryCollector : public Collector {
   std::shared_ptr<SharedRegistry> registry_;
   Log log_;
   std::string last_dir_error_;
+  // Writers and declared servers of the last scrape, to log who came and went.
+  std::set<std::tuple<pid_t, uint64_t, uint32_t>> writers_;
+  std::set<std::tuple<std::string, std::string, pid_t>> servers_;
+  void log_changes(const Snapshot& snap);
   std::set<std::string> unknown_logged_;
   size_t unknown_series_ = 0;
   // The model of the served series, kept across scrapes: rebuilt when the
@@ -178,7 +184,45 @@ void RegistryCollector::collect(const Emit& emit) {
   registry_->with([&](RegistryReader& reader) { collect_locked(reader.snapshot(), emit); });
 }
 
+// At debug level: writers that appeared or went, servers declared or gone.
+void RegistryCollector::log_changes(const Snapshot& snap) {
+  if (!log_enabled(spdlog::level::debug)) return;
+  std::set<std::tuple<pid_t, uint64_t, uint32_t>> writers;
+  for (const WriterInfo& w : snap.writers) writers.emplace(w.pid, w.start_ticks, w.format_version);
+  std::set<std::tuple<std::string, std::string, pid_t>> servers;
+  for (const DeclaredServer& d : snap.servers) servers.emplace(d.name, d.server_type, d.pid);
+  auto each_new = [](const auto& now, const auto& before, auto&& f) {
+    for (const auto& x : now)
+      if (!before.contains(x)) f(x);
+  };
+  auto writer_fields = [](const auto& w) {
+    return LogFields{{"pid", std::to_string(std::get<0>(w))},
+                     {"start_ticks", std::to_string(std::get<1>(w))},
+                     {"format_version", std::to_string(std::get<2>(w))}};
+  };
+  auto server_fields = [](const auto& d) {
+    return LogFields{{"server", std::get<0>(d)},
+                     {"server_type", std::get<1>(d)},
+                     {"pid", std::to_string(std::get<2>(d))}};
+  };
+  each_new(writers, writers_, [&](const auto& w) {
+    log_event(spdlog::level::debug, "registry: writer appeared", writer_fields(w));
+  });
+  each_new(writers_, writers, [&](const auto& w) {
+    log_event(spdlog::level::debug, "registry: writer gone", writer_fields(w));
+  });
+  each_new(servers, servers_, [&](const auto& d) {
+    log_event(spdlog::level::debug, "registry: server declared", server_fields(d));
+  });
+  each_new(servers_, servers, [&](const auto& d) {
+    log_event(spdlog::level::debug, "registry: declared server gone", server_fields(d));
+  });
+  writers_.swap(writers);
+  servers_.swap(servers);
+}
+
 void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
+  log_changes(snap);
   for (const std::string& p : snap.problems) log_("registry: " + p);
   if (snap.directory_error != last_dir_error_) {
     if (!snap.directory_error.empty()) log_("registry: " + snap.directory_error);
