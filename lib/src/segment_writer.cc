@@ -87,13 +87,52 @@ bool reserve_pages(int fd, uint64_t begin, uint64_t end) {
 
 }  // namespace
 
+namespace {
+// Histogram shards held by a live thread of this process (bit = shard).
+std::atomic<uint32_t> g_shards{0};
+std::atomic<uint32_t> g_shared_next{0};  // when every shard is held
+
+// Hands the thread's shard back when it exits (constructed on first use
+// only, so that the fast path reads a plain initial-exec variable).
+struct ShardOwner {
+  uint32_t held_plus_one = 0;  // 0: it shares one
+  ~ShardOwner() {
+    if (held_plus_one != 0)
+      g_shards.fetch_and(~(uint32_t{1} << (held_plus_one - 1)), std::memory_order_release);
+  }
+};
+thread_local ShardOwner t_shard_owner;
+}  // namespace
+
 constinit thread_local uint32_t detail::t_shard_plus_one = 0;
 
+// The lowest shard no live thread holds, so that up to kHistogramShards
+// threads never share one; beyond, threads share them round-robin.
 uint32_t detail::assign_thread_shard() noexcept {
-  static std::atomic<uint32_t> next{0};
-  const uint32_t shard = next.fetch_add(1, std::memory_order_relaxed);
+  constexpr uint32_t all = (uint32_t{1} << segment::kHistogramShards) - 1;
+  uint32_t taken = g_shards.load(std::memory_order_relaxed);
+  uint32_t shard = 0;
+  for (;;) {
+    const uint32_t free = ~taken & all;
+    if (free == 0) {
+      shard = g_shared_next.fetch_add(1, std::memory_order_relaxed) % segment::kHistogramShards;
+      break;
+    }
+    const auto s = static_cast<uint32_t>(__builtin_ctz(free));
+    if (g_shards.compare_exchange_weak(taken, taken | (uint32_t{1} << s),
+                                       std::memory_order_acquire)) {
+      shard = s;
+      t_shard_owner.held_plus_one = s + 1;
+      break;
+    }
+  }
   t_shard_plus_one = shard + 1;
   return shard;
+}
+
+void detail::shards_after_fork() noexcept {
+  const uint32_t held = t_shard_owner.held_plus_one;
+  g_shards.store(held != 0 ? uint32_t{1} << (held - 1) : 0, std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------- Gauge
@@ -781,6 +820,7 @@ void SegmentWriter::after_fork_parent() noexcept {
 
 void SegmentWriter::after_fork_child() noexcept {
   detail::age_lanes_after_fork();
+  detail::shards_after_fork();
   for (SegmentWriter* w : writers()) {
     w->renew_after_fork();
     w->mu_.unlock();

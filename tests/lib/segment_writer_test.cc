@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <random>
 #include <thread>
@@ -182,6 +184,47 @@ TEST(SegmentWriter, HistogramBucketIsTheFirstBoundAtOrAboveTheValueForEveryBound
       EXPECT_EQ(s->cumulative_buckets[b], running) << "bounds " << n << " bucket " << b;
     }
   }
+}
+
+// Each thread's histogram shard, once all of `n` threads hold theirs (they
+// stay alive until every one has reported).
+std::vector<uint32_t> shards_of_live_threads(int n) {
+  std::vector<uint32_t> shards(size_t(n), 99);
+  std::atomic<int> reported{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      shards[size_t(i)] = detail::thread_shard();
+      ++reported;
+      while (reported.load() < n) std::this_thread::yield();
+    });
+  for (auto& t : threads) t.join();
+  return shards;
+}
+
+TEST(SegmentWriter, LiveThreadsUpToTheShardCountNeverShareAHistogramShard) {
+  // In a child: this process's threads may hold shards already.
+  pid_t pid = testing::spawn([] {
+    for (int round = 0; round < 50; ++round) {  // threads come and go
+      std::vector<uint32_t> shards = shards_of_live_threads(segment::kHistogramShards - 1);
+      std::sort(shards.begin(), shards.end());
+      if (std::adjacent_find(shards.begin(), shards.end()) != shards.end()) return 1;
+      if (shards.back() >= segment::kHistogramShards) return 2;
+    }
+    // The calling thread holds one too: with it, every shard is held once.
+    const uint32_t mine = detail::thread_shard();
+    std::vector<uint32_t> shards = shards_of_live_threads(segment::kHistogramShards - 1);
+    shards.push_back(mine);
+    std::sort(shards.begin(), shards.end());
+    for (uint32_t i = 0; i < segment::kHistogramShards; ++i)
+      if (shards[i] != i) return 3;
+    // Beyond the shard count threads share, and still count right.
+    shards = shards_of_live_threads(2 * segment::kHistogramShards);
+    for (uint32_t s : shards)
+      if (s >= segment::kHistogramShards) return 4;
+    return 0;
+  });
+  EXPECT_EQ(testing::wait_exit(pid), 0);
 }
 
 TEST(SegmentWriter, FullSegmentKeepsWorkingAndCountsDroppedSeries) {

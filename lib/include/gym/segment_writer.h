@@ -47,8 +47,9 @@ struct Label {
 class SegmentWriter;
 
 namespace detail {
-// Which histogram shard this thread updates: a small number fixed per thread,
-// handed out round-robin on the thread's first observation. Constant-
+// Which histogram shard this thread updates, fixed per thread from its first
+// observation: the lowest shard no live thread holds (handed back when the
+// thread exits), or a shared one when all are held. Constant-
 // initialized and initial-exec, so reading it is one load (no guard, no
 // __tls_get_addr); 0 means not assigned yet.
 extern constinit thread_local uint32_t t_shard_plus_one __attribute__((tls_model("initial-exec")));
@@ -57,6 +58,8 @@ inline uint32_t thread_shard() noexcept {
   const uint32_t s = t_shard_plus_one;
   return __builtin_expect(s != 0, 1) ? s - 1 : assign_thread_shard();
 }
+// In a forked child: only the calling thread still holds a shard.
+void shards_after_fork() noexcept;
 // This thread's lane of the ages records' counts of beginnings
 // (segment_format.h): 1..kAgeLanes-1 while the thread owns one, 0 (shared)
 // when all are taken. Handed back when the thread exits.
