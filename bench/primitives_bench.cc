@@ -11,6 +11,7 @@
 
 #include "gym/metered_semaphore.h"
 #include "gym/resources_operation.h"
+#include "gym_metrics.h"
 #include "scratch_dir.h"
 
 namespace {
@@ -19,6 +20,13 @@ gym::SegmentWriter& writer() {
   static auto* w = new gym::SegmentWriter(gym::bench::scratch_dir("gym-bench-primitives"));
   return *w;
 }
+
+// The C ABI writes through the process's writer: into a scratch directory
+// too, never the host's registry (set before anything uses it).
+[[maybe_unused]] const bool g_process_dir_set = [] {
+  ::setenv(gym::SegmentWriter::kDirEnv, gym::bench::scratch_dir("gym-bench-c-abi").c_str(), 1);
+  return true;
+}();
 
 // Uncontended with 1 thread; 2 threads contend for 1 slot.
 void acquire_release_metered(benchmark::State& state) {
@@ -161,8 +169,45 @@ void operation_scope_prometheus_cpp(benchmark::State& state) {
     limit->release();
   }
 }
+// The same scope through the C ABI (what other languages' bindings call),
+// by kind (integers) and by name (strings parsed, doubles rounded, per call).
+void operation_scope_abikind(benchmark::State& state) {
+  static auto* limit = new std::counting_semaphore<>(64);
+  static const int kind = gym_operation_kind("verify", "subprocess");
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    int64_t queued = 0, active = 0;
+    gym_operation_queued_k(kind, &queued);
+    const auto queued_at = Clock::now();
+    limit->acquire();
+    const auto started = Clock::now();
+    gym_operation_started_k(kind, (started - queued_at).count(), queued, &active);
+    gym_operation_finished_k(kind, (Clock::now() - started).count(), GYM_OUTCOME_OK, active);
+    limit->release();
+  }
+}
+void operation_scope_abinames(benchmark::State& state) {
+  static auto* limit = new std::counting_semaphore<>(64);
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : state) {
+    int64_t queued = 0, active = 0;
+    gym_operation_queued_t("verify", "subprocess", &queued);
+    const auto queued_at = Clock::now();
+    limit->acquire();
+    const auto started = Clock::now();
+    gym_operation_started_t("verify", "subprocess",
+                            std::chrono::duration<double>(started - queued_at).count(), queued,
+                            &active);
+    gym_operation_finished_t("verify", "subprocess",
+                             std::chrono::duration<double>(Clock::now() - started).count(), "ok",
+                             active);
+    limit->release();
+  }
+}
 BENCHMARK(operation_scope_registry)->Threads(1)->Threads(2);
 BENCHMARK(operation_scope_prometheus_cpp)->Threads(1)->Threads(2);
+BENCHMARK(operation_scope_abikind)->Threads(1);
+BENCHMARK(operation_scope_abinames)->Threads(1);
 
 }  // namespace
 

@@ -94,6 +94,23 @@ int gym_operation_started_t(const char* operation, const char* executor, double 
 int gym_operation_finished_t(const char* operation, const char* executor, double duration_seconds,
                              const char* outcome, int64_t active);
 
+/* The same events by kind, for callers that report many operations: a kind
+ * names an (operation, executor) pair once (gym_operation_kind: >= 0, or
+ * minus an error code, e.g. -GYM_EINVAL, for an unknown name), outcomes are
+ * GYM_OUTCOME_* and durations integer nanoseconds, so that no call parses a
+ * string or rounds a double. Same rules and tickets as above; an unknown
+ * kind or outcome, or a negative duration, is GYM_EINVAL. */
+#define GYM_OUTCOME_OK 0
+#define GYM_OUTCOME_ERROR 1
+#define GYM_OUTCOME_TIMEOUT 2
+#define GYM_OUTCOME_CANCELLED 3
+#define GYM_OUTCOME_CRASHED 4
+int gym_operation_kind(const char* operation, const char* executor);
+int gym_operation_queued_k(int kind, int64_t* queued);
+int gym_operation_dequeued_k(int kind, int64_t queued);
+int gym_operation_started_k(int kind, int64_t queue_ns, int64_t queued, int64_t* active);
+int gym_operation_finished_k(int kind, int64_t duration_ns, int outcome, int64_t active);
+
 /* Declares which Gym server this process is. GYM_ESTATE, changing nothing,
  * after this process's first resources operation for any identity but the
  * one its operation series took (declare before the first operation). */

@@ -81,6 +81,23 @@ OperationCounts& counts(gym::Operation op, gym::Executor ex) {
   return g_operations[static_cast<size_t>(op)][static_cast<size_t>(ex)];
 }
 
+// An operation kind of gym_operation_kind: (operation, executor).
+struct Kind {
+  gym::Operation op;
+  gym::Executor ex;
+};
+Kind kind_or_throw(int kind) {
+  constexpr int n = static_cast<int>(gym::kOperations.size() * gym::kExecutors.size());
+  if (kind < 0 || kind >= n) throw std::invalid_argument("unknown operation kind " + std::to_string(kind));
+  const int executors = static_cast<int>(gym::kExecutors.size());
+  return {static_cast<gym::Operation>(kind / executors), static_cast<gym::Executor>(kind % executors)};
+}
+static_assert(GYM_OUTCOME_OK == int(gym::Outcome::kOk) &&
+              GYM_OUTCOME_ERROR == int(gym::Outcome::kError) &&
+              GYM_OUTCOME_TIMEOUT == int(gym::Outcome::kTimeout) &&
+              GYM_OUTCOME_CANCELLED == int(gym::Outcome::kCancelled) &&
+              GYM_OUTCOME_CRASHED == int(gym::Outcome::kCrashed));
+
 // A slot was to be taken, but every one is held.
 int all_held(const gym_limit* l) {
   return fail(GYM_ESTATE,
@@ -200,12 +217,23 @@ int64_t gym_limit_queued(const gym_limit* l) {
   return l == nullptr ? -1 : l->meter.queued();
 }
 
-int gym_operation_queued_t(const char* operation, const char* executor, int64_t* queued) {
-  return guarded([&] {
+int gym_operation_kind(const char* operation, const char* executor) {
+  int kind = -1;
+  const int rc = guarded([&] {
     const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
     const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
-    __atomic_add_fetch(&counts(op, ex).queued, 1, __ATOMIC_RELAXED);
-    const auto& cell = gym::OperationMetrics::process().cell(op, ex);
+    kind = static_cast<int>(op) * static_cast<int>(gym::kExecutors.size()) + static_cast<int>(ex);
+    return GYM_OK;
+  });
+  return rc == GYM_OK ? kind : -rc;
+}
+
+// The events by kind: no strings to parse, durations in integer nanoseconds.
+int gym_operation_queued_k(int kind, int64_t* queued) {
+  return guarded([&] {
+    const Kind k = kind_or_throw(kind);
+    __atomic_add_fetch(&counts(k.op, k.ex).queued, 1, __ATOMIC_RELAXED);
+    const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
     cell.queued.add(1);
     const int64_t t = cell.queued_ages.begin(gym::segment::stamp_now_ns());
     if (queued != nullptr) *queued = t;
@@ -213,28 +241,27 @@ int gym_operation_queued_t(const char* operation, const char* executor, int64_t*
   });
 }
 
-int gym_operation_dequeued_t(const char* operation, const char* executor, int64_t queued) {
+int gym_operation_dequeued_k(int kind, int64_t queued) {
   return guarded([&] {
-    const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
-    const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
-    if (!take_one(&counts(op, ex).queued)) return fail(GYM_ESTATE, "no such operation is queued");
-    const auto& cell = gym::OperationMetrics::process().cell(op, ex);
+    const Kind k = kind_or_throw(kind);
+    if (!take_one(&counts(k.op, k.ex).queued))
+      return fail(GYM_ESTATE, "no such operation is queued");
+    const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
     cell.queued_ages.end(queued);
     cell.queued.add(-1);
     return GYM_OK;
   });
 }
 
-int gym_operation_started_t(const char* operation, const char* executor, double queue_seconds,
-                            int64_t queued, int64_t* active) {
+int gym_operation_started_k(int kind, int64_t queue_ns, int64_t queued, int64_t* active) {
   return guarded([&] {
-    const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
-    const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
-    const int64_t ns = seconds_to_ns("queue_seconds", queue_seconds);
-    if (!take_one(&counts(op, ex).queued)) return fail(GYM_ESTATE, "no such operation is queued");
-    __atomic_add_fetch(&counts(op, ex).active, 1, __ATOMIC_RELAXED);
-    const auto& cell = gym::OperationMetrics::process().cell(op, ex);
-    cell.queue_duration.observe(ns);
+    const Kind k = kind_or_throw(kind);
+    if (queue_ns < 0) throw std::invalid_argument("queue_ns must be >= 0");
+    if (!take_one(&counts(k.op, k.ex).queued))
+      return fail(GYM_ESTATE, "no such operation is queued");
+    __atomic_add_fetch(&counts(k.op, k.ex).active, 1, __ATOMIC_RELAXED);
+    const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
+    cell.queue_duration.observe(queue_ns);
     const int64_t t = cell.active_ages.begin(gym::segment::stamp_now_ns());
     cell.queued_ages.end(queued);
     cell.queued.add(-1);
@@ -244,19 +271,51 @@ int gym_operation_started_t(const char* operation, const char* executor, double 
   });
 }
 
-int gym_operation_finished_t(const char* operation, const char* executor, double duration_seconds,
-                             const char* outcome, int64_t active) {
+int gym_operation_finished_k(int kind, int64_t duration_ns, int outcome, int64_t active) {
   return guarded([&] {
-    const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
-    const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
-    const auto out = parse_or_throw<gym::Outcome>("outcome", outcome, gym::kOutcomes);
-    const int64_t ns = seconds_to_ns("duration_seconds", duration_seconds);
-    if (!take_one(&counts(op, ex).active)) return fail(GYM_ESTATE, "no such operation is running");
-    const auto& cell = gym::OperationMetrics::process().cell(op, ex);
+    const Kind k = kind_or_throw(kind);
+    if (duration_ns < 0) throw std::invalid_argument("duration_ns must be >= 0");
+    if (outcome < 0 || outcome >= static_cast<int>(gym::kOutcomes.size()))
+      throw std::invalid_argument("unknown outcome " + std::to_string(outcome));
+    if (!take_one(&counts(k.op, k.ex).active))
+      return fail(GYM_ESTATE, "no such operation is running");
+    const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
     cell.active_ages.end(active);
     cell.active.add(-1);
-    cell.duration[static_cast<size_t>(out)].observe(ns);
+    cell.duration[static_cast<size_t>(outcome)].observe(duration_ns);
     return GYM_OK;
+  });
+}
+
+// The string forms: parsed into a kind, then the same events.
+int gym_operation_queued_t(const char* operation, const char* executor, int64_t* queued) {
+  const int kind = gym_operation_kind(operation, executor);
+  return kind < 0 ? -kind : gym_operation_queued_k(kind, queued);
+}
+
+int gym_operation_dequeued_t(const char* operation, const char* executor, int64_t queued) {
+  const int kind = gym_operation_kind(operation, executor);
+  return kind < 0 ? -kind : gym_operation_dequeued_k(kind, queued);
+}
+
+int gym_operation_started_t(const char* operation, const char* executor, double queue_seconds,
+                            int64_t queued, int64_t* active) {
+  const int kind = gym_operation_kind(operation, executor);
+  if (kind < 0) return -kind;
+  return guarded([&] {
+    return gym_operation_started_k(kind, seconds_to_ns("queue_seconds", queue_seconds), queued,
+                                   active);
+  });
+}
+
+int gym_operation_finished_t(const char* operation, const char* executor, double duration_seconds,
+                             const char* outcome, int64_t active) {
+  const int kind = gym_operation_kind(operation, executor);
+  if (kind < 0) return -kind;
+  return guarded([&] {
+    const auto out = parse_or_throw<gym::Outcome>("outcome", outcome, gym::kOutcomes);
+    return gym_operation_finished_k(kind, seconds_to_ns("duration_seconds", duration_seconds),
+                                    static_cast<int>(out), active);
   });
 }
 

@@ -105,47 +105,68 @@ static PyObject* limit_handed_off(PyObject* self, PyObject* const* args, Py_ssiz
   return PyLong_FromLongLong((long long)next);
 }
 
-/* Operations: queued returns the wait's ticket; dequeued takes it; started
- * takes it and returns the run's ticket; finished takes that. */
-static PyObject* operation_queued(PyObject* self, PyObject* args) {
+/* Operations, by kind (operation_kind(operation, executor) names the pair
+ * once): queued returns the wait's ticket; dequeued takes it; started takes
+ * it and returns the run's ticket; finished takes that. Durations in integer
+ * nanoseconds, outcomes as GYM_OUTCOME_* numbers. */
+static PyObject* operation_kind(PyObject* self, PyObject* args) {
   const char *op, *ex;
   (void)self;
   if (!PyArg_ParseTuple(args, "ss", &op, &ex)) return NULL;
+  int kind = gym_operation_kind(op, ex);
+  if (kind < 0) return raise_error(-kind);
+  return PyLong_FromLong(kind);
+}
+
+/* The integer arguments of a fast call, checked. */
+static int int_args(PyObject* const* args, Py_ssize_t n, Py_ssize_t want, long long* out) {
+  if (n != want) {
+    PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, n);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    out[i] = PyLong_AsLongLong(args[i]);
+    if (out[i] == -1 && PyErr_Occurred()) return -1;
+  }
+  return 0;
+}
+
+static PyObject* operation_queued(PyObject* self, PyObject* arg) {
+  (void)self;
+  long kind = PyLong_AsLong(arg);
+  if (kind == -1 && PyErr_Occurred()) return NULL;
   int64_t ticket = 0;
-  int rc = gym_operation_queued_t(op, ex, &ticket);
+  int rc = gym_operation_queued_k((int)kind, &ticket);
   if (rc != GYM_OK) return raise_error(rc);
   return PyLong_FromLongLong((long long)ticket);
 }
 
-static PyObject* operation_dequeued(PyObject* self, PyObject* args) {
-  const char *op, *ex;
-  long long ticket;
+static PyObject* operation_dequeued(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  long long a[2];
   (void)self;
-  if (!PyArg_ParseTuple(args, "ssL", &op, &ex, &ticket)) return NULL;
-  int rc = gym_operation_dequeued_t(op, ex, (int64_t)ticket);
+  if (int_args(args, n, 2, a) != 0) return NULL;
+  int rc = gym_operation_dequeued_k((int)a[0], (int64_t)a[1]);
   if (rc != GYM_OK) return raise_error(rc);
   Py_RETURN_NONE;
 }
 
-static PyObject* operation_started(PyObject* self, PyObject* args) {
-  const char *op, *ex;
-  double queue_seconds;
-  long long queued;
+/* (kind, queue_ns, queued ticket) -> the run's ticket */
+static PyObject* operation_started(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  long long a[3];
   (void)self;
-  if (!PyArg_ParseTuple(args, "ssdL", &op, &ex, &queue_seconds, &queued)) return NULL;
+  if (int_args(args, n, 3, a) != 0) return NULL;
   int64_t ticket = 0;
-  int rc = gym_operation_started_t(op, ex, queue_seconds, (int64_t)queued, &ticket);
+  int rc = gym_operation_started_k((int)a[0], (int64_t)a[1], (int64_t)a[2], &ticket);
   if (rc != GYM_OK) return raise_error(rc);
   return PyLong_FromLongLong((long long)ticket);
 }
 
-static PyObject* operation_finished(PyObject* self, PyObject* args) {
-  const char *op, *ex, *outcome;
-  double seconds;
-  long long active;
+/* (kind, duration_ns, outcome, active ticket) */
+static PyObject* operation_finished(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  long long a[4];
   (void)self;
-  if (!PyArg_ParseTuple(args, "ssdsL", &op, &ex, &seconds, &outcome, &active)) return NULL;
-  int rc = gym_operation_finished_t(op, ex, seconds, outcome, (int64_t)active);
+  if (int_args(args, n, 4, a) != 0) return NULL;
+  int rc = gym_operation_finished_k((int)a[0], (int64_t)a[1], (int)a[2], (int64_t)a[3]);
   if (rc != GYM_OK) return raise_error(rc);
   Py_RETURN_NONE;
 }
@@ -173,10 +194,15 @@ static PyMethodDef kMethods[] = {
      "(handle, hold): a slot was returned."},
     {"limit_handed_off", (PyCFunction)(void (*)(void))limit_handed_off, METH_FASTCALL,
      "(handle, hold, wait): a holder handed its slot to a waiter; the new hold."},
-    {"operation_queued", operation_queued, METH_VARARGS, "An operation waits for its limit."},
-    {"operation_dequeued", operation_dequeued, METH_VARARGS, "A waiting operation gave up."},
-    {"operation_started", operation_started, METH_VARARGS, "An operation entered its limit."},
-    {"operation_finished", operation_finished, METH_VARARGS, "An operation left its limit."},
+    {"operation_kind", operation_kind, METH_VARARGS,
+     "(operation, executor) -> the kind the other operation calls take."},
+    {"operation_queued", operation_queued, METH_O, "(kind): an operation waits; the wait."},
+    {"operation_dequeued", (PyCFunction)(void (*)(void))operation_dequeued, METH_FASTCALL,
+     "(kind, wait): a waiting operation gave up."},
+    {"operation_started", (PyCFunction)(void (*)(void))operation_started, METH_FASTCALL,
+     "(kind, queue_ns, wait): an operation entered its limit; the run."},
+    {"operation_finished", (PyCFunction)(void (*)(void))operation_finished, METH_FASTCALL,
+     "(kind, duration_ns, outcome, run): an operation left its limit."},
     {"declare_server", declare_server, METH_VARARGS, "Declare this process's server identity."},
     {NULL, NULL, 0, NULL}};
 

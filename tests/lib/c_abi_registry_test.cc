@@ -72,6 +72,42 @@ TEST(CAbi, DeclaringAServerAfterTheFirstOperationIsGymEstate) {
   ASSERT_EQ(testing::wait_exit(pid), 0);
 }
 
+TEST(CAbi, EventsByKindLandInTheSeriesOfTheirOperationExecutorAndOutcome) {
+  testing::TempDir tmp;
+  pid_t pid = testing::spawn([&] {
+    ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
+    const int kind = gym_operation_kind("tool", "process");
+    int64_t wait = 0, run = 0;
+    for (int outcome : {GYM_OUTCOME_OK, GYM_OUTCOME_TIMEOUT, GYM_OUTCOME_TIMEOUT}) {
+      if (gym_operation_queued_k(kind, &wait) != GYM_OK) return 1;
+      if (gym_operation_started_k(kind, 3000000, wait, &run) != GYM_OK) return 2;  // 3 ms
+      if (gym_operation_finished_k(kind, 1500000000, outcome, run) != GYM_OK) return 3;  // 1.5 s
+    }
+    std::fflush(nullptr);
+    ::_exit(0);
+    return 0;
+  });
+  ASSERT_EQ(testing::wait_exit(pid), 0);
+  RegistryReader reader(tmp.path());
+  const Snapshot& snap = reader.snapshot();
+  auto duration = [&](const char* outcome) {
+    return find_series(snap, "gym_resources_operation_duration_seconds",
+                       {{"nemo_gym_resources_executor", "process"},
+                        {"nemo_gym_resources_operation", "tool"},
+                        {"nemo_gym_resources_operation_outcome", outcome}});
+  };
+  ASSERT_NE(duration("timeout"), nullptr);
+  EXPECT_EQ(duration("timeout")->count(), 2u);
+  EXPECT_EQ(duration("timeout")->sum, 3000000000) << "integer nanoseconds, exactly";
+  ASSERT_NE(duration("ok"), nullptr);
+  EXPECT_EQ(duration("ok")->count(), 1u);
+  const SeriesSample* queue = find_series(snap, "gym_resources_operation_queue_duration_seconds",
+                                          {{"nemo_gym_resources_executor", "process"},
+                                           {"nemo_gym_resources_operation", "tool"}});
+  ASSERT_NE(queue, nullptr);
+  EXPECT_EQ(queue->sum, 9000000);
+}
+
 // Each misuse returns GYM_ESTATE and leaves every count as it was, in the
 // process (gym_limit_active/queued) and in the registry.
 TEST(CAbi, MisuseReturnsAnErrorAndChangesNothing) {

@@ -66,6 +66,28 @@ int main(void) {
   CHECK(gym_operation_queued("dance", "inline") == GYM_EINVAL);
   CHECK(gym_operation_queued("tool", "teleport") == GYM_EINVAL);
 
+  /* By kind: integers only. */
+  int kind = gym_operation_kind("judge", "thread");
+  CHECK(kind >= 0);
+  CHECK(gym_operation_kind("judge", "thread") == kind);
+  CHECK(gym_operation_kind("verify", "thread") != kind);
+  CHECK(gym_operation_kind("dance", "thread") == -GYM_EINVAL);
+  CHECK(strstr(gym_last_error(), "dance") != NULL);
+  CHECK(gym_operation_kind(NULL, "thread") == -GYM_EINVAL);
+  int64_t wait = 0, run = 0;
+  CHECK(gym_operation_started_k(kind, 10, 0, &run) == GYM_ESTATE); /* nothing queued */
+  CHECK(gym_operation_queued_k(kind, &wait) == GYM_OK);
+  CHECK(gym_operation_started_k(kind, -1, wait, &run) == GYM_EINVAL);
+  CHECK(gym_operation_started_k(kind, 2000000, wait, &run) == GYM_OK);
+  CHECK(gym_operation_finished_k(kind, 5, 99, run) == GYM_EINVAL);
+  CHECK(gym_operation_finished_k(kind, 5, GYM_OUTCOME_CRASHED, run) == GYM_OK);
+  CHECK(gym_operation_finished_k(kind, 5, GYM_OUTCOME_OK, run) == GYM_ESTATE); /* none runs */
+  CHECK(gym_operation_queued_k(-1, &wait) == GYM_EINVAL);
+  CHECK(gym_operation_queued_k(1000, &wait) == GYM_EINVAL);
+  CHECK(gym_operation_queued_k(kind, &wait) == GYM_OK);
+  CHECK(gym_operation_dequeued_k(kind, wait) == GYM_OK);
+  CHECK(gym_operation_dequeued_k(kind, wait) == GYM_ESTATE);
+
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) ++failures;
