@@ -38,14 +38,35 @@ cc -std=c11 "$work/use.c" $(pkg-config --cflags --libs gymmetrics) -o "$work/use
 GYM_METRICS_DIR="$work/registry" LD_LIBRARY_PATH="$work/prefix/lib" "$work/use"
 
 cp -r "$source/python" "$work/python"
-/usr/bin/python3 -m pip install -q --no-build-isolation --break-system-packages \
-  --target "$work/site" "$work/python" 2>/dev/null
-GYM_METRICS_DIR="$work/registry" LD_LIBRARY_PATH="$work/prefix/lib" PYTHONPATH="$work/site" \
-  /usr/bin/python3 -c '
+check_python='
 import asyncio, gym_metrics
 async def main():
     s = gym_metrics.MeteredSemaphore(2, "agent_server", "install_check")
     async with s:
         assert s.active == 1
+    async with gym_metrics.resources_operation(s, "tool", "inline"):
+        pass
 asyncio.run(main())
 print("python ok")'
+
+# Without pkg-config's help, a clear error rather than a missing header.
+if out="$(PKG_CONFIG_PATH="$work/none" PKG_CONFIG_LIBDIR="$work/none" /usr/bin/python3 -m pip \
+  install --no-build-isolation --break-system-packages --target "$work/nowhere" \
+  "$work/python" 2>&1)"; then
+  echo "pip install without the library succeeded" >&2
+  exit 1
+fi
+grep -q "pkg-config cannot find libgymmetrics" <<<"$out" || { echo "$out" >&2; exit 1; }
+echo "missing library: clear error"
+
+# The system Python, and a venv that sees the system's packages (setuptools,
+# wheel): each finds the library with no LD_LIBRARY_PATH, and has the types.
+/usr/bin/python3 -m pip install -q --no-build-isolation --break-system-packages \
+  --target "$work/site" "$work/python" 2>/dev/null
+GYM_METRICS_DIR="$work/registry" PYTHONPATH="$work/site" /usr/bin/python3 -c "$check_python"
+test -f "$work/site/gym_metrics/py.typed"
+test -f "$work/site/gym_metrics/_gym_metrics.pyi"
+/usr/bin/python3 -m venv --system-site-packages "$work/venv"
+"$work/venv/bin/pip" install -q --no-build-isolation "$work/python" 2>/dev/null
+GYM_METRICS_DIR="$work/registry" "$work/venv/bin/python" -c "$check_python"
+echo "venv ok"

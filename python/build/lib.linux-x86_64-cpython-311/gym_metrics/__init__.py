@@ -1,0 +1,271 @@
+"""gym_metrics: NeMo Gym's concurrency and resources-operation metrics for
+asyncio servers, written through libgymmetrics into the same shared-memory
+registry that gym-exporter serves (and C++ writers use).
+
+    from gym_metrics import MeteredSemaphore, resources_operation, declare_server
+
+    declare_server("math_verifier", "resources_server")
+    verifiers = MeteredSemaphore(4, "resources_server", "verifiers",
+                                 server_name="math_verifier", admission_timeout_s=30)
+    async with resources_operation(verifiers, operation="verify", executor="subprocess") as op:
+        if not await run_the_verifier():
+            op.outcome = "timeout"
+
+The registry directory is $GYM_METRICS_DIR (default /dev/shm/gym-metrics);
+without a usable registry everything still works, unmetered.
+"""
+import asyncio
+import collections
+import time
+from typing import Any, Deque, Dict, List, Optional
+
+from . import _gym_metrics as _abi
+
+__all__ = [
+    "COMPONENTS", "EXECUTORS", "OPERATIONS", "OUTCOMES", "MeteredSemaphore",
+    "ResourcesOperation", "declare_server", "resources_operation",
+]
+
+COMPONENTS = frozenset({"rollout_driver", "agent_server", "model_server", "resources_server",
+                        "other"})
+OPERATIONS = frozenset({"verify", "tool", "judge", "other"})
+EXECUTORS = frozenset({"inline", "thread", "process", "subprocess", "other"})
+OUTCOMES = frozenset({"ok", "error", "timeout", "cancelled", "crashed"})
+
+
+class MeteredSemaphore(asyncio.BoundedSemaphore):
+    """An asyncio.BoundedSemaphore that counts its slots in use and its waiters
+    for export. `async with`, acquire, release and locked behave as on the base
+    class. acquire raises TimeoutError when no slot is free within
+    admission_timeout_s (counted as an admission timeout); a wait cancelled
+    before a slot was free is counted as a cancellation, so pass the timeout
+    here rather than wrapping acquire in asyncio.wait_for, which is counted as
+    a cancellation.
+
+    Waiters are served first come, first served, and a release with waiters
+    hands its slot straight to the first one: the exported free slots, slots in
+    use and queue depth agree with the semaphore at every instant (a free slot
+    is never shown beside a queue). The ages of the oldest waiter and holder
+    follow each task: a release ends the releasing task's own hold, or the
+    oldest hold when the task holds none."""
+
+    def __init__(self, limit: int, component: str, limit_name: str,
+                 server_name: Optional[str] = None,
+                 admission_timeout_s: Optional[float] = None) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"concurrency limit must be an integer of at least 1, got {limit!r}")
+        if component not in COMPONENTS:
+            raise ValueError(f"unknown concurrency component {component!r}")
+        if admission_timeout_s is not None and not admission_timeout_s >= 0:
+            raise ValueError(f"admission timeout must be >= 0, got {admission_timeout_s!r}")
+        # The library checks the limit and server names (ValueError).
+        self._handle = _abi.limit_open(component, limit_name, server_name, limit,
+                                       -1.0 if admission_timeout_s is None
+                                       else float(admission_timeout_s))
+        super().__init__(limit)
+        self._limit = limit
+        self._queued = 0
+        # Waiters in arrival order: [future, wait ticket]. A future's result
+        # is the hold ticket handed to it.
+        self._line: Deque[List[Any]] = collections.deque()
+        # Hold tickets by the task that holds them.
+        self._holds: Dict[Any, List[int]] = {}
+        self._admission_timeout_s = admission_timeout_s
+        self._attributes = {"nemo_gym_concurrency_component": component,
+                            "nemo_gym_concurrency_limit_name": limit_name}
+        if server_name is not None:
+            self._attributes["nemo_gym_server_name"] = server_name
+
+    @property
+    def limit(self) -> int:
+        """The configured number of slots."""
+        return self._limit
+
+    @property
+    def active(self) -> int:
+        """Slots held right now."""
+        return self._limit - self._value
+
+    @property
+    def queued(self) -> int:
+        """Callers waiting for a slot right now."""
+        return self._queued
+
+    @property
+    def admission_timeout_s(self) -> Optional[float]:
+        """How long one caller may wait for a slot, or None to wait indefinitely."""
+        return self._admission_timeout_s
+
+    @property
+    def attributes(self) -> Dict[str, str]:
+        """The metric labels this limit reports under."""
+        return dict(self._attributes)
+
+    def locked(self) -> bool:
+        return self._value == 0
+
+    def _keep_hold(self, hold: int) -> None:
+        task = asyncio.current_task()
+        held = self._holds.get(task)
+        if held is None:
+            self._holds[task] = [hold]
+        else:
+            held.append(hold)
+
+    def _take_hold(self) -> int:
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # released outside the event loop
+            return 0
+        held = self._holds.get(task)
+        if not held:
+            return 0  # ends the oldest hold
+        hold = held.pop()
+        if not held:
+            del self._holds[task]
+        return hold
+
+    async def acquire(self) -> bool:
+        if self._value > 0:
+            self._value -= 1
+            self._keep_hold(_abi.limit_acquired(self._handle))
+            return True
+        fut = asyncio.get_running_loop().create_future()
+        wait = _abi.limit_wait_started(self._handle)
+        entry = [fut, wait]
+        self._line.append(entry)
+        self._queued += 1
+        try:
+            if self._admission_timeout_s is None:
+                await fut
+            else:
+                await asyncio.wait_for(fut, self._admission_timeout_s)
+        except BaseException as e:
+            if fut.done() and not fut.cancelled():
+                # Handed a slot as the wait ended: pass it on, as the caller
+                # does not get it.
+                self._hand_on(fut.result())
+            else:
+                try:
+                    self._line.remove(entry)
+                except ValueError:
+                    pass  # release() dropped it already
+                self._queued -= 1
+                if isinstance(e, asyncio.TimeoutError):
+                    _abi.limit_wait_timed_out(self._handle, wait)
+                else:  # cancelled (also by an outer wait_for)
+                    _abi.limit_wait_cancelled(self._handle, wait)
+            if isinstance(e, asyncio.TimeoutError):
+                raise TimeoutError(
+                    f"no slot of {self._attributes['nemo_gym_concurrency_limit_name']} became "
+                    f"free within {self._admission_timeout_s} s") from None
+            raise
+        self._keep_hold(fut.result())
+        return True
+
+    def _hand_on(self, hold: int) -> None:
+        """Gives the slot of `hold` to the first live waiter, or frees it."""
+        while self._line:
+            fut, wait = self._line.popleft()
+            if fut.done():
+                continue  # cancelled: its acquire counts it
+            self._queued -= 1
+            fut.set_result(_abi.limit_handed_off(self._handle, hold, wait))
+            return
+        self._value += 1
+        _abi.limit_released(self._handle, hold)
+
+    def release(self) -> None:
+        if self._value >= self._limit:
+            raise ValueError("BoundedSemaphore released too many times")
+        self._hand_on(self._take_hold())
+
+
+# Bound once: each operation calls them on its fast path.
+_monotonic_ns = time.monotonic_ns
+_operation_queued = _abi.operation_queued
+_operation_started = _abi.operation_started
+_operation_finished = _abi.operation_finished
+# The library's numbers for outcomes (GYM_OUTCOME_*), and kinds by
+# (operation, executor), made on first use.
+_OUTCOME_CODES = {"ok": 0, "error": 1, "timeout": 2, "cancelled": 3, "crashed": 4}
+_KINDS: Dict[Any, int] = {}
+
+
+class ResourcesOperation:
+    """One limited operation, as `async with resources_operation(...) as op`
+    gives it. Set `outcome` inside the block when the work ended other than by
+    returning normally.
+
+    A class with __aenter__/__aexit__ rather than an @asynccontextmanager
+    generator: it costs about half as much per operation."""
+
+    __slots__ = ("_limit", "_kind", "_outcome", "_started", "_running")
+
+    def __init__(self, limit: Any, operation: str, executor: str) -> None:
+        kind = _KINDS.get((operation, executor))
+        if kind is None:
+            if operation not in OPERATIONS:
+                raise ValueError(f"unknown operation {operation!r}; one of {sorted(OPERATIONS)}")
+            if executor not in EXECUTORS:
+                raise ValueError(f"unknown executor {executor!r}; one of {sorted(EXECUTORS)}")
+            kind = _KINDS[(operation, executor)] = _abi.operation_kind(operation, executor)
+        self._limit = limit
+        self._kind = kind
+        self._outcome: Optional[str] = None
+
+    @property
+    def outcome(self) -> Optional[str]:
+        return self._outcome
+
+    @outcome.setter
+    def outcome(self, value: Optional[str]) -> None:
+        if value is not None and value not in OUTCOMES:
+            raise ValueError(f"unknown outcome {value!r}; one of {sorted(OUTCOMES)}")
+        self._outcome = value
+
+    async def __aenter__(self) -> "ResourcesOperation":
+        kind = self._kind
+        queued = _operation_queued(kind)
+        queued_at = _monotonic_ns()
+        try:
+            await self._limit.__aenter__()
+        except BaseException:
+            _abi.operation_dequeued(kind, queued)
+            raise
+        self._started = started = _monotonic_ns()
+        self._running = _operation_started(kind, started - queued_at, queued)
+        return self
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
+        outcome = self._outcome
+        if outcome is None:
+            if exc_type is None:
+                outcome = "ok"
+            elif issubclass(exc_type, asyncio.CancelledError):
+                outcome = "cancelled"
+            else:
+                outcome = "error"
+        try:
+            _operation_finished(self._kind, _monotonic_ns() - self._started,
+                                _OUTCOME_CODES[outcome], self._running)
+        finally:
+            await self._limit.__aexit__(None, None, None)
+        return False
+
+
+def resources_operation(limit: Any, operation: str, executor: str) -> ResourcesOperation:
+    """Enter `limit` (any async context manager, such as an asyncio.Semaphore)
+    and report the operation: queued while waiting, the queue duration on
+    entry, active inside, the duration with its outcome on exit. An exception
+    sets the outcome to error, a cancellation to cancelled, unless the block
+    already set one. `operation` and `executor` are checked here (ValueError)."""
+    return ResourcesOperation(limit, operation, executor)
+
+
+def declare_server(name: str, server_type: str) -> None:
+    """Declare which Gym server this process is: its resources-operation
+    series then carry nemo_gym_server_name, and gym-exporter samples its
+    process tree's memory. Declare before the first operation: afterwards
+    another identity raises RuntimeError and changes nothing."""
+    _abi.declare_server(name, server_type)

@@ -1,0 +1,221 @@
+/* _gym_metrics: the CPython extension over libgymmetrics' C ABI
+ * (gym_metrics.h). Errors become ValueError (bad argument) or RuntimeError
+ * (an event that does not fit the state), with the library's message. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include "gym_metrics.h"
+
+static const char* kCapsule = "gym_metrics.limit";
+
+static PyObject* raise_error(int rc) {
+  PyErr_SetString(rc == GYM_EINVAL ? PyExc_ValueError : PyExc_RuntimeError, gym_last_error());
+  return NULL;
+}
+
+static void close_limit(PyObject* capsule) {
+  gym_limit* l = (gym_limit*)PyCapsule_GetPointer(capsule, kCapsule);
+  if (l != NULL) gym_limit_close(l);
+}
+
+static PyObject* limit_open(PyObject* self, PyObject* args) {
+  const char *component, *limit_name, *server_name;
+  long long limit;
+  double timeout;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "sszLd", &component, &limit_name, &server_name, &limit, &timeout))
+    return NULL;
+  gym_limit* l = NULL;
+  int rc = gym_limit_open(component, limit_name, server_name, (int64_t)limit, timeout, &l);
+  if (rc != GYM_OK) return raise_error(rc);
+  return PyCapsule_New(l, kCapsule, close_limit);
+}
+
+static gym_limit* limit_of(PyObject* capsule) {
+  return (gym_limit*)PyCapsule_GetPointer(capsule, kCapsule);
+}
+
+/* Events that start a wait or a hold take the handle alone (METH_O: no
+ * argument tuple to parse, as they are on every acquire) and return the
+ * ticket; those that end one take (handle, ticket). */
+#define LIMIT_START(name, call)                              \
+  static PyObject* name(PyObject* self, PyObject* capsule) { \
+    (void)self;                                              \
+    gym_limit* l = limit_of(capsule);                        \
+    if (l == NULL) return NULL;                              \
+    int64_t ticket = 0;                                      \
+    int rc = call(l, &ticket);                               \
+    if (rc != GYM_OK) return raise_error(rc);                \
+    return PyLong_FromLongLong((long long)ticket);           \
+  }
+
+#define LIMIT_END(name, call)                                                  \
+  static PyObject* name(PyObject* self, PyObject* const* args, Py_ssize_t n) { \
+    (void)self;                                                                \
+    if (n != 2) {                                                              \
+      PyErr_SetString(PyExc_TypeError, #name "(handle, ticket)");              \
+      return NULL;                                                             \
+    }                                                                          \
+    gym_limit* l = limit_of(args[0]);                                          \
+    if (l == NULL) return NULL;                                                \
+    long long ticket = PyLong_AsLongLong(args[1]);                             \
+    if (ticket == -1 && PyErr_Occurred()) return NULL;                         \
+    int rc = call(l, (int64_t)ticket);                                         \
+    if (rc != GYM_OK) return raise_error(rc);                                  \
+    Py_RETURN_NONE;                                                            \
+  }
+
+LIMIT_START(limit_acquired, gym_limit_acquired_t)
+LIMIT_START(limit_wait_started, gym_limit_wait_started_t)
+LIMIT_END(limit_wait_timed_out, gym_limit_wait_timed_out_t)
+LIMIT_END(limit_wait_cancelled, gym_limit_wait_cancelled_t)
+LIMIT_END(limit_released, gym_limit_released_t)
+
+static PyObject* limit_wait_admitted(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  (void)self;
+  if (n != 2) {
+    PyErr_SetString(PyExc_TypeError, "limit_wait_admitted(handle, wait)");
+    return NULL;
+  }
+  gym_limit* l = limit_of(args[0]);
+  if (l == NULL) return NULL;
+  long long wait = PyLong_AsLongLong(args[1]);
+  if (wait == -1 && PyErr_Occurred()) return NULL;
+  int64_t hold = 0;
+  int rc = gym_limit_wait_admitted_t(l, (int64_t)wait, &hold);
+  if (rc != GYM_OK) return raise_error(rc);
+  return PyLong_FromLongLong((long long)hold);
+}
+
+static PyObject* limit_handed_off(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  (void)self;
+  if (n != 3) {
+    PyErr_SetString(PyExc_TypeError, "limit_handed_off(handle, hold, wait)");
+    return NULL;
+  }
+  gym_limit* l = limit_of(args[0]);
+  if (l == NULL) return NULL;
+  long long hold = PyLong_AsLongLong(args[1]);
+  if (hold == -1 && PyErr_Occurred()) return NULL;
+  long long wait = PyLong_AsLongLong(args[2]);
+  if (wait == -1 && PyErr_Occurred()) return NULL;
+  int64_t next = 0;
+  int rc = gym_limit_handed_off_t(l, (int64_t)hold, (int64_t)wait, &next);
+  if (rc != GYM_OK) return raise_error(rc);
+  return PyLong_FromLongLong((long long)next);
+}
+
+/* Operations, by kind (operation_kind(operation, executor) names the pair
+ * once): queued returns the wait's ticket; dequeued takes it; started takes
+ * it and returns the run's ticket; finished takes that. Durations in integer
+ * nanoseconds, outcomes as GYM_OUTCOME_* numbers. */
+static PyObject* operation_kind(PyObject* self, PyObject* args) {
+  const char *op, *ex;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "ss", &op, &ex)) return NULL;
+  int kind = gym_operation_kind(op, ex);
+  if (kind < 0) return raise_error(-kind);
+  return PyLong_FromLong(kind);
+}
+
+/* The integer arguments of a fast call, checked. */
+static int int_args(PyObject* const* args, Py_ssize_t n, Py_ssize_t want, long long* out) {
+  if (n != want) {
+    PyErr_Format(PyExc_TypeError, "expected %zd arguments, got %zd", want, n);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    out[i] = PyLong_AsLongLong(args[i]);
+    if (out[i] == -1 && PyErr_Occurred()) return -1;
+  }
+  return 0;
+}
+
+static PyObject* operation_queued(PyObject* self, PyObject* arg) {
+  (void)self;
+  long kind = PyLong_AsLong(arg);
+  if (kind == -1 && PyErr_Occurred()) return NULL;
+  int64_t ticket = 0;
+  int rc = gym_operation_queued_k((int)kind, &ticket);
+  if (rc != GYM_OK) return raise_error(rc);
+  return PyLong_FromLongLong((long long)ticket);
+}
+
+static PyObject* operation_dequeued(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  long long a[2];
+  (void)self;
+  if (int_args(args, n, 2, a) != 0) return NULL;
+  int rc = gym_operation_dequeued_k((int)a[0], (int64_t)a[1]);
+  if (rc != GYM_OK) return raise_error(rc);
+  Py_RETURN_NONE;
+}
+
+/* (kind, queue_ns, queued ticket) -> the run's ticket */
+static PyObject* operation_started(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  long long a[3];
+  (void)self;
+  if (int_args(args, n, 3, a) != 0) return NULL;
+  int64_t ticket = 0;
+  int rc = gym_operation_started_k((int)a[0], (int64_t)a[1], (int64_t)a[2], &ticket);
+  if (rc != GYM_OK) return raise_error(rc);
+  return PyLong_FromLongLong((long long)ticket);
+}
+
+/* (kind, duration_ns, outcome, active ticket) */
+static PyObject* operation_finished(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  long long a[4];
+  (void)self;
+  if (int_args(args, n, 4, a) != 0) return NULL;
+  int rc = gym_operation_finished_k((int)a[0], (int64_t)a[1], (int)a[2], (int64_t)a[3]);
+  if (rc != GYM_OK) return raise_error(rc);
+  Py_RETURN_NONE;
+}
+
+static PyObject* declare_server(PyObject* self, PyObject* args) {
+  const char *name, *type;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "ss", &name, &type)) return NULL;
+  int rc = gym_declare_server(name, type);
+  if (rc != GYM_OK) return raise_error(rc);
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef kMethods[] = {
+    {"limit_open", limit_open, METH_VARARGS, "Open a concurrency limit; returns its handle."},
+    {"limit_acquired", limit_acquired, METH_O, "A slot was taken without waiting; the hold."},
+    {"limit_wait_started", limit_wait_started, METH_O, "A caller started waiting; the wait."},
+    {"limit_wait_admitted", (PyCFunction)(void (*)(void))limit_wait_admitted, METH_FASTCALL,
+     "(handle, wait): a waiting caller got a slot; the hold."},
+    {"limit_wait_timed_out", (PyCFunction)(void (*)(void))limit_wait_timed_out, METH_FASTCALL,
+     "(handle, wait): a wait ran out of time."},
+    {"limit_wait_cancelled", (PyCFunction)(void (*)(void))limit_wait_cancelled, METH_FASTCALL,
+     "(handle, wait): a wait was cancelled."},
+    {"limit_released", (PyCFunction)(void (*)(void))limit_released, METH_FASTCALL,
+     "(handle, hold): a slot was returned."},
+    {"limit_handed_off", (PyCFunction)(void (*)(void))limit_handed_off, METH_FASTCALL,
+     "(handle, hold, wait): a holder handed its slot to a waiter; the new hold."},
+    {"operation_kind", operation_kind, METH_VARARGS,
+     "(operation, executor) -> the kind the other operation calls take."},
+    {"operation_queued", operation_queued, METH_O, "(kind): an operation waits; the wait."},
+    {"operation_dequeued", (PyCFunction)(void (*)(void))operation_dequeued, METH_FASTCALL,
+     "(kind, wait): a waiting operation gave up."},
+    {"operation_started", (PyCFunction)(void (*)(void))operation_started, METH_FASTCALL,
+     "(kind, queue_ns, wait): an operation entered its limit; the run."},
+    {"operation_finished", (PyCFunction)(void (*)(void))operation_finished, METH_FASTCALL,
+     "(kind, duration_ns, outcome, run): an operation left its limit."},
+    {"declare_server", declare_server, METH_VARARGS, "Declare this process's server identity."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
+                                     "_gym_metrics",
+                                     "libgymmetrics' C ABI.",
+                                     -1,
+                                     kMethods,
+                                     NULL,
+                                     NULL,
+                                     NULL,
+                                     NULL};
+
+PyMODINIT_FUNC PyInit__gym_metrics(void) {
+  return PyModule_Create(&kModule);
+}
