@@ -17,27 +17,27 @@ thread_local const LogFields* t_fields = nullptr;
 // `text` escaped for a double-quoted logfmt or JSON string.
 void append_escaped(std::string_view text, spdlog::memory_buf_t& dest) {
   for (char c : text) {
-      switch (c) {
-        case '"':
-          dest.append(std::string_view("\\\""));
-          break;
-        case '\\':
-          dest.append(std::string_view("\\\\"));
-          break;
-        case '\n':
-          dest.append(std::string_view("\\n"));
-          break;
-        case '\t':
-          dest.append(std::string_view("\\t"));
-          break;
-        default:
-          if (static_cast<unsigned char>(c) < 0x20) {
-            char buf[8];
-            std::snprintf(buf, sizeof buf, "\\u%04x", c);
-            dest.append(std::string_view(buf));
-          } else {
-            dest.push_back(c);
-          }
+    switch (c) {
+      case '"':
+        dest.append(std::string_view("\\\""));
+        break;
+      case '\\':
+        dest.append(std::string_view("\\\\"));
+        break;
+      case '\n':
+        dest.append(std::string_view("\\n"));
+        break;
+      case '\t':
+        dest.append(std::string_view("\\t"));
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          dest.append(std::string_view(buf));
+        } else {
+          dest.push_back(c);
+        }
     }
   }
 }
@@ -97,8 +97,7 @@ constexpr size_t kMaxMessages = 1000;
 
 }  // namespace
 
-void log_event(spdlog::level::level_enum level, std::string_view message,
-               const LogFields& fields) {
+void log_event(spdlog::level::level_enum level, std::string_view message, const LogFields& fields) {
   t_fields = &fields;
   spdlog::log(level, "{}", message);
   t_fields = nullptr;

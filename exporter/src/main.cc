@@ -3,8 +3,8 @@
 // SIGINT).
 #include <malloc.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <spdlog/spdlog.h>
+#include <sys/resource.h>
 
 #include <cerrno>
 #include <cstdio>

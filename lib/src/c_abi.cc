@@ -88,9 +88,11 @@ struct Kind {
 };
 Kind kind_or_throw(int kind) {
   constexpr int n = static_cast<int>(gym::kOperations.size() * gym::kExecutors.size());
-  if (kind < 0 || kind >= n) throw std::invalid_argument("unknown operation kind " + std::to_string(kind));
+  if (kind < 0 || kind >= n)
+    throw std::invalid_argument("unknown operation kind " + std::to_string(kind));
   const int executors = static_cast<int>(gym::kExecutors.size());
-  return {static_cast<gym::Operation>(kind / executors), static_cast<gym::Executor>(kind % executors)};
+  return {static_cast<gym::Operation>(kind / executors),
+          static_cast<gym::Executor>(kind % executors)};
 }
 static_assert(GYM_OUTCOME_OK == int(gym::Outcome::kOk) &&
               GYM_OUTCOME_ERROR == int(gym::Outcome::kError) &&

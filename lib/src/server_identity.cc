@@ -11,7 +11,7 @@ namespace gym {
 namespace {
 std::mutex g_mu;
 std::optional<ServerIdentity> g_identity;
-bool g_taken = false;  // operation series were registered with g_identity
+bool g_taken = false;               // operation series were registered with g_identity
 Gauge* g_identity_gauge = nullptr;  // never destroyed: lives as long as the process
 
 void check(std::string_view what, std::string_view v) {
@@ -25,7 +25,8 @@ void declare_server(std::string_view name, std::string_view server_type, Segment
   check("server name", name);
   check("server type", server_type);
   std::lock_guard<std::mutex> lock(g_mu);
-  if (g_taken && !(g_identity && g_identity->name == name && g_identity->server_type == server_type))
+  if (g_taken &&
+      !(g_identity && g_identity->name == name && g_identity->server_type == server_type))
     throw std::logic_error(
         "declare_server('" + std::string(name) + "', '" + std::string(server_type) +
         "') refused: this process's resources-operation series were registered " +

@@ -56,8 +56,7 @@ TEST(Logging, JsonFieldsAreEscapedStrings) {
   log_event(spdlog::level::info, "m", {{"server", "math \"v2\"\\"}});
   const auto lines = log.lines();
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_NE(lines[0].find(R"("msg":"m","server":"math \"v2\"\\"})"), std::string::npos)
-      << lines[0];
+  EXPECT_NE(lines[0].find(R"("msg":"m","server":"math \"v2\"\\"})"), std::string::npos) << lines[0];
 }
 
 TEST(Logging, ARepeatedWarningIsWrittenOnceAMinuteWithHowManyWereSuppressed) {

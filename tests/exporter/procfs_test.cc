@@ -296,10 +296,9 @@ TEST(MemoryCollectorFixture, AMissingPidfileIsDownCountedEachTimeAndLoggedOnce) 
   std::filesystem::remove(fx.path("missing.pid"));
   sampler.sample();
   sampler.sample();
-  EXPECT_EQ(std::count_if(logged.begin(), logged.end(),
-                          [](const std::string& m) {
-                            return m.find("missing.pid") != std::string::npos;
-                          }),
+  EXPECT_EQ(std::count_if(
+                logged.begin(), logged.end(),
+                [](const std::string& m) { return m.find("missing.pid") != std::string::npos; }),
             2)
       << "missing again after it was back: logged again, once";
 }

@@ -80,7 +80,7 @@ TEST(CAbi, EventsByKindLandInTheSeriesOfTheirOperationExecutorAndOutcome) {
     int64_t wait = 0, run = 0;
     for (int outcome : {GYM_OUTCOME_OK, GYM_OUTCOME_TIMEOUT, GYM_OUTCOME_TIMEOUT}) {
       if (gym_operation_queued_k(kind, &wait) != GYM_OK) return 1;
-      if (gym_operation_started_k(kind, 3000000, wait, &run) != GYM_OK) return 2;  // 3 ms
+      if (gym_operation_started_k(kind, 3000000, wait, &run) != GYM_OK) return 2;        // 3 ms
       if (gym_operation_finished_k(kind, 1500000000, outcome, run) != GYM_OK) return 3;  // 1.5 s
     }
     std::fflush(nullptr);
@@ -101,9 +101,9 @@ TEST(CAbi, EventsByKindLandInTheSeriesOfTheirOperationExecutorAndOutcome) {
   EXPECT_EQ(duration("timeout")->sum, 3000000000) << "integer nanoseconds, exactly";
   ASSERT_NE(duration("ok"), nullptr);
   EXPECT_EQ(duration("ok")->count(), 1u);
-  const SeriesSample* queue = find_series(snap, "gym_resources_operation_queue_duration_seconds",
-                                          {{"nemo_gym_resources_executor", "process"},
-                                           {"nemo_gym_resources_operation", "tool"}});
+  const SeriesSample* queue = find_series(
+      snap, "gym_resources_operation_queue_duration_seconds",
+      {{"nemo_gym_resources_executor", "process"}, {"nemo_gym_resources_operation", "tool"}});
   ASSERT_NE(queue, nullptr);
   EXPECT_EQ(queue->sum, 9000000);
 }

@@ -7,10 +7,10 @@
 #include <tuple>
 
 #include "collector.h"
-#include "logging.h"
 #include "exposition/families.h"
 #include "gym/contract.h"
 #include "gym/families.h"
+#include "logging.h"
 
 namespace gym::exporter {
 namespace {
