@@ -51,6 +51,7 @@ std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
     auto it = c.collectors.find(kind->name);
     const CollectorSettings* settings =
         it == c.collectors.end() ? nullptr : it->second.settings.get();
+    if (settings != nullptr && !settings->enabled) continue;
     out.push_back(make_collector(kind->name, context, settings));
   }
   return out;

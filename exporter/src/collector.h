@@ -79,6 +79,9 @@ class IntervalCollector : public Collector {
 class CollectorSettings {
  public:
   virtual ~CollectorSettings() = default;
+  // `enabled: false` in its section: the collector is not built, and its
+  // families are not served.
+  bool enabled = true;
 };
 
 // What every collector may use.

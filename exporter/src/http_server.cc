@@ -5,6 +5,7 @@
 #include <zlib.h>
 
 #include <netdb.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -18,6 +19,8 @@
 #include <cstdio>
 #include <cstring>
 #include <mutex>
+#include <optional>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -29,19 +32,55 @@ namespace gym::exporter {
 
 namespace {
 
-void send(mg_connection* conn, int status, const char* reason, const char* type,
-          const std::string& body, bool head, const char* extra_headers = "") {
+// `configured`: the web configuration's headers, on every reply.
+void send(mg_connection* conn, const std::string& configured, int status, const char* reason,
+          const char* type, const std::string& body, bool head, const char* extra_headers = "") {
   mg_printf(conn,
-            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s"
+            "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s%s"
             "Cache-Control: no-store\r\n\r\n",
-            status, reason, type, body.size(), extra_headers);
+            status, reason, type, body.size(), extra_headers, configured.c_str());
   if (!head && !body.empty()) mg_write(conn, body.data(), body.size());
 }
 
-bool accepts_gzip(mg_connection* conn) {
-  const char* ae = mg_get_header(conn, "Accept-Encoding");
-  return ae != nullptr && std::strstr(ae, "gzip") != nullptr;
+}  // namespace
+
+bool accepts_gzip(const char* accept_encoding) {
+  if (accept_encoding == nullptr) return false;
+  // Codings with optional q-values (RFC 9110 12.5.3): gzip unless its q, or
+  // that of * when gzip is not named, is 0.
+  std::optional<double> gzip, any;
+  std::string_view rest(accept_encoding);
+  while (!rest.empty()) {
+    const size_t comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    auto trim = [](std::string_view v) {
+      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+      return v;
+    };
+    const size_t semi = item.find(';');
+    const std::string_view coding = trim(item.substr(0, semi));
+    double q = 1;
+    if (semi != std::string_view::npos) {
+      std::string_view param = trim(item.substr(semi + 1));
+      if (param.size() >= 2 && (param[0] == 'q' || param[0] == 'Q') && param[1] == '=') {
+        const std::string value(trim(param.substr(2)));
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        q = end != value.c_str() && v >= 0 && v <= 1 ? v : 0;
+      }
+    }
+    if (coding.size() == 4 && strncasecmp(coding.data(), "gzip", 4) == 0)
+      gzip = q;
+    else if (coding == "*")
+      any = q;
+  }
+  if (gzip) return *gzip > 0;
+  return any && *any > 0;
 }
+
+namespace {
 
 // "[host]:port" -> CivetWeb's listening_ports form.
 std::string civet_port(const std::string& address) {
@@ -242,6 +281,8 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
   if (!civet.build(options, error)) return nullptr;
   std::vector<const char*>& opts = civet.opts;
   server->users_ = options.web.basic_auth_users;
+  for (const auto& [name, value] : options.web.headers)
+    server->configured_headers_ += name + ": " + value + "\r\n";
   mg_callbacks callbacks{};
   // CivetWeb's own messages go to our log, at debug level.
   callbacks.log_message = [](const mg_connection*, const char* message) {
@@ -341,15 +382,15 @@ int HttpServer::handle(mg_connection* conn, void* self_ptr) {
 int HttpServer::serve(mg_connection* conn, const mg_request_info* req, const std::string& uri) {
   HttpServer* self = this;
   if (!self->authorized(conn)) {
-    send(conn, 401, "Unauthorized", "text/plain; charset=utf-8", "Unauthorized\n",
-         std::strcmp(req->request_method ? req->request_method : "", "HEAD") == 0,
+    send(conn, configured_headers_, 401, "Unauthorized", "text/plain; charset=utf-8",
+         "Unauthorized\n", std::strcmp(req->request_method ? req->request_method : "", "HEAD") == 0,
          "WWW-Authenticate: Basic realm=\"gym-exporter\"\r\n");
     return 401;
   }
   const std::string method = req->request_method ? req->request_method : "";
   const bool head = method == "HEAD";
   if (method != "GET" && !head) {
-    send(conn, 405, "Method Not Allowed", "text/plain; charset=utf-8",
+    send(conn, configured_headers_, 405, "Method Not Allowed", "text/plain; charset=utf-8",
          "method " + method + " not allowed\n", false, "Allow: GET, HEAD\r\n");
     return 405;
   }
@@ -357,27 +398,32 @@ int HttpServer::serve(mg_connection* conn, const mg_request_info* req, const std
     static const TextEncoder text;
     const std::string content_type(text.content_type());
     std::string body = self->exposition_->render(text);
-    if (accepts_gzip(conn)) {
-      send(conn, 200, "OK", content_type.c_str(), gzip_compress(body), head,
+    // Vary on every reply, gzipped or not: caches must key on it.
+    if (accepts_gzip(mg_get_header(conn, "Accept-Encoding"))) {
+      send(conn, configured_headers_, 200, "OK", content_type.c_str(), gzip_compress(body), head,
            "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n");
     } else {
-      send(conn, 200, "OK", content_type.c_str(), body, head);
+      send(conn, configured_headers_, 200, "OK", content_type.c_str(), body, head,
+           "Vary: Accept-Encoding\r\n");
     }
     return 200;
   }
   if (uri == "/api/v1/snapshot" && self->options_.snapshot_json) {
-    send(conn, 200, "OK", "application/json", self->options_.snapshot_json(), head);
+    send(conn, configured_headers_, 200, "OK", "application/json", self->options_.snapshot_json(),
+         head);
     return 200;
   }
   if (uri == "/-/healthy" || uri == "/-/ready") {
-    send(conn, 200, "OK", "text/plain; charset=utf-8", "OK\n", head);
+    send(conn, configured_headers_, 200, "OK", "text/plain; charset=utf-8", "OK\n", head);
     return 200;
   }
   if (uri == "/") {
-    send(conn, 200, "OK", "text/html; charset=utf-8", self->landing_page_(), head);
+    send(conn, configured_headers_, 200, "OK", "text/html; charset=utf-8", self->landing_page_(),
+         head);
     return 200;
   }
-  send(conn, 404, "Not Found", "text/plain; charset=utf-8", "404 page not found\n", head);
+  send(conn, configured_headers_, 404, "Not Found", "text/plain; charset=utf-8",
+       "404 page not found\n", head);
   return 404;
 }
 

@@ -49,6 +49,7 @@ class HttpServer {
   int serve(::mg_connection* conn, const ::mg_request_info* req, const std::string& uri);
   bool authorized(::mg_connection* conn);
   Options options_;
+  std::string configured_headers_;  // web config http_server_config.headers, rendered
   std::mutex users_mu_;
   std::map<std::string, std::string> users_;
   PasswordCache passwords_;
@@ -60,5 +61,8 @@ class HttpServer {
 
 // gzip of `in` (RFC 1952).
 std::string gzip_compress(const std::string& in);
+// Whether an Accept-Encoding header value accepts gzip (q-values honoured:
+// "gzip;q=0" refuses it, "*" accepts it unless gzip is refused).
+bool accepts_gzip(const char* accept_encoding);
 
 }  // namespace gym::exporter

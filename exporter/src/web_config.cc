@@ -1,13 +1,15 @@
 #include "web_config.h"
 
 #include <crypt.h>
+#include <strings.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
-#include "yaml_reader.h"
-
+#include <algorithm>
 #include <cstring>
 #include <memory>
+
+#include "yaml_reader.h"
 
 namespace gym::exporter {
 
@@ -76,10 +78,71 @@ void read_tls(YamlReader& rd, const YAML::Node& v, WebConfig& c) {
                             "' is not supported: use NoClientCert, VerifyClientCertIfGiven "
                             "or RequireAndVerifyClientCert");
         }},
-       {"min_version", [&](const YAML::Node& n) {
+       {"min_version",
+        [&](const YAML::Node& n) {
           if (rd.string(n, "min_version", c.min_version) &&
               !one_of(c.min_version, {"TLS10", "TLS11", "TLS12", "TLS13"}))
             rd.error(n, "min_version '" + c.min_version + "' must be TLS10, TLS11, TLS12 or TLS13");
+        }},
+       {"max_version",
+        [&](const YAML::Node& n) {
+          rd.error(n,
+                   "max_version is not supported: CivetWeb (Debian 12) sets only the lowest "
+                   "TLS version; use min_version");
+        }},
+       {"cipher_suites",
+        [&](const YAML::Node& n) {
+          rd.error(n,
+                   "cipher_suites is not supported: CivetWeb takes OpenSSL's cipher list, not "
+                   "Go's suite names; min_version: TLS13 limits the suites to TLS 1.3's");
+        }},
+       {"prefer_server_cipher_suites", [&](const YAML::Node& n) {
+          bool ignored = true;  // Go ignores it too (since 1.17)
+          rd.boolean(n, "prefer_server_cipher_suites", ignored);
+        }}});
+}
+
+// The headers exporter-toolkit allows in http_server_config.headers.
+const char* const kAllowedHeaders[] = {"Strict-Transport-Security", "X-Content-Type-Options",
+                                       "X-Frame-Options", "X-XSS-Protection",
+                                       "Content-Security-Policy"};
+
+void read_http(YamlReader& rd, const YAML::Node& v, WebConfig& c) {
+  if (v.IsNull()) return;
+  rd.mapping(
+      v, "http_server_config",
+      {{"http2",
+        [&](const YAML::Node& n) {
+          bool ignored = false;  // CivetWeb speaks HTTP/1.1 only
+          rd.boolean(n, "http2", ignored);
+        }},
+       {"headers", [&](const YAML::Node& n) {
+          if (n.IsNull()) return;
+          if (!n.IsMap()) {
+            rd.error(n, "http_server_config.headers must be a mapping");
+            return;
+          }
+          for (const auto& h : n) {
+            std::string name, value;
+            if (!rd.string(h.first, "a header name", name) ||
+                !rd.string(h.second, "the value of header " + name, value))
+              continue;
+            const auto* allowed =
+                std::find_if(std::begin(kAllowedHeaders), std::end(kAllowedHeaders),
+                             [&](const char* a) { return strcasecmp(a, name.c_str()) == 0; });
+            if (allowed == std::end(kAllowedHeaders)) {
+              rd.error(h.first, "header '" + name +
+                                    "' cannot be set: only Strict-Transport-Security, "
+                                    "X-Content-Type-Options, X-Frame-Options, "
+                                    "X-XSS-Protection and Content-Security-Policy");
+              continue;
+            }
+            if (value.empty() || value.find_first_of("\r\n") != std::string::npos) {
+              rd.error(h.second, "the value of header " + name + " must be one non-empty line");
+              continue;
+            }
+            c.headers[*allowed] = value;
+          }
         }}});
 }
 
@@ -128,7 +191,8 @@ WebConfigResult parse_web_node(YamlReader& rd, std::optional<YAML::Node> root) {
   }
   rd.mapping(*root, "",
              {{"tls_server_config", [&](const YAML::Node& v) { read_tls(rd, v, c); }},
-              {"basic_auth_users", [&](const YAML::Node& v) { read_users(rd, v, c); }}});
+              {"basic_auth_users", [&](const YAML::Node& v) { read_users(rd, v, c); }},
+              {"http_server_config", [&](const YAML::Node& v) { read_http(rd, v, c); }}});
   check_tls(rd, *root, c);
   return r;
 }

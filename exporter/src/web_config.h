@@ -7,8 +7,17 @@
 //     client_auth_type: RequireAndVerifyClientCert   # or NoClientCert, VerifyClientCertIfGiven
 //     client_ca_file: ca.crt
 //     min_version: TLS12                              # TLS10, TLS11, TLS12, TLS13
+//     prefer_server_cipher_suites: true               # accepted, no effect (as in Go)
 //   basic_auth_users:
 //     prometheus: $2y$10$...                         # bcrypt hashes
+//   http_server_config:
+//     headers:                                        # added to every reply
+//       Strict-Transport-Security: max-age=31536000
+//     http2: false                                    # accepted: HTTP/1.1 only
+//
+// max_version and cipher_suites are refused with the reason: CivetWeb (as
+// Debian 12 ships it) can set only the lowest TLS version, and its cipher
+// list is OpenSSL's, not Go's names.
 //
 // Thread-safety: plain values; verify_password is reentrant; PasswordCache
 // is thread-safe.
@@ -30,6 +39,7 @@ struct WebConfig {
   std::string client_ca_file;
   std::string min_version = "TLS12";
   std::map<std::string, std::string> basic_auth_users;  // user -> bcrypt hash
+  std::map<std::string, std::string> headers;           // http_server_config.headers
   bool operator==(const WebConfig&) const = default;
 };
 

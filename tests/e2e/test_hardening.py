@@ -199,6 +199,14 @@ def test_tls_and_basic_auth_together(exporter, pki):
     ("tls_server_config:\n  min_version: SSL3\n", "min_version 'SSL3'"),
     ("tls_server_config:\n  client_auth_type: RequireAnyClientCert\n", "is not supported"),
     ("basic_auth_users: [\n", "invalid YAML"),
+    ("tls_server_config:\n  max_version: TLS12\n", "max_version is not supported: CivetWeb"),
+    ("tls_server_config:\n  cipher_suites: [TLS_AES_128_GCM_SHA256]\n",
+     "cipher_suites is not supported"),
+    ("http_server_config:\n  headers:\n    X-Powered-By: gym\n",
+     "header 'X-Powered-By' cannot be set"),
+    ("http_server_config:\n  headers:\n    X-Frame-Options: \"deny\\r\\nSet-Cookie: a=b\"\n",
+     "must be one non-empty line"),
+    ("http_server_config:\n  http2: maybe\n", "http2"),
 ])
 def test_a_bad_web_config_is_a_clear_error_at_start(tmp_path, text, needle):
     web = tmp_path / "web.yml"
@@ -282,3 +290,27 @@ def test_slow_clients_do_not_stall_other_scrapes(exporter):
     finally:
         for s in slow:
             s.close()
+
+
+def test_configured_headers_are_on_every_reply_and_the_rest_of_the_schema_is_accepted(exporter):
+    e = exporter("http_server_config:\n  http2: false\n  headers:\n"
+                 "    X-Frame-Options: deny\n    strict-transport-security: max-age=31536000\n")
+    assert e.port, open(e.log).read()
+    for path, code in (("/metrics", 200), ("/", 200), ("/-/healthy", 200), ("/nope", 404)):
+        req = urllib.request.Request(f"http://127.0.0.1:{e.port}{path}")
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                status, headers = r.status, r.headers
+        except urllib.error.HTTPError as err:
+            status, headers = err.code, err.headers
+        assert status == code
+        assert headers["X-Frame-Options"] == "deny", path
+        assert headers["Strict-Transport-Security"] == "max-age=31536000", path
+
+
+def test_prefer_server_cipher_suites_is_accepted_with_tls(exporter, pki):
+    e = exporter(f"tls_server_config:\n  cert_file: {pki}/server.crt\n"
+                 f"  key_file: {pki}/server.key\n  prefer_server_cipher_suites: true\n")
+    assert e.port, open(e.log).read()
+    assert "tls=true" in open(e.log).read()
+    assert get(f"https://127.0.0.1:{e.port}/metrics", tls_context(pki))[0] == 200

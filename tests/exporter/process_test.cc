@@ -209,9 +209,14 @@ TEST(ExporterProcess, EveryEndpointThroughARealClient) {
   EXPECT_EQ(m.status, 200);
   EXPECT_EQ(m.headers["content-type"], "text/plain; version=0.0.4; charset=utf-8");
   EXPECT_NE(m.body.find("gym_exporter_build_info"), std::string::npos);
+  EXPECT_EQ(m.headers["vary"], "Accept-Encoding") << "on a plain reply too";
   Response gz = http(ex.port(), "GET", "/metrics", "Accept-Encoding: gzip\r\n");
   EXPECT_EQ(gz.status, 200);
   EXPECT_EQ(gz.headers["content-encoding"], "gzip");
+  EXPECT_EQ(gz.headers["vary"], "Accept-Encoding");
+  Response refused = http(ex.port(), "GET", "/metrics", "Accept-Encoding: gzip;q=0\r\n");
+  EXPECT_EQ(refused.headers.count("content-encoding"), 0u) << "gzip;q=0 refuses gzip";
+  EXPECT_NE(refused.body.find("gym_exporter_build_info"), std::string::npos);
   EXPECT_NE(gunzip(gz.body).find("gym_exporter_build_info"), std::string::npos);
   Response head = http(ex.port(), "HEAD", "/metrics");
   EXPECT_EQ(head.status, 200);
@@ -232,7 +237,7 @@ TEST(ExporterProcess, EveryEndpointThroughARealClient) {
     return sample(counted, std::string("gym_exporter_http_requests_total{code=\"") + code +
                                "\",path=\"" + path + "\"}");
   };
-  EXPECT_EQ(requests("200", "metrics"), 3) << "GET, gzip and HEAD before this scrape";
+  EXPECT_EQ(requests("200", "metrics"), 4) << "GET, gzip, gzip;q=0 and HEAD before this scrape";
   EXPECT_EQ(requests("405", "metrics"), 1);
   EXPECT_EQ(requests("200", "healthy"), 1);
   EXPECT_EQ(requests("200", "ready"), 1);
@@ -342,6 +347,23 @@ TEST(ExporterProcess, LogfmtFieldsAreKeyValuePairsQuotedWhenNeeded) {
             1)
       << log;
   EXPECT_GE(log_lines_with(log, {"msg=\"memory sample\"", " pss=read"}), 1) << log;
+}
+
+TEST(ExporterProcess, ADisabledCollectorServesNothingAndTheOthersStay) {
+  TempDir tmp;
+  const std::string cfg = tmp.sub("gym.yml");
+  std::ofstream(cfg) << "memory:\n  enabled: false\n";
+  auto [rc, out] =
+      shell(exporter() + " --once --config.file=" + cfg + " --registry.dir=" + tmp.sub("r"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.find("gym_host_memory"), std::string::npos);
+  EXPECT_EQ(out.find("gym_exporter_memory_sample"), std::string::npos);
+  EXPECT_NE(out.find("gym_exporter_build_info"), std::string::npos);
+  EXPECT_NE(out.find("gym_exporter_registry_segments"), std::string::npos);
+  std::ofstream(cfg) << "memory:\n  enabled: perhaps\n";
+  auto [bad_rc, bad_out] = shell(exporter() + " --check-config --config.file=" + cfg);
+  EXPECT_NE(bad_rc, 0);
+  EXPECT_NE(bad_out.find("memory.enabled"), std::string::npos) << bad_out;
 }
 
 TEST(ExporterProcess, PortInUseIsAOneLineErrorAndNonZeroExit) {

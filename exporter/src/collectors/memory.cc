@@ -5,9 +5,9 @@
 #include <algorithm>
 
 #include "config.h"
-#include "logging.h"
 #include "exposition/families.h"
 #include "gym/contract.h"
+#include "logging.h"
 #include "yaml_reader.h"
 
 using prometheus::MetricFamily;
@@ -41,7 +41,8 @@ std::shared_ptr<const CollectorSettings> parse_memory(YamlReader& rd, const YAML
   MemoryConfig& c = s->config;
   rd.mapping(
       n, "memory",
-      {{"interval_seconds",
+      {{"enabled", [&](const YAML::Node& v) { rd.boolean(v, "memory.enabled", s->enabled); }},
+       {"interval_seconds",
         [&](const YAML::Node& v) {
           rd.number(v, "memory.interval_seconds", c.interval_seconds, 0.01);
         }},
@@ -195,7 +196,8 @@ void MemoryCollector::add_gone(std::vector<ServerMemory>& servers,
   for (const ServerMemory& s : servers) reported.insert(s.name);
   const auto ttl = std::chrono::duration<double>(config_.gone_server_ttl_seconds);
   for (auto it = declared_.begin(); it != declared_.end();) {
-    auto& [name, d] = *it;
+    const std::string& name = it->first;  // (lambdas cannot capture structured bindings)
+    Declared& d = it->second;
     auto up = std::find_if(servers.begin(), servers.end(), [&](const ServerMemory& s) {
       return s.name == name && s.root_pid.has_value();
     });
