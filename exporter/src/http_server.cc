@@ -20,6 +20,7 @@
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -31,6 +32,23 @@
 namespace gym::exporter {
 
 namespace {
+
+// The name[] query parameters (URL-decoded), as client_python reads them.
+std::set<std::string> requested_names(const char* query) {
+  std::set<std::string> names;
+  if (query == nullptr) return names;
+  const size_t len = std::strlen(query);
+  std::vector<char> buf(len + 1);
+  // The brackets as typed, or percent-encoded (as Go's url.Values sends them).
+  for (const char* key : {"name[]", "name%5B%5D"}) {
+    for (size_t i = 0;; ++i) {
+      const int n = mg_get_var2(query, len, key, buf.data(), buf.size(), i);
+      if (n < 0) break;
+      names.emplace(buf.data(), size_t(n));
+    }
+  }
+  return names;
+}
 
 // `configured`: the web configuration's headers, on every reply.
 void send(mg_connection* conn, const std::string& configured, int status, const char* reason,
@@ -397,7 +415,7 @@ int HttpServer::serve(mg_connection* conn, const mg_request_info* req, const std
   if (uri == self->options_.telemetry_path) {
     static const TextEncoder text;
     const std::string content_type(text.content_type());
-    std::string body = self->exposition_->render(text);
+    std::string body = self->exposition_->render(text, requested_names(req->query_string));
     // Vary on every reply, gzipped or not: caches must key on it.
     if (accepts_gzip(mg_get_header(conn, "Accept-Encoding"))) {
       send(conn, configured_headers_, 200, "OK", content_type.c_str(), gzip_compress(body), head,

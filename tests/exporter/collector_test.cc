@@ -17,6 +17,9 @@
 #include "collector.h"
 #include "exposition/exposition.h"
 #include "exposition/families.h"
+#include "exposition/text.h"
+#include "gym/contract.h"
+#include "gym/segment_writer.h"
 #include "http_client.h"
 #include "test_support.h"
 #include "yaml_reader.h"
@@ -106,6 +109,41 @@ TEST(Exposition, AFamilyThatBreaksTheContractTableIsNotServedButCountedAndLogged
   ASSERT_EQ(logged.size(), 2u);
   EXPECT_NE(logged[0].find("no row in the contract table"), std::string::npos) << logged[0];
   EXPECT_NE(logged[1].find("has label version"), std::string::npos) << logged[1];
+}
+
+TEST(Exposition, NameFilterServesTheFamiliesAskedForAHistogramAlsoByItsSampleNames) {
+  TempDir tmp;
+  SegmentWriter w(tmp.path());
+  const std::vector<Label> labels = {{"nemo_gym_resources_operation", "verify"},
+                                     {"nemo_gym_resources_executor", "inline"}};
+  w.histogram("gym_resources_operation_queue_duration_seconds", labels, kOperationBoundsNs, 1e9)
+      .observe(2000000);
+  Gauge queued = w.gauge("gym_resources_operation_queued", labels);  // lives while read
+  queued.add(1);
+  std::vector<std::unique_ptr<Collector>> c;
+  c.push_back(make_collector("registry", {std::make_shared<SharedRegistry>(tmp.path())}));
+  Exposition e(std::move(c));
+  const std::string all = e.render(TextEncoder());
+  EXPECT_NE(all.find("gym_resources_operation_queued{"), std::string::npos) << all;
+  const std::string by_bucket =
+      e.render(TextEncoder(), {"gym_resources_operation_queue_duration_seconds_bucket"});
+  EXPECT_NE(by_bucket.find("gym_resources_operation_queue_duration_seconds_bucket{"),
+            std::string::npos)
+      << by_bucket;
+  EXPECT_NE(by_bucket.find("gym_resources_operation_queue_duration_seconds_count{"),
+            std::string::npos)
+      << "the whole histogram";
+  EXPECT_EQ(by_bucket.find("gym_resources_operation_queued{"), std::string::npos);
+  EXPECT_EQ(by_bucket.find("gym_exporter_scrape_duration_seconds"), std::string::npos);
+  const std::string by_name = e.render(
+      TextEncoder(), {"gym_resources_operation_queued", "gym_exporter_scrape_duration_seconds"});
+  EXPECT_NE(by_name.find("gym_resources_operation_queued{"), std::string::npos);
+  EXPECT_NE(by_name.find("gym_exporter_scrape_duration_seconds "), std::string::npos);
+  EXPECT_EQ(by_name.find("_bucket"), std::string::npos);
+  EXPECT_EQ(e.render(TextEncoder(), {"gym_resources_operation_queued_bucket"})
+                .find("gym_resources_operation_queued"),
+            std::string::npos)
+      << "sample suffixes only for histograms";
 }
 
 // ------------------------------------------------------------- the App

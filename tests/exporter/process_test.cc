@@ -218,6 +218,18 @@ TEST(ExporterProcess, EveryEndpointThroughARealClient) {
   EXPECT_EQ(refused.headers.count("content-encoding"), 0u) << "gzip;q=0 refuses gzip";
   EXPECT_NE(refused.body.find("gym_exporter_build_info"), std::string::npos);
   EXPECT_NE(gunzip(gz.body).find("gym_exporter_build_info"), std::string::npos);
+  // name[]: only the families asked for (a histogram also by a sample's name).
+  Response some = http(
+      ex.port(), "GET",
+      "/metrics?name[]=gym_exporter_build_info&name%5B%5D=gym_exporter_scrape_duration_seconds");
+  EXPECT_EQ(some.status, 200);
+  EXPECT_NE(some.body.find("\ngym_exporter_build_info{"), std::string::npos) << some.body;
+  EXPECT_NE(some.body.find("\ngym_exporter_scrape_duration_seconds "), std::string::npos);
+  EXPECT_EQ(some.body.find("gym_exporter_http_requests_total"), std::string::npos) << some.body;
+  EXPECT_EQ(some.body.find("process_"), std::string::npos);
+  Response none = http(ex.port(), "GET", "/metrics?name[]=no_such_family");
+  EXPECT_EQ(none.status, 200);
+  EXPECT_TRUE(none.body.empty()) << none.body;
   Response head = http(ex.port(), "HEAD", "/metrics");
   EXPECT_EQ(head.status, 200);
   EXPECT_TRUE(head.body.empty());
@@ -237,7 +249,8 @@ TEST(ExporterProcess, EveryEndpointThroughARealClient) {
     return sample(counted, std::string("gym_exporter_http_requests_total{code=\"") + code +
                                "\",path=\"" + path + "\"}");
   };
-  EXPECT_EQ(requests("200", "metrics"), 4) << "GET, gzip, gzip;q=0 and HEAD before this scrape";
+  EXPECT_EQ(requests("200", "metrics"), 6)
+      << "GET, gzip, gzip;q=0, two name[] and HEAD before this scrape";
   EXPECT_EQ(requests("405", "metrics"), 1);
   EXPECT_EQ(requests("200", "healthy"), 1);
   EXPECT_EQ(requests("200", "ready"), 1);

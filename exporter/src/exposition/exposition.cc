@@ -39,7 +39,18 @@ std::string Exposition::render() {
   return render(TextEncoder());
 }
 
-std::string Exposition::render(const Encoder& encoder) {
+namespace {
+// Whether `f` is asked for: by its name, or a histogram by a sample's name.
+bool asked_for(const prometheus::MetricFamily& f, const std::set<std::string>& names) {
+  if (names.empty() || names.contains(f.name)) return true;
+  if (f.type != prometheus::MetricType::Histogram) return false;
+  for (const char* suffix : {"_bucket", "_sum", "_count"})
+    if (names.contains(f.name + suffix)) return true;
+  return false;
+}
+}  // namespace
+
+std::string Exposition::render(const Encoder& encoder, const std::set<std::string>& names) {
   std::lock_guard<std::mutex> lock(mu_);
   const auto start = std::chrono::steady_clock::now();
   std::string out;
@@ -52,14 +63,15 @@ std::string Exposition::render(const Encoder& encoder) {
       if (reported_.insert(f.name).second && log_) log_(why + ": not served");
       return;
     }
-    encoder.family(f, out);
+    if (asked_for(f, names)) encoder.family(f, out);
   };
   for (auto& c : collectors_) c->collect(emit);
   Families own;
   add_simple(own, "gym_exporter_contract_violations_total", double(violations_));
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   add_simple(own, "gym_exporter_scrape_duration_seconds", took.count());
-  for (const auto& f : own) encoder.family(f, out);
+  for (const auto& f : own)
+    if (asked_for(f, names)) encoder.family(f, out);
   encoder.finish(out);
   last_size_ = out.size();
   return out;

@@ -41,7 +41,10 @@ class Exposition {
   void stop();
   // One exposition built now, in the text format or the given encoder's.
   std::string render();
-  std::string render(const Encoder& encoder);
+  // `names`: when not empty, only the families asked for by name (a
+  // histogram also by its _bucket, _sum or _count), as the name[] query
+  // parameter of client_python's exporters.
+  std::string render(const Encoder& encoder, const std::set<std::string>& names = {});
   // One round of every collector's work now, without starting them (--once).
   void refresh();
   // Swaps the collectors (a reload): stops the old ones, starts the new.
