@@ -14,6 +14,45 @@ namespace gym::exporter {
 
 namespace {
 
+// Why `re` is refused before std::regex sees it: libstdc++ reads the numbers
+// of repetitions ({m,n}) and back-references (\N) into an int without an
+// overflow check (undefined behaviour; found by fuzzing), and large counts
+// make the compiled automaton huge. Empty: none.
+std::string regex_problem(std::string_view re) {
+  if (re.size() > 1024) return "is longer than 1024 characters";
+  auto digits_at = [&](size_t i) {
+    size_t j = i;
+    while (j < re.size() && re[j] >= '0' && re[j] <= '9') ++j;
+    return j - i;
+  };
+  bool in_class = false;
+  for (size_t i = 0; i < re.size(); ++i) {
+    const char c = re[i];
+    if (c == '\\') {
+      if (i + 1 < re.size() && re[i + 1] >= '1' && re[i + 1] <= '9' && digits_at(i + 1) > 2)
+        return "has a back-reference above \\99";
+      ++i;  // the escaped character
+      continue;
+    }
+    if (in_class) {
+      in_class = c != ']';
+      continue;
+    }
+    if (c == '[') {
+      in_class = true;
+      continue;
+    }
+    if (c != '{') continue;
+    for (size_t j = i + 1; j < re.size() && re[j] != '}'; ++j) {
+      const size_t n = digits_at(j);
+      if (n > 4 || (n > 0 && std::stoul(std::string(re.substr(j, n))) > 1000))
+        return "repeats something more than 1000 times";
+      j += n > 0 ? n - 1 : 0;
+    }
+  }
+  return {};
+}
+
 // The match: section of a target: exactly one of comm and cmdline.
 void read_match(YamlReader& rd, const YAML::Node& v, ServerTarget& t) {
   int kinds = 0;
@@ -26,6 +65,11 @@ void read_match(YamlReader& rd, const YAML::Node& v, ServerTarget& t) {
               {"cmdline", [&](const YAML::Node& c) {
                  ++kinds;
                  if (!rd.string(c, "match.cmdline", t.match_cmdline)) return;
+                 if (std::string why = regex_problem(t.match_cmdline); !why.empty()) {
+                   rd.error(c, "match.cmdline " + why);
+                   t.match_cmdline.clear();
+                   return;
+                 }
                  try {
                    std::regex re(t.match_cmdline);
                  } catch (const std::regex_error& e) {

@@ -158,6 +158,23 @@ TEST(ExporterConfig, MemoryTargetsAndTheirErrors) {
                         "exactly one of comm and cmdline"));
   EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, match: {cmdline: '(('}}\n"),
                         "not a valid regular expression"));
+  // Numbers libstdc++'s regex compiler would overflow on (found by fuzzing),
+  // refused before it sees them; ordinary counts and back-references pass.
+  EXPECT_TRUE(
+      has_error(errors("    - {name: a, server_type: x, match: {cmdline: 'a{99999999999}'}}\n"),
+                "match.cmdline repeats something more than 1000 times"));
+  EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, match: {cmdline: 'a{2,5000}'}}\n"),
+                        "more than 1000 times"));
+  EXPECT_TRUE(
+      has_error(errors("    - {name: a, server_type: x, match: {cmdline: '(a)\\77777777777'}}\n"),
+                "back-reference above"));
+  EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, match: {cmdline: '" +
+                               std::string(1100, 'a') + "'}}\n"),
+                        "longer than 1024"));
+  EXPECT_TRUE(errors("    - {name: a, server_type: x, match: {cmdline: '(a)\\1{2,5} [{9999999}]"
+                     " \\{99999\\}'}}\n")
+                  .ok())
+      << "a class and escaped braces are literal";
   EXPECT_TRUE(has_error(errors("    - {server_type: x, pid: 1}\n"), "needs a name"));
   EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, pid: 1, extra: 2}\n"),
                         "unknown key 'memory.targets[].extra'"));
