@@ -84,6 +84,12 @@ std::optional<ProcStat> parse_stat(std::string_view text) {
     if (!to_i64(f[24], rss_signed)) return std::nullopt;
     st.rss_pages = 0;
   }
+  // Reaped children's times (signed in the kernel's format) and threads:
+  // absent or negative in odd input reads as 0.
+  int64_t v = 0;
+  st.cutime_ticks = to_i64(f[16], v) && v > 0 ? uint64_t(v) : 0;
+  st.cstime_ticks = to_i64(f[17], v) && v > 0 ? uint64_t(v) : 0;
+  st.num_threads = to_i64(f[20], v) && v > 0 ? uint64_t(v) : 0;
   st.ppid = pid_t(ppid);
   return st;
 }
@@ -236,6 +242,16 @@ std::vector<const ProcStat*> ProcessTable::tree(const ProcStat& root) const {
   return out;
 }
 
+std::optional<uint64_t> count_open_fds(const std::string& proc_root, pid_t pid) {
+  DIR* d = ::opendir((proc_root + "/" + std::to_string(pid) + "/fd").c_str());
+  if (d == nullptr) return std::nullopt;
+  uint64_t n = 0;
+  while (dirent* e = ::readdir(d))
+    if (e->d_name[0] != '.') ++n;
+  ::closedir(d);
+  return n;
+}
+
 TreeUsage tree_usage(const ProcessTable& table, const ProcStat& root) {
   static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
   TreeUsage u;
@@ -244,6 +260,7 @@ TreeUsage tree_usage(const ProcessTable& table, const ProcStat& root) {
     u.live.push_back(p);
     u.members.emplace_back(p->pid, p->start_ticks);
     u.rss_bytes += p->rss_pages * page;
+    u.threads += p->num_threads;
   }
   std::sort(u.members.begin(), u.members.end());
   return u;

@@ -25,6 +25,9 @@ struct ProcStat {
   uint64_t flags = 0;
   uint64_t utime_ticks = 0;                                         // field 14
   uint64_t stime_ticks = 0;                                         // field 15
+  uint64_t cutime_ticks = 0;  // field 16: reaped children's user time
+  uint64_t cstime_ticks = 0;  // field 17: reaped children's system time
+  uint64_t num_threads = 0;   // field 20
   uint64_t start_ticks = 0;                                         // field 22
   uint64_t vsize_bytes = 0;                                         // field 23
   uint64_t rss_pages = 0;                                           // field 24
@@ -94,7 +97,12 @@ struct TreeUsage {
   std::vector<const ProcStat*> live;
   std::vector<std::pair<pid_t, uint64_t>> members;
   uint64_t rss_bytes = 0;
+  uint64_t threads = 0;
 };
+
+// Entries of <proc root>/<pid>/fd; nullopt when it cannot be listed (gone,
+// or another user's process).
+std::optional<uint64_t> count_open_fds(const std::string& proc_root, pid_t pid);
 TreeUsage tree_usage(const ProcessTable& table, const ProcStat& root);
 
 }  // namespace gym::exporter::procfs

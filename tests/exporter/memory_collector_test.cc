@@ -4,7 +4,9 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 
+#include <fcntl.h>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <thread>
@@ -468,6 +470,100 @@ TEST(MemoryCollector, ChildrenExitingDuringSamplesAreNeitherErrorsNorCounted) {
   EXPECT_TRUE(logged.empty()) << logged.size() << " lines, the first: " << logged.front();
   EXPECT_EQ(with_pss, 300) << "an exiting child makes no sample RSS-only";
   ::kill(root, SIGKILL);
+  testing::wait_exit(root);
+}
+
+TEST(MemoryCollector, CpuOfAChildSeenRunningThenReapedIsCountedOnce) {
+  // The child's ticks are seen while it runs, then reach its parent's
+  // cutime when reaped: the counter must count them once.
+  testing::Ready running;
+  testing::Gate exit_now;
+  testing::Gate reap;
+  testing::Gate done;
+  pid_t root = testing::spawn([&] {
+    // Only the test holds the gates' write ends open: a child waits for EOF.
+    for (testing::Gate* g : {&exit_now, &reap, &done}) g->close_write();
+    pid_t child = testing::spawn([&] {
+      running.signal();
+      volatile uint64_t x = 0;
+      const auto until = std::chrono::steady_clock::now() + 400ms;
+      while (std::chrono::steady_clock::now() < until) x = x + 1;  // CPU
+      exit_now.wait();
+      return 0;
+    });
+    reap.wait();
+    testing::wait_exit(child);
+    done.wait();
+    return 0;
+  });
+  running.wait(1);
+  MemoryConfig c;
+  ServerTarget t;
+  t.name = "cpu";
+  t.server_type = "resources_server";
+  t.pid = root;
+  t.pss = false;
+  c.targets = {t};
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  std::this_thread::sleep_for(200ms);
+  sampler.sample();  // the child is running
+  const auto first = sampler.servers().at(0);
+  EXPECT_EQ(first.processes, 2u);
+  std::this_thread::sleep_for(300ms);  // the child has spun its 400 ms
+  exit_now.open();
+  std::this_thread::sleep_for(100ms);
+  sampler.sample();  // a zombie, not reaped
+  reap.open();
+  std::this_thread::sleep_for(100ms);
+  sampler.sample();  // reaped: in the root's cutime
+  const auto last = sampler.servers().at(0);
+  std::ifstream in("/proc/" + std::to_string(root) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const auto st = procfs::parse_stat(text);
+  ASSERT_TRUE(st.has_value());
+  const uint64_t truth = st->utime_ticks + st->stime_ticks + st->cutime_ticks + st->cstime_ticks;
+  EXPECT_GE(st->cutime_ticks + st->cstime_ticks, 20u) << "the child did spin";
+  const uint64_t counted = last.cpu_user_ticks + last.cpu_system_ticks;
+  EXPECT_GE(counted, first.cpu_user_ticks + first.cpu_system_ticks) << "never falls";
+  EXPECT_NEAR(double(counted), double(truth), 2.0)
+      << "the root's own ticks plus the child's, once (first sample saw "
+      << first.cpu_user_ticks + first.cpu_system_ticks << ")";
+  done.open();
+  testing::wait_exit(root);
+}
+
+TEST(MemoryCollector, ThreadsAndOpenFdsOfTheTree) {
+  testing::Ready ready;
+  testing::Gate gate;
+  pid_t root = testing::spawn([&] {
+    std::vector<int> fds;
+    for (int i = 0; i < 10; ++i) fds.push_back(::open("/dev/null", O_RDONLY));
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 3; ++i) threads.emplace_back([&] { gate.wait(); });
+    ready.signal();
+    for (auto& th : threads) th.join();
+    return 0;
+  });
+  ready.wait(1);
+  MemoryConfig c;
+  ServerTarget t;
+  t.name = "threads";
+  t.server_type = "agent_server";
+  t.pid = root;
+  t.pss = false;
+  c.targets = {t};
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample();
+  const auto s = sampler.servers().at(0);
+  EXPECT_EQ(s.threads, 4u);
+  ASSERT_TRUE(s.open_fds.has_value());
+  size_t listed = 0;
+  for ([[maybe_unused]] const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(root) + "/fd"))
+    ++listed;
+  EXPECT_EQ(*s.open_fds, listed);
+  EXPECT_GE(*s.open_fds, 10u);
+  gate.open();
   testing::wait_exit(root);
 }
 

@@ -159,15 +159,37 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerTrees::Server
   ServerMemory m;
   m.name = server.name;
   m.server_type = server.server_type;
-  if (server.root == nullptr) {  // gone: 0 processes and 0 bytes
+  if (server.root == nullptr) {  // gone: 0 processes and 0 bytes; CPU as counted
     if (server.pss) m.pss = m.uss = m.swap = 0;
     rollups_.erase(server.name);
+    if (auto it = cpu_.find(server.name); it != cpu_.end()) {
+      m.cpu_user_ticks = it->second.user;
+      m.cpu_system_ticks = it->second.system;
+      it->second.members.clear();
+      it->second.departed.clear();
+    }
     return m;
   }
   m.root_pid = server.root->pid;
   procfs::TreeUsage tree = procfs::tree_usage(table, *server.root);
   m.rss = tree.rss_bytes;
   m.processes = tree.live.size();
+  m.threads = tree.threads;
+  uint64_t fds = 0;
+  bool all_fds = true;
+  for (const procfs::ProcStat* p : tree.live) {
+    const std::optional<uint64_t> n = procfs::count_open_fds(table.proc_root(), p->pid);
+    if (n)
+      fds += *n;
+    else if (procfs::read_file(table.proc_root() + "/" + std::to_string(p->pid) + "/stat",
+                               scratch_) != procfs::ReadStatus::kGone)
+      all_fds = false;  // there, but not ours to list
+  }
+  if (all_fds) m.open_fds = fds;
+  CpuState& cpu = cpu_[server.name];
+  account_cpu(cpu, tree, table);
+  m.cpu_user_ticks = cpu.user;
+  m.cpu_system_ticks = cpu.system;
   if (!server.pss) return m;
   if (pss_due) {
     rollups_.erase(server.name);
@@ -190,6 +212,55 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerTrees::Server
   return m;
 }
 
+void MemoryCollector::account_cpu(CpuState& st, const procfs::TreeUsage& tree,
+                                  const procfs::ProcessTable& table) {
+  std::map<Member, Times> now;
+  std::map<pid_t, Member> live;
+  for (const procfs::ProcStat* p : tree.live) {
+    const Member m{p->pid, p->start_ticks};
+    now[m] = {p->ppid, p->utime_ticks, p->stime_ticks, p->cutime_ticks, p->cstime_ticks};
+    live[p->pid] = m;
+  }
+  // Members that left since the last sample: their times go to their
+  // parent's reaped-children times when (if) it reaps them.
+  for (const auto& [m, t] : st.members) {
+    if (now.contains(m)) continue;
+    auto parent = live.find(t.ppid);
+    if (parent == live.end()) continue;  // orphaned: init reaps it, not the tree
+    st.departed[m] = {parent->second, t.user + t.child_user, t.system + t.child_system};
+  }
+  // Increments of every live member.
+  std::map<Member, std::pair<uint64_t, uint64_t>> child_delta;
+  auto up = [](uint64_t now, uint64_t before) { return now > before ? now - before : 0; };
+  for (const auto& [m, t] : now) {
+    auto before = st.members.find(m);
+    const Times b = before == st.members.end() ? Times{} : before->second;
+    st.user += up(t.user, b.user);
+    st.system += up(t.system, b.system);
+    child_delta[m] = {up(t.child_user, b.child_user), up(t.child_system, b.child_system)};
+  }
+  // A departed member that is no longer in the table was reaped since: by
+  // its parent, whose reaped-children times took its times, counted before.
+  for (auto it = st.departed.begin(); it != st.departed.end();) {
+    const auto& [m, d] = *it;
+    if (table.find(m.first, m.second) != nullptr) {  // a zombie still
+      ++it;
+      continue;
+    }
+    auto delta = child_delta.find(d.parent);
+    if (delta != child_delta.end()) {
+      delta->second.first -= std::min(delta->second.first, d.user);
+      delta->second.second -= std::min(delta->second.second, d.system);
+    }
+    it = st.departed.erase(it);
+  }
+  for (const auto& [m, d] : child_delta) {
+    st.user += d.first;
+    st.system += d.second;
+  }
+  st.members = std::move(now);
+}
+
 void MemoryCollector::add_gone(std::vector<ServerMemory>& servers,
                                std::chrono::steady_clock::time_point now) {
   std::set<std::string> reported;
@@ -209,6 +280,7 @@ void MemoryCollector::add_gone(std::vector<ServerMemory>& servers,
     if (!d.gone_since) d.gone_since = now;
     if (now - *d.gone_since > ttl) {
       rollups_.erase(name);
+      cpu_.erase(name);
       std::erase_if(servers, [&](const ServerMemory& s) { return s.name == name; });
       it = declared_.erase(it);
       continue;
@@ -218,6 +290,10 @@ void MemoryCollector::add_gone(std::vector<ServerMemory>& servers,
       zero.name = name;
       zero.server_type = d.server_type;
       zero.pss = zero.uss = zero.swap = 0;
+      if (auto c = cpu_.find(name); c != cpu_.end()) {
+        zero.cpu_user_ticks = c->second.user;
+        zero.cpu_system_ticks = c->second.system;
+      }
       servers.push_back(std::move(zero));
     }
     ++it;
@@ -297,13 +373,17 @@ std::vector<MemoryCollector::ServerMemory> MemoryCollector::servers() const {
 
 void MemoryCollector::collect(const Emit& emit) {
   Families out;
-  out.reserve(16);  // references to families stay valid while others are added
+  out.reserve(20);  // references to families stay valid while others are added
   std::lock_guard<std::mutex> lock(mu_);
   if (!servers_.empty()) {
     MetricFamily& usage = add_family(out, "gym_server_memory_usage_bytes");
     MetricFamily& processes = add_family(out, "gym_server_processes");
     MetricFamily& info = add_family(out, "gym_server_info");
     MetricFamily& up = add_family(out, "gym_server_up");
+    MetricFamily& threads = add_family(out, "gym_server_threads");
+    MetricFamily& fds = add_family(out, "gym_server_open_fds");
+    MetricFamily& cpu = add_family(out, "gym_server_cpu_seconds_total");
+    static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
     for (const ServerMemory& s : servers_) {
       LabelPairs l = server_labels(s.name, s.server_type);
       add_metric(processes, l).gauge.value = double(s.processes);
@@ -313,6 +393,14 @@ void MemoryCollector::collect(const Emit& emit) {
         add_metric(info, li).gauge.value = 1;
       }
       add_metric(up, l).gauge.value = s.root_pid ? 1 : 0;
+      add_metric(threads, l).gauge.value = double(s.threads);
+      if (s.open_fds) add_metric(fds, l).gauge.value = double(*s.open_fds);
+      for (const auto& [mode, ticks] :
+           {std::pair{"user", s.cpu_user_ticks}, std::pair{"system", s.cpu_system_ticks}}) {
+        LabelPairs lc = l;
+        lc.emplace_back("mode", mode);
+        add_metric(cpu, lc).counter.value = double(ticks) / ticks_per_second;
+      }
       l.emplace_back("memory_type", "");
       for (const auto& [type, value] : memory_types(s)) {
         l.back().second = type;

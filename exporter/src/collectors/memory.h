@@ -70,6 +70,12 @@ class MemoryCollector : public IntervalCollector {
     std::optional<uint64_t> swap;
     uint64_t processes = 0;
     std::optional<pid_t> root_pid;  // none when the root is gone (gym_server_up 0)
+    uint64_t threads = 0;
+    std::optional<uint64_t> open_fds;  // only when every process's fd list could be read
+    // CPU time of the tree since the exporter first saw it, in clock ticks:
+    // never falls (see cpu_ below).
+    uint64_t cpu_user_ticks = 0;
+    uint64_t cpu_system_ticks = 0;
   };
   // The last sample's servers (for tests).
   std::vector<ServerMemory> servers() const;
@@ -96,6 +102,30 @@ class MemoryCollector : public IntervalCollector {
   // The sampling thread's: last smaps_rollup totals by server name, and
   // declared servers reported, with when they went (if they did).
   std::map<std::string, Rollups> rollups_;
+  // CPU seconds of a tree as a counter: each process's own time and its
+  // reaped children's, counted by increments between samples. A member that
+  // leaves the tree (exits) took its times with it, and its parent's
+  // cutime/cstime will jump by them when it reaps it: that jump is not
+  // counted again. (An orphan that init reaps takes the CPU it used since the
+  // last sample with it.)
+  using Member = std::pair<pid_t, uint64_t>;  // pid, start ticks
+  struct Times {
+    pid_t ppid = 0;
+    uint64_t user = 0, system = 0, child_user = 0, child_system = 0;
+  };
+  struct Departed {
+    Member parent;
+    uint64_t user = 0, system = 0;  // its own and its children's, last seen
+  };
+  struct CpuState {
+    std::map<Member, Times> members;
+    std::map<Member, Departed> departed;  // exited, not yet reaped
+    uint64_t user = 0, system = 0;        // ticks counted
+  };
+  std::map<std::string, CpuState> cpu_;
+  std::string scratch_;  // a buffer for reads
+  void account_cpu(CpuState& st, const procfs::TreeUsage& tree,
+                   const procfs::ProcessTable& table);
   struct Declared {
     std::string server_type;
     std::optional<std::chrono::steady_clock::time_point> gone_since;
