@@ -23,14 +23,14 @@ struct ProcStat {
   char state = '?';
   pid_t ppid = 0;
   uint64_t flags = 0;
-  uint64_t utime_ticks = 0;                                         // field 14
-  uint64_t stime_ticks = 0;                                         // field 15
+  uint64_t utime_ticks = 0;   // field 14
+  uint64_t stime_ticks = 0;   // field 15
   uint64_t cutime_ticks = 0;  // field 16: reaped children's user time
   uint64_t cstime_ticks = 0;  // field 17: reaped children's system time
   uint64_t num_threads = 0;   // field 20
-  uint64_t start_ticks = 0;                                         // field 22
-  uint64_t vsize_bytes = 0;                                         // field 23
-  uint64_t rss_pages = 0;                                           // field 24
+  uint64_t start_ticks = 0;   // field 22
+  uint64_t vsize_bytes = 0;   // field 23
+  uint64_t rss_pages = 0;     // field 24
   bool kernel_thread() const { return (flags & 0x00200000) != 0; }  // PF_KTHREAD
   bool zombie() const { return state == 'Z' || state == 'X'; }
   bool exiting() const { return zombie() || (flags & 0x00000004) != 0; }  // PF_EXITING

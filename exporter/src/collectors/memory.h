@@ -124,8 +124,7 @@ class MemoryCollector : public IntervalCollector {
   };
   std::map<std::string, CpuState> cpu_;
   std::string scratch_;  // a buffer for reads
-  void account_cpu(CpuState& st, const procfs::TreeUsage& tree,
-                   const procfs::ProcessTable& table);
+  void account_cpu(CpuState& st, const procfs::TreeUsage& tree, const procfs::ProcessTable& table);
   struct Declared {
     std::string server_type;
     std::optional<std::chrono::steady_clock::time_point> gone_since;
