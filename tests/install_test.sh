@@ -38,6 +38,8 @@ cc -std=c11 "$work/use.c" $(pkg-config --cflags --libs gymmetrics) -o "$work/use
 GYM_METRICS_DIR="$work/registry" LD_LIBRARY_PATH="$work/prefix/lib" "$work/use"
 
 cp -r "$source/python" "$work/python"
+# What a local pip install may have left in the source tree is not the package.
+rm -rf "$work/python/build" "$work/python"/*.egg-info
 check_python='
 import asyncio, gym_metrics
 async def main():
