@@ -20,9 +20,8 @@ struct Response {
   std::string body;
 };
 
-inline Response http(int port, const std::string& method, const std::string& path,
-                     const std::string& extra_headers = "") {
-  Response r;
+// A TCP connection to 127.0.0.1:port; -1 when it cannot be made.
+inline int connect_loopback(int port) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -30,8 +29,16 @@ inline Response http(int port, const std::string& method, const std::string& pat
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd);
-    return r;
+    return -1;
   }
+  return fd;
+}
+
+inline Response http(int port, const std::string& method, const std::string& path,
+                     const std::string& extra_headers = "") {
+  Response r;
+  const int fd = connect_loopback(port);
+  if (fd < 0) return r;
   timeval tv{5, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   std::string req = method + " " + path + " HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n" +

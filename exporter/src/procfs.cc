@@ -51,6 +51,18 @@ void for_each_line(std::string_view text, F&& f) {
   }
 }
 
+// Calls f(key, bytes) for each "Key: N kB" line (meminfo, smaps_rollup).
+template <class F>
+void for_each_kb_field(std::string_view text, F&& f) {
+  for_each_line(text, [&](std::string_view line) {
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) return true;
+    if (const std::optional<uint64_t> v = kb_value(line.substr(colon + 1)))
+      f(line.substr(0, colon), *v);
+    return true;
+  });
+}
+
 }  // namespace
 
 std::optional<ProcStat> parse_stat(std::string_view text) {
@@ -110,12 +122,7 @@ std::optional<uint64_t> parse_btime(std::string_view text) {
 MemInfo parse_meminfo(std::string_view text) {
   MemInfo m;
   std::optional<uint64_t> free, buffers, cached;
-  for_each_line(text, [&](std::string_view line) {
-    const size_t colon = line.find(':');
-    if (colon == std::string_view::npos) return true;
-    const std::string_view key = line.substr(0, colon);
-    const std::optional<uint64_t> v = kb_value(line.substr(colon + 1));
-    if (!v) return true;
+  for_each_kb_field(text, [&](std::string_view key, uint64_t v) {
     if (key == "MemTotal")
       m.total = v;
     else if (key == "MemAvailable")
@@ -126,7 +133,6 @@ MemInfo parse_meminfo(std::string_view text) {
       buffers = v;
     else if (key == "Cached")
       cached = v;
-    return true;
   });
   if (!m.available && free) m.available = *free + buffers.value_or(0) + cached.value_or(0);
   return m;
@@ -134,21 +140,15 @@ MemInfo parse_meminfo(std::string_view text) {
 
 SmapsRollup parse_smaps_rollup(std::string_view text) {
   SmapsRollup r;
-  for_each_line(text, [&](std::string_view line) {
-    const size_t colon = line.find(':');
-    if (colon == std::string_view::npos) return true;
-    const std::string_view key = line.substr(0, colon);
-    const std::optional<uint64_t> v = kb_value(line.substr(colon + 1));
-    if (!v) return true;
+  for_each_kb_field(text, [&](std::string_view key, uint64_t v) {
     if (key == "Rss")
       r.rss = v;
     else if (key == "Pss")
       r.pss = v;
     else if (key == "Private_Clean" || key == "Private_Dirty")
-      r.uss += *v;
+      r.uss += v;
     else if (key == "Swap")
-      r.swap = *v;
-    return true;
+      r.swap = v;
   });
   return r;
 }

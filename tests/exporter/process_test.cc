@@ -270,15 +270,8 @@ TEST(ExporterProcess, EveryEndpointThroughARealClient) {
 
 // A connection to the exporter's port that sends nothing, or half a request.
 int idle_connection(int port, bool half_sent) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return -1;
-  }
+  const int fd = testing::connect_loopback(port);
+  if (fd < 0) return -1;
   const std::string half = "GET /metrics HTTP/1.1\r\nHost: x\r\n";
   if (half_sent) ::send(fd, half.data(), half.size(), 0);
   return fd;
