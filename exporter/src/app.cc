@@ -45,7 +45,9 @@ ReaderOptions reader_options(const Config& c) {
 }
 
 std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
-                                                        const CollectorContext& context) {
+                                                        const CollectorContext& base) {
+  CollectorContext context = base;
+  context.config = &c;
   std::vector<std::unique_ptr<Collector>> out;
   for (const CollectorKind* kind : collector_kinds()) {
     auto it = c.collectors.find(kind->name);

@@ -28,6 +28,7 @@
 namespace gym::exporter {
 
 class YamlReader;
+struct Config;
 
 // Receives one family at a time; the family need not outlive the call.
 using Emit = std::function<void(const prometheus::MetricFamily&)>;
@@ -88,6 +89,10 @@ class CollectorSettings {
 struct CollectorContext {
   std::shared_ptr<SharedRegistry> registry;  // the one reader of the registry
   Log warn = [](const std::string&) {};      // a problem worth a warning
+  // The whole configuration being built (null: the defaults), for a
+  // collector that shares another's section (the cgroup collector samples
+  // the memory section's servers); only for the call of make.
+  const Config* config = nullptr;
 };
 
 struct CollectorKind {

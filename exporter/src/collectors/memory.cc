@@ -84,7 +84,8 @@ MemoryCollector::MemoryCollector(MemoryConfig config, std::shared_ptr<SharedRegi
              [this](const std::string& reason, const std::string& detail) {
                count_error(reason, detail);
              }),
-      log_(std::move(log)) {
+      log_(std::move(log)),
+      resolver_(config_.proc_root) {
   for (const char* r : kReasons) errors_[r] = 0;
 }
 
@@ -261,6 +262,30 @@ void MemoryCollector::account_cpu(CpuState& st, const procfs::TreeUsage& tree,
   st.members = std::move(now);
 }
 
+void MemoryCollector::track_exit(const ServerTrees::Server& server) {
+  RootState& r = roots_[server.name];
+  std::optional<Member> now;
+  if (server.root != nullptr) now = Member{server.root->pid, server.root->start_ticks};
+  if (r.root && r.root != now) {
+    const std::optional<uint64_t> ooms =
+        r.place ? cgroup::read_oom_kills(*r.place) : std::optional<uint64_t>();
+    if (ooms && r.oom_kills && *ooms > *r.oom_kills)
+      ++r.oom_kill_exits;
+    else
+      ++r.exits;
+    r.looked = false;
+    r.place.reset();
+    r.oom_kills.reset();
+  }
+  r.root = now;
+  if (!now) return;
+  if (!r.looked) {
+    r.place = resolver_.own(now->first);
+    r.looked = true;
+  }
+  if (r.place) r.oom_kills = cgroup::read_oom_kills(*r.place);
+}
+
 void MemoryCollector::add_gone(std::vector<ServerMemory>& servers,
                                std::chrono::steady_clock::time_point now) {
   std::set<std::string> reported;
@@ -281,6 +306,7 @@ void MemoryCollector::add_gone(std::vector<ServerMemory>& servers,
     if (now - *d.gone_since > ttl) {
       rollups_.erase(name);
       cpu_.erase(name);
+      roots_.erase(name);
       std::erase_if(servers, [&](const ServerMemory& s) { return s.name == name; });
       it = declared_.erase(it);
       continue;
@@ -324,9 +350,18 @@ void MemoryCollector::sample() {
   std::vector<ServerMemory> servers;
   for (const ServerTrees::Server& s : trees_.resolve(table)) {
     servers.push_back(measure(s, table, pss_due));
+    track_exit(s);
     if (!s.configured) declared_[s.name].server_type = s.server_type;
   }
   add_gone(servers, started);
+  for (ServerMemory& m : servers)
+    if (auto r = roots_.find(m.name); r != roots_.end()) {
+      m.exits = r->second.exits;
+      m.oom_kill_exits = r->second.oom_kill_exits;
+    }
+  std::optional<uint64_t> host_oom_kills;
+  if (procfs::read_file(config_.proc_root + "/vmstat", scratch_) == procfs::ReadStatus::kOk)
+    host_oom_kills = cgroup::find_count(scratch_, "oom_kill");  // Linux 4.13 or later
   failing_.swap(failing_now_);
   failing_now_.clear();
   if (pss_due) {
@@ -341,11 +376,11 @@ void MemoryCollector::sample() {
                {"processes", std::to_string(table.processes().size())},
                {"pss", pss_due ? "read" : "kept"},
                {"took_seconds", fmt::format("{:.6f}", took)}});
-  record(std::move(servers), host, took);
+  record(std::move(servers), host, host_oom_kills, took);
 }
 
 void MemoryCollector::record(std::vector<ServerMemory> servers, std::optional<procfs::MemInfo> host,
-                             double took) {
+                             std::optional<uint64_t> host_oom_kills, double took) {
   std::lock_guard<std::mutex> lock(mu_);
   std::set<std::pair<std::string, std::string>> reported;
   for (const ServerMemory& s : servers) {
@@ -362,6 +397,7 @@ void MemoryCollector::record(std::vector<ServerMemory> servers, std::optional<pr
   if (host)
     host_peak_ = std::max(host_peak_, *host->total - std::min(*host->total, *host->available));
   host_ = host;
+  host_oom_kills_ = host_oom_kills;
   servers_ = std::move(servers);
   last_duration_ = took;
 }
@@ -383,6 +419,7 @@ void MemoryCollector::collect(const Emit& emit) {
     MetricFamily& threads = add_family(out, "gym_server_threads");
     MetricFamily& fds = add_family(out, "gym_server_open_fds");
     MetricFamily& cpu = add_family(out, "gym_server_cpu_seconds_total");
+    MetricFamily& exits = add_family(out, "gym_server_exits_total");
     static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
     for (const ServerMemory& s : servers_) {
       LabelPairs l = server_labels(s.name, s.server_type);
@@ -400,6 +437,12 @@ void MemoryCollector::collect(const Emit& emit) {
         LabelPairs lc = l;
         lc.emplace_back("mode", mode);
         add_metric(cpu, lc).counter.value = double(ticks) / ticks_per_second;
+      }
+      for (const auto& [reason, n] :
+           {std::pair{"exited", s.exits}, std::pair{"oom_kill", s.oom_kill_exits}}) {
+        LabelPairs le = l;
+        le.emplace_back("reason", reason);
+        add_metric(exits, le).counter.value = double(n);
       }
       l.emplace_back("memory_type", "");
       for (const auto& [type, value] : memory_types(s)) {
@@ -421,6 +464,10 @@ void MemoryCollector::collect(const Emit& emit) {
     add_simple(out, "gym_host_memory_available_bytes", double(*host_->available));
     add_simple(out, "gym_host_memory_total_bytes", double(*host_->total));
     add_simple(out, "gym_host_memory_sampled_peak_bytes", double(host_peak_));
+  }
+  if (host_oom_kills_) {
+    add_metric(add_family(out, "gym_host_oom_kills_total"), {}).counter.value =
+        double(*host_oom_kills_);
   }
   add_simple(out, "gym_exporter_memory_sample_duration_seconds", last_duration_);
   MetricFamily& errors = add_family(out, "gym_exporter_memory_sample_errors_total");

@@ -29,6 +29,7 @@
 #include <tuple>
 #include <vector>
 
+#include "cgroup.h"
 #include "collector.h"
 #include "procfs.h"
 #include "server_tree.h"
@@ -76,6 +77,8 @@ class MemoryCollector : public IntervalCollector {
     // never falls (see cpu_ below).
     uint64_t cpu_user_ticks = 0;
     uint64_t cpu_system_ticks = 0;
+    // Times its root process exited (or was replaced), by reason.
+    uint64_t exits = 0, oom_kill_exits = 0;
   };
   // The last sample's servers (for tests).
   std::vector<ServerMemory> servers() const;
@@ -93,8 +96,12 @@ class MemoryCollector : public IntervalCollector {
   // Zeros for the declared servers that are gone, until their TTL.
   void add_gone(std::vector<ServerMemory>& servers, std::chrono::steady_clock::time_point now);
   std::optional<procfs::MemInfo> read_host();
-  void record(std::vector<ServerMemory> servers, std::optional<procfs::MemInfo> host, double took);
+  void record(std::vector<ServerMemory> servers, std::optional<procfs::MemInfo> host,
+              std::optional<uint64_t> host_oom_kills, double took);
   void count_error(const std::string& reason, const std::string& detail);
+  // Counts an exit when the root of `server` is not the one of the last
+  // sample; an OOM kill when its cgroup's OOM kills grew meanwhile.
+  void track_exit(const ServerTrees::Server& server);
 
   MemoryConfig config_;
   ServerTrees trees_;
@@ -123,6 +130,15 @@ class MemoryCollector : public IntervalCollector {
     uint64_t user = 0, system = 0;        // ticks counted
   };
   std::map<std::string, CpuState> cpu_;
+  struct RootState {
+    std::optional<Member> root;  // the last sample's
+    bool looked = false;         // its cgroup looked up
+    std::optional<cgroup::Place> place;
+    std::optional<uint64_t> oom_kills;  // of its cgroup, at the last sample
+    uint64_t exits = 0, oom_kill_exits = 0;
+  };
+  std::map<std::string, RootState> roots_;
+  cgroup::Resolver resolver_;
   std::string scratch_;  // a buffer for reads
   void account_cpu(CpuState& st, const procfs::TreeUsage& tree, const procfs::ProcessTable& table);
   struct Declared {
@@ -138,6 +154,7 @@ class MemoryCollector : public IntervalCollector {
   std::vector<ServerMemory> servers_;
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> peaks_;
   std::optional<procfs::MemInfo> host_;
+  std::optional<uint64_t> host_oom_kills_;
   uint64_t host_peak_ = 0;
   std::map<std::string, uint64_t> errors_;
   double last_duration_ = 0;

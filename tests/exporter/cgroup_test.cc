@@ -1,0 +1,425 @@
+// Cgroups: the parsers on the kernel's formats, the cgroup collector on
+// fixture trees (v2 and v1), and a real OOM kill in a real memory cgroup.
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "cgroup.h"
+#include "collectors/cgroups.h"
+#include "collectors/memory.h"
+#include "exposition/families.h"
+#include "test_support.h"
+
+namespace gym::exporter {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::TempDir;
+
+void put(const std::string& path, const std::string& text) {
+  std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+// What this machine's mountinfo looked like (a hybrid host: memory on v1).
+const char* const kHybridMountinfo =
+    "24 1 0:21 / / rw,relatime - ext4 /dev/vda rw\n"
+    "30 24 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755\n"
+    "31 30 0:27 / /sys/fs/cgroup/unified rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"
+    "35 30 0:31 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n"
+    "36 30 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n";
+
+TEST(CgroupParse, MountinfoFindsTheUnifiedAndTheV1MemoryHierarchies) {
+  const cgroup::Mounts m = cgroup::parse_mountinfo(kHybridMountinfo);
+  EXPECT_EQ(m.v2, "/sys/fs/cgroup/unified");
+  EXPECT_EQ(m.v2_root, "/");
+  EXPECT_EQ(m.v1_memory, "/sys/fs/cgroup/memory");
+  // Pure v2, a mount point with an escaped space, and a namespace's root.
+  const cgroup::Mounts v2 = cgroup::parse_mountinfo(
+      "29 23 0:26 /ns /my\\040cgroups rw shared:4 - cgroup2 cgroup2 rw\n"
+      "garbage line\n"
+      "1 2 3 4 5 6 - cgroup\n");
+  EXPECT_EQ(v2.v2, "/my cgroups");
+  EXPECT_EQ(v2.v2_root, "/ns");
+  EXPECT_EQ(v2.v1_memory, "");
+}
+
+TEST(CgroupParse, MembershipTakesTheV2PathAndTheV1MemoryPath) {
+  const cgroup::Membership who = cgroup::parse_membership(
+      "9:name=systemd:/\n4:memory,kmem:/gym/a:b\n3:cpuset:/x\n0::/system.slice/gym.service\n"
+      "junk\n5:pids\n");
+  EXPECT_EQ(who.v2, "/system.slice/gym.service");
+  EXPECT_EQ(who.v1_memory, "/gym/a:b") << "a path may hold a colon";
+  EXPECT_FALSE(cgroup::parse_membership("1:cpu:/x\n").v2.has_value());
+}
+
+TEST(CgroupParse, PressureReadsSomeAndFullAndSkipsLinesItDoesNotKnow) {
+  const cgroup::PressureFile p = cgroup::parse_pressure(
+      "some avg10=1.50 avg60=0.25 avg300=0.00 total=123456\n"
+      "full avg10=0.50 avg60=0.10 avg300=0.00 total=7890\n");
+  ASSERT_TRUE(p.some && p.full);
+  EXPECT_DOUBLE_EQ(p.some->avg10, 1.5);
+  EXPECT_DOUBLE_EQ(p.some->avg60, 0.25);
+  EXPECT_EQ(p.some->total_us, 123456u);
+  EXPECT_EQ(p.full->total_us, 7890u);
+  const cgroup::PressureFile bad =
+      cgroup::parse_pressure("some avg10=x avg60=0 avg300=0 total=1\nfull total=5\n");
+  EXPECT_FALSE(bad.some) << "an unreadable average";
+  EXPECT_FALSE(bad.full) << "averages missing";
+}
+
+TEST(CgroupParse, FindCountReadsKeyValueLines) {
+  EXPECT_EQ(cgroup::find_count("low 0\nhigh 2\noom 3\noom_kill 4\n", "oom_kill"), 4u);
+  EXPECT_EQ(cgroup::find_count("oom_kill_disable 0\nunder_oom 0\noom_kill 1", "oom_kill"), 1u);
+  EXPECT_FALSE(cgroup::find_count("oom_kill x\n", "oom_kill"));
+  EXPECT_FALSE(cgroup::find_count("oom 3\n", "oom_kill"));
+}
+
+// A fixture host: <dir>/proc with one server process (pid 100) and the
+// exporter's own cgroup (self), and <dir>/cg, a mounted hierarchy.
+struct Fixture {
+  TempDir tmp;
+  std::string proc = tmp.sub("proc");
+  std::string cg = tmp.sub("cg");
+  Fixture(const std::string& server_cgroup, const std::string& self_cgroup) {
+    put(proc + "/100/stat",
+        "100 (agent) S 1 100 100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 500 1000000 2000 "
+        "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
+    put(proc + "/100/cgroup", server_cgroup);
+    put(proc + "/self/cgroup", self_cgroup);
+  }
+  CgroupConfig config(bool v2) const {
+    CgroupConfig c;
+    c.proc_root = proc;
+    (v2 ? c.v2_mount : c.v1_memory_mount) = cg;
+    ServerTarget t;
+    t.name = "agent";
+    t.server_type = "agent";
+    t.pid = 100;
+    c.targets = {t};
+    return c;
+  }
+};
+
+std::map<std::string, prometheus::MetricFamily> families(Collector& c) {
+  std::map<std::string, prometheus::MetricFamily> out;
+  c.collect([&](const prometheus::MetricFamily& f) {
+    EXPECT_EQ(contract_violation(f), "") << f.name;
+    out[f.name] = f;
+  });
+  return out;
+}
+
+TEST(CgroupCollector, ServesEveryCgroupFamilyForAFixtureV2Tree) {
+  Fixture fx("0::/gym/agent\n", "0::/exporter\n");
+  const std::string dir = fx.cg + "/gym/agent";
+  put(dir + "/memory.current", "1048576\n");
+  put(dir + "/memory.peak", "4194304\n");
+  put(dir + "/memory.max", "8388608\n");
+  put(dir + "/memory.events", "low 0\nhigh 0\nmax 5\noom 2\noom_kill 2\noom_group_kill 0\n");
+  put(dir + "/memory.pressure",
+      "some avg10=12.50 avg60=5.00 avg300=1.00 total=2500000\n"
+      "full avg10=2.00 avg60=1.00 avg300=0.50 total=500000\n");
+  CgroupCollector c(fx.config(true), nullptr, [](const std::string&) {});
+  c.sample();
+  auto f = families(c);
+  for (const FamilySpec& row : kFamilies)
+    if (row.name.starts_with("gym_server_cgroup_")) {
+      EXPECT_TRUE(f.count(std::string(row.name))) << row.name << " has a row but is not served";
+    }
+  const auto& info = f.at("gym_server_cgroup_info").metric.at(0);
+  EXPECT_EQ(info.label.at(2).value, "/gym/agent");
+  EXPECT_EQ(info.label.at(3).value, "2");
+  EXPECT_EQ(f.at("gym_server_cgroup_memory_usage_bytes").metric.at(0).gauge.value, 1048576);
+  EXPECT_EQ(f.at("gym_server_cgroup_memory_peak_bytes").metric.at(0).gauge.value, 4194304);
+  EXPECT_EQ(f.at("gym_server_cgroup_memory_limit_bytes").metric.at(0).gauge.value, 8388608);
+  EXPECT_EQ(f.at("gym_server_cgroup_oom_kills_total").metric.at(0).counter.value, 2);
+  const auto& stalled = f.at("gym_server_cgroup_memory_pressure_seconds_total").metric;
+  ASSERT_EQ(stalled.size(), 2u);
+  EXPECT_EQ(stalled[0].label.at(2).value, "some");
+  EXPECT_DOUBLE_EQ(stalled[0].counter.value, 2.5);
+  EXPECT_DOUBLE_EQ(stalled[1].counter.value, 0.5);
+  const auto& ratio = f.at("gym_server_cgroup_memory_pressure_ratio").metric;
+  ASSERT_EQ(ratio.size(), 6u);
+  EXPECT_EQ(ratio[0].label.at(3).value, "10s");
+  EXPECT_DOUBLE_EQ(ratio[0].gauge.value, 0.125);
+  EXPECT_EQ(f.at("gym_exporter_cgroup_sample_errors_total").metric.at(0).counter.value, 0);
+
+  // No limit, and a kernel without memory.peak: those series are absent.
+  put(dir + "/memory.max", "max\n");
+  std::filesystem::remove(dir + "/memory.peak");
+  c.sample();
+  f = families(c);
+  EXPECT_FALSE(f.count("gym_server_cgroup_memory_limit_bytes"));
+  EXPECT_FALSE(f.count("gym_server_cgroup_memory_peak_bytes"));
+}
+
+TEST(CgroupCollector, OomKillsNeverFallWhenTheCgroupIsRecreatedOrReplaced) {
+  Fixture fx("0::/gym/agent\n", "0::/exporter\n");
+  const std::string dir = fx.cg + "/gym/agent";
+  put(dir + "/memory.current", "1\n");
+  put(dir + "/memory.events", "oom_kill 2\n");
+  CgroupCollector c(fx.config(true), nullptr, [](const std::string&) {});
+  auto total = [&] {
+    c.sample();
+    return c.servers().at(0).oom_kills.total;
+  };
+  EXPECT_EQ(total(), 2u);
+  put(dir + "/memory.events", "oom_kill 3\n");
+  EXPECT_EQ(total(), 3u);
+  EXPECT_EQ(total(), 3u) << "no growth, nothing added";
+  put(dir + "/memory.events", "oom_kill 1\n");  // removed and made again
+  EXPECT_EQ(total(), 4u);
+  // The server moves to another cgroup that has had 5.
+  put(fx.cg + "/gym/other/memory.current", "1\n");
+  put(fx.cg + "/gym/other/memory.events", "oom_kill 5\n");
+  put(fx.proc + "/100/cgroup", "0::/gym/other\n");
+  EXPECT_EQ(total(), 9u);
+  EXPECT_EQ(c.servers().at(0).place.path, "/gym/other");
+}
+
+TEST(CgroupCollector, ReadsTheV1MemoryHierarchyWhereV2HasNoMemoryController) {
+  Fixture fx("4:memory:/gym/agent\n0::/\n", "4:memory:/exporter\n0::/\n");
+  const std::string dir = fx.cg + "/gym/agent";
+  put(dir + "/memory.usage_in_bytes", "2097152\n");
+  put(dir + "/memory.max_usage_in_bytes", "3145728\n");
+  put(dir + "/memory.limit_in_bytes", "9223372036854771712\n");  // the kernel's "no limit"
+  put(dir + "/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
+  CgroupCollector c(fx.config(false), nullptr, [](const std::string&) {});
+  c.sample();
+  auto f = families(c);
+  EXPECT_EQ(f.at("gym_server_cgroup_info").metric.at(0).label.at(3).value, "1");
+  EXPECT_EQ(f.at("gym_server_cgroup_memory_usage_bytes").metric.at(0).gauge.value, 2097152);
+  EXPECT_EQ(f.at("gym_server_cgroup_memory_peak_bytes").metric.at(0).gauge.value, 3145728);
+  EXPECT_FALSE(f.count("gym_server_cgroup_memory_limit_bytes")) << "unlimited";
+  EXPECT_EQ(f.at("gym_server_cgroup_oom_kills_total").metric.at(0).counter.value, 1);
+  EXPECT_FALSE(f.count("gym_server_cgroup_memory_pressure_seconds_total")) << "v2 only";
+}
+
+TEST(CgroupCollector, AServerInTheExportersOwnOrTheRootCgroupHasNoSeries) {
+  for (const char* server : {"0::/exporter\n", "0::/\n", "1:cpu:/x\n"}) {
+    Fixture fx(server, "0::/exporter\n");
+    put(fx.cg + "/exporter/memory.current", "1\n");
+    put(fx.cg + "/memory.current", "1\n");
+    CgroupCollector c(fx.config(true), nullptr, [](const std::string&) {});
+    c.sample();
+    EXPECT_TRUE(c.servers().empty()) << server;
+    auto f = families(c);
+    EXPECT_EQ(f.size(), 1u) << "only the error counter";
+  }
+}
+
+TEST(CgroupCollector, AnUnreadableUsageIsCountedAndLoggedOnce) {
+  Fixture fx("0::/gym/agent\n", "0::/exporter\n");
+  const std::string dir = fx.cg + "/gym/agent";
+  put(dir + "/memory.current", "1\n");  // v2 accounts memory here
+  std::filesystem::remove(dir + "/memory.current");
+  std::filesystem::create_directory(dir + "/memory.current");  // there, but not a number
+  int logged = 0;
+  CgroupCollector d(fx.config(true), nullptr, [&](const std::string&) { ++logged; });
+  d.sample();
+  d.sample();
+  auto f = families(d);
+  EXPECT_EQ(f.at("gym_exporter_cgroup_sample_errors_total").metric.at(0).counter.value, 2);
+  EXPECT_EQ(logged, 1);
+  EXPECT_FALSE(f.count("gym_server_cgroup_memory_usage_bytes"));
+}
+
+// A real memory cgroup of this host, removed at the end: cgroup v2 when the
+// unified hierarchy offers the memory controller, else the v1 memory
+// hierarchy. ok() is false (with why()) where the kernel refuses.
+class RealMemoryCgroup {
+ public:
+  explicit RealMemoryCgroup(uint64_t limit) {
+    std::string text;
+    if (procfs::read_file("/proc/self/mountinfo", text) != procfs::ReadStatus::kOk) {
+      why_ = "no /proc/self/mountinfo";
+      return;
+    }
+    const cgroup::Mounts m = cgroup::parse_mountinfo(text);
+    std::string controllers;
+    const bool v2 =
+        !m.v2.empty() &&
+        procfs::read_file(m.v2 + "/cgroup.controllers", controllers) == procfs::ReadStatus::kOk &&
+        controllers.find("memory") != std::string::npos;
+    if (!v2 && m.v1_memory.empty()) {
+      why_ = "the memory controller is mounted neither in cgroup v2 nor in v1";
+      return;
+    }
+    if (v2) put(m.v2 + "/cgroup.subtree_control", "+memory");
+    dir_ = (v2 ? m.v2 : m.v1_memory) + "/gym-test-" + std::to_string(::getpid());
+    if (::mkdir(dir_.c_str(), 0755) != 0) {
+      why_ = "cannot create " + dir_ + ": " + std::strerror(errno);
+      dir_.clear();
+      return;
+    }
+    const std::string file = dir_ + (v2 ? "/memory.max" : "/memory.limit_in_bytes");
+    std::ofstream(file) << limit;
+    std::string got;
+    if (procfs::read_file(file, got) != procfs::ReadStatus::kOk || std::stoull(got) != limit) {
+      why_ = "cannot set " + file;
+      return;
+    }
+    version_ = v2 ? 2 : 1;
+  }
+  ~RealMemoryCgroup() {
+    // Its processes are gone; the kernel frees it when their last
+    // references go, which can take a moment.
+    for (int i = 0; !dir_.empty() && i < 500 && ::rmdir(dir_.c_str()) != 0; ++i)
+      std::this_thread::sleep_for(10ms);
+  }
+  bool ok() const { return version_ != 0; }
+  const std::string& why() const { return why_; }
+  int version() const { return version_; }
+  // In the calling (child) process: moves it into the cgroup.
+  bool join() const {
+    std::ofstream procs(dir_ + "/cgroup.procs");
+    procs << ::getpid() << std::flush;
+    return bool(procs);
+  }
+  uint64_t oom_kills() const {
+    std::string text;
+    const std::string file = dir_ + (version_ == 2 ? "/memory.events" : "/memory.oom_control");
+    if (procfs::read_file(file, text) != procfs::ReadStatus::kOk) return 0;
+    return cgroup::find_count(text, "oom_kill").value_or(0);
+  }
+
+ private:
+  std::string dir_, why_;
+  int version_ = 0;
+};
+
+// Touches memory a megabyte at a time until the OOM killer kills it.
+[[noreturn]] void hog() {
+  for (;;) {
+    void* p = ::mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) continue;
+    volatile char* c = static_cast<volatile char*>(p);
+    for (size_t i = 0; i < (1 << 20); i += 4096) c[i] = 1;
+  }
+}
+
+uint64_t host_oom_kills() {
+  std::string text;
+  if (procfs::read_file("/proc/vmstat", text) != procfs::ReadStatus::kOk) return 0;
+  return cgroup::find_count(text, "oom_kill").value_or(0);
+}
+
+TEST(RealCgroup, AnOomKillInTheServersCgroupIsCountedOnceAndTheRootsOwnIsItsExitReason) {
+  RealMemoryCgroup cg(64u << 20);
+  if (!cg.ok()) GTEST_SKIP() << "no memory cgroup can be made here: " << cg.why();
+  testing::Gate child_hogs, root_hogs;
+  testing::Ready ready;
+  // The server: joins the cgroup; first a child of it is OOM-killed, then
+  // the server itself.
+  // It signals at each step even when the step failed (then exits), so that
+  // the test fails instead of waiting forever.
+  const pid_t root = testing::spawn([&]() -> int {
+    const bool joined = cg.join();
+    ready.signal();
+    if (!joined) return 2;
+    child_hogs.wait();
+    const pid_t child = testing::spawn([]() -> int { hog(); });
+    const int status = testing::wait_exit(child);
+    ready.signal();
+    if (status != 128 + SIGKILL) return 3;
+    root_hogs.wait();
+    hog();
+  });
+  child_hogs.close_read();
+  root_hogs.close_read();
+  ready.wait(1);
+  const uint64_t host_before = host_oom_kills();
+
+  ServerTarget t;
+  t.name = "verifier";
+  t.server_type = "resources_server";
+  t.pid = root;
+  CgroupConfig cc;
+  cc.targets = {t};
+  CgroupCollector cgroups(cc, nullptr, [](const std::string&) {});
+  MemoryConfig mc;
+  mc.targets = {t};
+  MemoryCollector memory(mc, nullptr, [](const std::string&) {});
+  cgroups.sample();
+  memory.sample();
+  ASSERT_EQ(cgroups.servers().size(), 1u);
+  EXPECT_EQ(cgroups.servers()[0].place.version, cg.version());
+  EXPECT_EQ(cgroups.servers()[0].memory.limit, 64u << 20);
+  EXPECT_EQ(cgroups.servers()[0].oom_kills.total, 0u);
+
+  child_hogs.open();
+  ready.wait(1);  // the child was killed by SIGKILL, and the root goes on
+  cgroups.sample();
+  memory.sample();
+  ASSERT_EQ(cgroups.servers().size(), 1u);
+  EXPECT_EQ(cgroups.servers()[0].oom_kills.total, 1u);
+  EXPECT_EQ(cg.oom_kills(), 1u);
+  EXPECT_EQ(memory.servers().at(0).oom_kill_exits, 0u) << "the root lives";
+  EXPECT_EQ(memory.servers().at(0).exits, 0u);
+
+  root_hogs.open();
+  EXPECT_EQ(testing::wait_exit(root), 128 + SIGKILL);
+  memory.sample();
+  cgroups.sample();
+  memory.sample();  // counted once, not at every sample after
+  const auto s = memory.servers().at(0);
+  EXPECT_FALSE(s.root_pid.has_value());
+  EXPECT_EQ(s.oom_kill_exits, 1u);
+  EXPECT_EQ(s.exits, 0u);
+  EXPECT_TRUE(cgroups.servers().empty()) << "its root is gone";
+  EXPECT_EQ(cg.oom_kills(), 2u);
+  EXPECT_GE(host_oom_kills(), host_before + 2) << "both kills are the host's too";
+  std::map<std::string, double> got;
+  memory.collect([&](const prometheus::MetricFamily& f) {
+    if (f.name == "gym_host_oom_kills_total") got[f.name] = f.metric.at(0).counter.value;
+  });
+  EXPECT_GE(got["gym_host_oom_kills_total"], double(host_before + 2));
+}
+
+TEST(RealCgroup, AServerThatExitsOnItsOwnCountsAsExitedOnce) {
+  testing::Gate gate;
+  testing::Ready ready;
+  const pid_t root = testing::spawn([&] {
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  gate.close_read();
+  ready.wait(1);
+  ServerTarget t;
+  t.name = "agent";
+  t.server_type = "agent";
+  t.pid = root;
+  MemoryConfig mc;
+  mc.targets = {t};
+  MemoryCollector memory(mc, nullptr, [](const std::string&) {});
+  memory.sample();
+  EXPECT_EQ(memory.servers().at(0).exits, 0u);
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(root), 0);
+  memory.sample();
+  memory.sample();
+  EXPECT_EQ(memory.servers().at(0).exits, 1u);
+  EXPECT_EQ(memory.servers().at(0).oom_kill_exits, 0u);
+  std::map<std::string, double> exits;
+  memory.collect([&](const prometheus::MetricFamily& f) {
+    if (f.name != "gym_server_exits_total") return;
+    for (const auto& m : f.metric) exits[m.label.at(2).value] = m.counter.value;
+  });
+  EXPECT_EQ(exits, (std::map<std::string, double>{{"exited", 1}, {"oom_kill", 0}}));
+}
+
+}  // namespace
+}  // namespace gym::exporter
