@@ -199,6 +199,26 @@ MEMORY = dashboard(
             (f"max by (instance, {SERVER}) (gym_server_memory_usage_bytes{{{SEL}, memory_type=\"rss\"}}) "
              f"/ on (instance) group_left sum by (instance) (gym_host_memory_total_bytes{{{SEL}}})",
              "{{nemo_gym_server_name}} {{instance}}")]),
+        panel("Servers' cgroups", "bytes", [
+            (f"sum by (instance, {SERVER}) (gym_server_cgroup_memory_usage_bytes{{{SEL}}})",
+             "{{nemo_gym_server_name}} {{instance}}"),
+            (f"max by (instance, {SERVER}) (gym_server_cgroup_memory_peak_bytes{{{SEL}}})",
+             "peak {{nemo_gym_server_name}} {{instance}}"),
+            (f"max by (instance, {SERVER}) (gym_server_cgroup_memory_limit_bytes{{{SEL}}})",
+             "limit {{nemo_gym_server_name}} {{instance}}"),
+        ], description="Memory charged to the cgroup of each server that has one of its own "
+                       "(page cache included), its peak and its limit."),
+        panel("Exits and OOM kills", "short", [
+            (f"sum by (instance, {SERVER}, reason) "
+             f"(increase(gym_server_exits_total{{{SEL}}}[$__rate_interval]))",
+             "{{nemo_gym_server_name}} {{reason}} {{instance}}"),
+            (f"sum by (instance, {SERVER}) "
+             f"(increase(gym_server_cgroup_oom_kills_total{{{SEL}}}[$__rate_interval]))",
+             "OOM kills in {{nemo_gym_server_name}}'s cgroup {{instance}}"),
+            (f"sum by (instance) (increase(gym_host_oom_kills_total{{{SEL}}}[$__rate_interval]))",
+             "OOM kills on {{instance}}"),
+        ], description="Server root processes that exited (oom_kill: killed by the OOM killer), "
+                       "OOM kills in servers' own cgroups, and on the whole host."),
         panel("Memory sample time", "s", [
             (f"max by (instance) (gym_exporter_memory_sample_duration_seconds{{{SEL}}})",
              "{{instance}}")]),

@@ -73,11 +73,49 @@ def get_json(url):
         return json.loads(r.read())
 
 
+def make_memory_cgroup(name, limit):
+    """A memory cgroup of this host with `limit` bytes (cgroup v2 when the
+    unified hierarchy offers the memory controller, else the v1 memory
+    hierarchy), or None where the kernel refuses (not root, no controller)."""
+    v2 = v1 = None
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            left, _, right = line.partition(" - ")
+            fields, rest = left.split(), right.split()
+            if len(fields) < 5 or len(rest) < 3:
+                continue
+            if rest[0] == "cgroup2" and v2 is None:
+                v2 = fields[4]
+            elif rest[0] == "cgroup" and "memory" in rest[2].split(",") and v1 is None:
+                v1 = fields[4]
+    try:
+        with open(os.path.join(v2, "cgroup.controllers")) as f:
+            v2_memory = "memory" in f.read().split()
+    except (OSError, TypeError):
+        v2_memory = False
+    try:
+        if v2_memory:
+            with open(os.path.join(v2, "cgroup.subtree_control"), "w") as f:
+                f.write("+memory")
+            path, limit_file = os.path.join(v2, name), "memory.max"
+        elif v1:
+            path, limit_file = os.path.join(v1, name), "memory.limit_in_bytes"
+        else:
+            return None
+        os.mkdir(path)
+        with open(os.path.join(path, limit_file), "w") as f:
+            f.write(str(limit))
+        return path
+    except OSError:
+        return None
+
+
 class Loop:
     def __init__(self):
         self.dir = tempfile.mkdtemp(prefix="gym-loop-", dir="/dev/shm")
         self.procs = []
         self.exporter_ports = []
+        self.cgroups = []
 
     def start(self, *args, **kwargs):
         p = subprocess.Popen(list(args), **kwargs)
@@ -86,12 +124,23 @@ class Loop:
 
     def start_host(self, n):
         registry = os.path.join(self.dir, f"registry-{n}")
+        # Each demo host's servers run in a memory cgroup of their own (as
+        # a systemd unit's would), so that the cgroup families have series.
+        cgroup = make_memory_cgroup(f"gym-loop-{os.getpid()}-{n}", 4 << 30)
+
+        def join():
+            if cgroup:
+                with open(os.path.join(cgroup, "cgroup.procs"), "w") as f:
+                    f.write(str(os.getpid()))
+
+        if cgroup:
+            self.cgroups.append(cgroup)
         self.start(f"{BUILD}/demo/gym-demo", f"--registry.dir={registry}",
-                   stderr=subprocess.DEVNULL)
+                   stderr=subprocess.DEVNULL, preexec_fn=join)
         port = free_port()
         cfg = os.path.join(self.dir, f"exporter-{n}.yml")
         with open(cfg, "w") as f:
-            f.write("memory:\n  interval_seconds: 1\n")
+            f.write("memory:\n  interval_seconds: 1\ncgroup:\n  interval_seconds: 1\n")
         self.start(f"{BUILD}/exporter/gym-exporter", f"--config.file={cfg}",
                    f"--registry.dir={registry}", f"--web.listen-address=127.0.0.1:{port}",
                    stderr=open(os.path.join(self.dir, f"exporter-{n}.log"), "w"))
@@ -144,6 +193,13 @@ class Loop:
                 p.kill()
                 p.wait()
         shutil.rmtree(self.dir, ignore_errors=True)
+        for cgroup in self.cgroups:
+            for _ in range(100):  # freed once its last process is released
+                try:
+                    os.rmdir(cgroup)
+                    break
+                except OSError:
+                    time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -199,6 +255,21 @@ def test_every_family_has_the_contract_label_names(loop):
             assert s["job"] == "gym"
 
 
+def test_each_demo_hosts_servers_report_their_own_cgroup(loop):
+    if len(loop.cgroups) < 2:
+        pytest.skip("no memory cgroup could be made here for the demo hosts")
+    limit = 4 << 30
+    r = loop.query_until(
+        f'count by (instance) (gym_server_cgroup_memory_limit_bytes{{job="gym"}} == {limit})',
+        lambda result: len(result) == 2)
+    assert len(r["data"]["result"]) == 2, r
+    info = loop.query('gym_server_cgroup_info{job="gym"}')["data"]["result"]
+    assert {i["metric"]["cgroup"].rsplit("/", 1)[-1] for i in info} == {
+        os.path.basename(c) for c in loop.cgroups}
+    usage = loop.query('gym_server_cgroup_memory_usage_bytes{job="gym"}')["data"]["result"]
+    assert usage and all(0 < float(u["value"][1]) < limit for u in usage)
+
+
 def dashboard_queries():
     for path in sorted(glob.glob(os.path.join(SOURCE, "dashboards", "*.json"))):
         with open(path) as f:
@@ -210,6 +281,8 @@ def dashboard_queries():
 
 @pytest.mark.parametrize("title,expr", list(dashboard_queries()))
 def test_every_dashboard_query_evaluates_and_returns_data(loop, title, expr):
+    if "gym_server_cgroup_" in expr and len(loop.cgroups) < 2:
+        pytest.skip("no memory cgroup could be made here for the demo hosts")
     filled = (expr.replace("$job", "gym").replace("$instance", ".*")
               .replace("$__rate_interval", "15s"))
     r = loop.query_until(filled, lambda result: bool(result))
