@@ -225,11 +225,20 @@ const ProcStat* ProcessTable::find(pid_t pid, uint64_t start_ticks) const {
 }
 
 std::vector<const ProcStat*> ProcessTable::tree(const ProcStat& root) const {
-  std::vector<const ProcStat*> out{&root};
+  return tree(std::vector<const ProcStat*>{&root});
+}
+
+std::vector<const ProcStat*> ProcessTable::tree(const std::vector<const ProcStat*>& roots) const {
+  std::vector<const ProcStat*> out;
   // Each process once, even in a table whose parent links loop (equal start
-  // times can make a hand-made tree do so).
+  // times can make a hand-made tree do so), or a root under another.
   std::vector<char> seen(processes_.size(), 0);
-  seen[size_t(&root - processes_.data())] = 1;
+  for (const ProcStat* root : roots) {
+    char& s = seen[size_t(root - processes_.data())];
+    if (s) continue;
+    s = 1;
+    out.push_back(root);
+  }
   for (size_t i = 0; i < out.size(); ++i) {
     auto it = children_.find(out[i]->pid);
     if (it == children_.end()) continue;
@@ -253,9 +262,13 @@ std::optional<uint64_t> count_open_fds(const std::string& proc_root, pid_t pid) 
 }
 
 TreeUsage tree_usage(const ProcessTable& table, const ProcStat& root) {
+  return tree_usage(table, std::vector<const ProcStat*>{&root});
+}
+
+TreeUsage tree_usage(const ProcessTable& table, const std::vector<const ProcStat*>& roots) {
   static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
   TreeUsage u;
-  for (const ProcStat* p : table.tree(root)) {
+  for (const ProcStat* p : table.tree(roots)) {
     if (p->kernel_thread() || p->zombie()) continue;
     u.live.push_back(p);
     u.members.emplace_back(p->pid, p->start_ticks);

@@ -81,6 +81,8 @@ class ProcessTable {
   const ProcStat* find(pid_t pid, uint64_t start_ticks) const;
   // The root and all its descendants, each once.
   std::vector<const ProcStat*> tree(const ProcStat& root) const;
+  // The roots (processes of this table) and all their descendants, each once.
+  std::vector<const ProcStat*> tree(const std::vector<const ProcStat*>& roots) const;
   const std::vector<ProcStat>& processes() const { return processes_; }
   const std::string& proc_root() const { return root_; }
 
@@ -104,5 +106,6 @@ struct TreeUsage {
 // or another user's process).
 std::optional<uint64_t> count_open_fds(const std::string& proc_root, pid_t pid);
 TreeUsage tree_usage(const ProcessTable& table, const ProcStat& root);
+TreeUsage tree_usage(const ProcessTable& table, const std::vector<const ProcStat*>& roots);
 
 }  // namespace gym::exporter::procfs

@@ -95,11 +95,71 @@ void middle_exits(bool subreaper, uint64_t expected) {
   testing::wait_exit(root);
 }
 
-TEST(MemoryCollector, MiddleProcessExitingOrphansItsChildrenOutOfTheTree) {
+TEST(MemoryCollector, AnOrphanNeverSeenInTheTreeIsNotTheServers) {
   middle_exits(false, 1);
 }
 TEST(MemoryCollector, UnderASubreaperOrphansStayInTheTree) {
   middle_exits(true, 2);
+}
+
+// R -> M -> L; M exits after a sample saw L: L (handed to init) stays R's
+// by lineage, and so does the child L forks after.
+TEST(MemoryCollector, AnOrphanSeenBeforeStaysInItsServerByLineageWithItsNewChildren) {
+  testing::Gate middle_exits, leaf_forks, end;
+  testing::Ready ready;
+  pid_t root = testing::spawn([&] {
+    pid_t middle = testing::spawn([&] {
+      testing::spawn([&] {  // the leaf
+        middle_exits.close_write();
+        leaf_forks.wait();
+        pid_t grandchild = testing::spawn([&] {
+          ready.signal();
+          end.wait();
+          return 0;
+        });
+        ready.signal();
+        end.wait();
+        testing::wait_exit(grandchild);
+        return 0;
+      });
+      leaf_forks.close_write();
+      ready.signal();
+      middle_exits.wait();
+      return 0;
+    });
+    middle_exits.close_write();
+    leaf_forks.close_write();
+    testing::wait_exit(middle);
+    ready.signal();
+    end.wait();
+    return 0;
+  });
+  ready.wait(1);
+  MemoryConfig c;
+  ServerTarget t;
+  t.name = "server";
+  t.server_type = "agent";
+  t.pid = root;
+  c.targets = {t};
+  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  sampler.sample();
+  EXPECT_EQ(sampler.servers().at(0).processes, 3u);
+  EXPECT_EQ(sampler.servers().at(0).escaped, 0u);
+  middle_exits.open();
+  ready.wait(1);  // the root reaped the middle process
+  sampler.sample();
+  EXPECT_EQ(sampler.servers().at(0).processes, 2u) << "the root and the orphaned leaf";
+  EXPECT_EQ(sampler.servers().at(0).escaped, 1u);
+  leaf_forks.open();
+  ready.wait(2);
+  sampler.sample();
+  EXPECT_EQ(sampler.servers().at(0).processes, 3u) << "the leaf's new child is the server's too";
+  EXPECT_EQ(sampler.servers().at(0).escaped, 2u);
+  end.open();
+  EXPECT_EQ(testing::wait_exit(root), 0);
+  sampler.sample();
+  EXPECT_EQ(sampler.servers().at(0).processes, 0u) << "the root is gone: the server is down";
+  EXPECT_EQ(sampler.servers().at(0).escaped, 0u);
 }
 
 TEST(MemoryCollector, SharedMappingCountsTwiceInRssAndOnceInPss) {

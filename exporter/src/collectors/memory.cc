@@ -163,6 +163,7 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerTrees::Server
   if (server.root == nullptr) {  // gone: 0 processes and 0 bytes; CPU as counted
     if (server.pss) m.pss = m.uss = m.swap = 0;
     rollups_.erase(server.name);
+    lineage_.erase(server.name);
     if (auto it = cpu_.find(server.name); it != cpu_.end()) {
       m.cpu_user_ticks = it->second.user;
       m.cpu_system_ticks = it->second.system;
@@ -173,6 +174,22 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerTrees::Server
   }
   m.root_pid = server.root->pid;
   procfs::TreeUsage tree = procfs::tree_usage(table, *server.root);
+  // Lineage: members of the last sample that left the tree (handed to init
+  // or a subreaper when their parent exited) are still the server's, with
+  // their descendants.
+  std::vector<Member>& lineage = lineage_[server.name];
+  std::vector<const procfs::ProcStat*> roots{server.root};
+  for (const Member& was : lineage) {
+    if (std::binary_search(tree.members.begin(), tree.members.end(), was)) continue;
+    const procfs::ProcStat* p = table.find(was.first, was.second);
+    if (p != nullptr && !p->zombie() && !p->kernel_thread()) roots.push_back(p);
+  }
+  if (roots.size() > 1) {
+    const size_t in_tree = tree.live.size();
+    tree = procfs::tree_usage(table, roots);
+    m.escaped = tree.live.size() - in_tree;
+  }
+  lineage = tree.members;
   m.rss = tree.rss_bytes;
   m.processes = tree.live.size();
   m.threads = tree.threads;
@@ -307,6 +324,7 @@ void MemoryCollector::add_gone(std::vector<ServerMemory>& servers,
       rollups_.erase(name);
       cpu_.erase(name);
       roots_.erase(name);
+      lineage_.erase(name);
       std::erase_if(servers, [&](const ServerMemory& s) { return s.name == name; });
       it = declared_.erase(it);
       continue;
@@ -420,6 +438,7 @@ void MemoryCollector::collect(const Emit& emit) {
     MetricFamily& fds = add_family(out, "gym_server_open_fds");
     MetricFamily& cpu = add_family(out, "gym_server_cpu_seconds_total");
     MetricFamily& exits = add_family(out, "gym_server_exits_total");
+    MetricFamily& escaped = add_family(out, "gym_server_escaped_processes");
     static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
     for (const ServerMemory& s : servers_) {
       LabelPairs l = server_labels(s.name, s.server_type);
@@ -431,6 +450,7 @@ void MemoryCollector::collect(const Emit& emit) {
       }
       add_metric(up, l).gauge.value = s.root_pid ? 1 : 0;
       add_metric(threads, l).gauge.value = double(s.threads);
+      add_metric(escaped, l).gauge.value = double(s.escaped);
       if (s.open_fds) add_metric(fds, l).gauge.value = double(*s.open_fds);
       for (const auto& [mode, ticks] :
            {std::pair{"user", s.cpu_user_ticks}, std::pair{"system", s.cpu_system_ticks}}) {

@@ -14,8 +14,12 @@
 // configured.
 //
 // Orphans: when a middle process of a tree exits, the kernel hands its
-// children to init or to the nearest subreaper, so they leave the tree; run
-// servers under a subreaper (PR_SET_CHILD_SUBREAPER) to keep them counted.
+// children to init or to the nearest subreaper, so they leave the tree. A
+// member seen at the last sample (pid and start time) stays the server's by
+// lineage, with its descendants, while the server's root lives
+// (gym_server_escaped_processes counts them). One that is born and orphaned
+// between two samples was never seen: run servers under a subreaper
+// (PR_SET_CHILD_SUBREAPER) to keep those too.
 //
 // Thread-safety: collect() may run while the sampling thread samples.
 #pragma once
@@ -70,6 +74,8 @@ class MemoryCollector : public IntervalCollector {
     std::optional<uint64_t> uss;
     std::optional<uint64_t> swap;
     uint64_t processes = 0;
+    // Of those, the ones that left the tree and are the server's by lineage.
+    uint64_t escaped = 0;
     std::optional<pid_t> root_pid;  // none when the root is gone (gym_server_up 0)
     uint64_t threads = 0;
     std::optional<uint64_t> open_fds;  // only when every process's fd list could be read
@@ -138,6 +144,9 @@ class MemoryCollector : public IntervalCollector {
     uint64_t exits = 0, oom_kill_exits = 0;
   };
   std::map<std::string, RootState> roots_;
+  // Every member of each server's tree at the last sample (sorted): one that
+  // leaves the tree while it lives is still the server's.
+  std::map<std::string, std::vector<Member>> lineage_;
   cgroup::Resolver resolver_;
   std::string scratch_;  // a buffer for reads
   void account_cpu(CpuState& st, const procfs::TreeUsage& tree, const procfs::ProcessTable& table);

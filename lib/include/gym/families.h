@@ -164,6 +164,13 @@ inline constexpr FamilySpec kFamilies[] = {
      "",
      "Processes in a server's tree now.",
      {label::kServerName, label::kServerType}},
+    {"gym_server_escaped_processes",
+     MetricType::kGauge,
+     Source::kExporter,
+     "",
+     "Processes of a server that left its tree (handed to init or a subreaper when their parent "
+     "exited) and are still counted in it by lineage (pid and start time, while seen).",
+     {label::kServerName, label::kServerType}},
     {"gym_server_info",
      MetricType::kGauge,
      Source::kExporter,
