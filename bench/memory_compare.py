@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -64,7 +65,7 @@ def exporter_cpu(build, pids, seconds):
         exporter.send_signal(signal.SIGTERM)
         exporter.wait()
         os.unlink(cfg.name)
-        os.rmdir(registry)
+        shutil.rmtree(registry, ignore_errors=True)  # the exporter's totals file too
 
 
 def main():

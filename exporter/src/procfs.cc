@@ -2,11 +2,14 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <limits>
 
 #include "gym/proc_stat.h"
@@ -180,7 +183,81 @@ ReadStatus read_file(const std::string& path, std::string& out) {
   return ReadStatus::kOk;
 }
 
-bool ProcessTable::scan() {
+namespace {
+ReadStatus status_of(int e) {
+  if (e == ESRCH || e == ENOENT) return ReadStatus::kGone;
+  if (e == EACCES || e == EPERM) return ReadStatus::kPermission;
+  return ReadStatus::kError;
+}
+}  // namespace
+
+StatFiles::StatFiles() {
+  rlimit lim{};
+  const rlim_t soft = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 ? lim.rlim_cur : 1024;
+  // A quarter of the descriptors at most (the HTTP server needs its own),
+  // and no more than a large host's processes.
+  max_kept_ = size_t(std::min<rlim_t>(soft / 4, 16384));
+}
+
+StatFiles::~StatFiles() {
+  for (const auto& [pid, k] : fds_) ::close(k.fd);
+}
+
+ReadStatus StatFiles::read(const std::string& root, pid_t pid, std::string& out) {
+  if (root != root_) {  // another proc root: nothing kept applies
+    for (const auto& [p, k] : fds_) ::close(k.fd);
+    fds_.clear();
+    root_ = root;
+  }
+  const std::string path = root + "/" + std::to_string(pid) + "/stat";
+  auto it = fds_.find(pid);
+  if (it != fds_.end()) {
+    char buf[4096];
+    ssize_t n;
+    do {
+      n = ::pread(it->second.fd, buf, sizeof buf, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n > 0 && size_t(n) < sizeof buf) {
+      it->second.read = true;
+      out.assign(buf, size_t(n));
+      return ReadStatus::kOk;
+    }
+    // Reaped (a new process may hold the pid now), or longer than a stat
+    // line can be: read afresh.
+    ::close(it->second.fd);
+    fds_.erase(it);
+  }
+  if (fds_.size() >= max_kept_) return read_file(path, out);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return status_of(errno);
+  char buf[4096];
+  ssize_t n;
+  do {
+    n = ::pread(fd, buf, sizeof buf, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 || size_t(n) >= sizeof buf) {
+    const int e = errno;
+    ::close(fd);
+    return n < 0 ? status_of(e) : read_file(path, out);
+  }
+  out.assign(buf, size_t(n));
+  fds_[pid] = {fd, true};
+  return ReadStatus::kOk;
+}
+
+void StatFiles::sweep() {
+  for (auto it = fds_.begin(); it != fds_.end();) {
+    if (it->second.read) {
+      it->second.read = false;
+      ++it;
+    } else {
+      ::close(it->second.fd);
+      it = fds_.erase(it);
+    }
+  }
+}
+
+bool ProcessTable::scan(StatFiles* files) {
   processes_.clear();
   index_.clear();
   children_.clear();
@@ -191,17 +268,27 @@ bool ProcessTable::scan() {
   while (dirent* e = ::readdir(d)) {
     const char* name = e->d_name;
     if (name[0] < '0' || name[0] > '9') continue;
-    path = root_;
-    path += '/';
-    path += name;
-    path += "/stat";
-    if (read_file(path, text) != ReadStatus::kOk) continue;  // exited since the listing
+    if (files != nullptr) {
+      int64_t pid = 0;
+      const auto r = std::from_chars(name, name + std::strlen(name), pid);
+      if (r.ec != std::errc() || *r.ptr != '\0' || pid <= 0 ||
+          pid > std::numeric_limits<pid_t>::max())
+        continue;
+      if (files->read(root_, pid_t(pid), text) != ReadStatus::kOk) continue;  // exited since
+    } else {
+      path = root_;
+      path += '/';
+      path += name;
+      path += "/stat";
+      if (read_file(path, text) != ReadStatus::kOk) continue;  // exited since the listing
+    }
     std::optional<ProcStat> st = parse_stat(text);
     if (!st) continue;
     index_[st->pid] = processes_.size();
     processes_.push_back(std::move(*st));
   }
   ::closedir(d);
+  if (files != nullptr) files->sweep();
   for (size_t i = 0; i < processes_.size(); ++i) {
     const ProcStat& p = processes_[i];
     auto parent = index_.find(p.ppid);
@@ -252,7 +339,13 @@ std::vector<const ProcStat*> ProcessTable::tree(const std::vector<const ProcStat
 }
 
 std::optional<uint64_t> count_open_fds(const std::string& proc_root, pid_t pid) {
-  DIR* d = ::opendir((proc_root + "/" + std::to_string(pid) + "/fd").c_str());
+  const std::string dir = proc_root + "/" + std::to_string(pid) + "/fd";
+  // Linux 6.2 and later give the count as the directory's size (one stat
+  // instead of listing every descriptor); 0 there, or an older kernel: list.
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return std::nullopt;
+  if (S_ISDIR(st.st_mode) && st.st_size > 0) return uint64_t(st.st_size);
+  DIR* d = ::opendir(dir.c_str());
   if (d == nullptr) return std::nullopt;
   uint64_t n = 0;
   while (dirent* e = ::readdir(d))

@@ -68,6 +68,35 @@ enum class ReadStatus { kOk, kGone, kPermission, kError };
 // about a megabyte). kGone: the process (or file) is no more.
 ReadStatus read_file(const std::string& path, std::string& out);
 
+// Open <proc root>/<pid>/stat descriptors kept from one scan to the next: a
+// read through a kept one costs no path lookup, open or close (most of a
+// scan's cost). Once its process is reaped the read fails (ESRCH), so a pid
+// reused by another process is never read through an old descriptor. At most
+// max_kept() are kept (a share of RLIMIT_NOFILE); beyond, files are opened
+// and closed at each read. One StatFiles belongs to one thread.
+class StatFiles {
+ public:
+  StatFiles();
+  ~StatFiles();
+  StatFiles(const StatFiles&) = delete;
+  StatFiles& operator=(const StatFiles&) = delete;
+  // The stat text of `pid` under `root`.
+  ReadStatus read(const std::string& root, pid_t pid, std::string& out);
+  // Closes the descriptors of processes not read since the last sweep.
+  void sweep();
+  size_t kept() const { return fds_.size(); }
+  size_t max_kept() const { return max_kept_; }
+
+ private:
+  struct Kept {
+    int fd = -1;
+    bool read = false;
+  };
+  std::string root_;
+  std::unordered_map<pid_t, Kept> fds_;
+  size_t max_kept_ = 0;
+};
+
 // Every process (not thread) under the proc root, read in one pass, with
 // the parent map; children are linked only when they are not older than
 // their parent (a parent pid reused by a younger process is not a parent).
@@ -75,7 +104,8 @@ class ProcessTable {
  public:
   explicit ProcessTable(std::string proc_root) : root_(std::move(proc_root)) {}
   // Reads the table afresh; false when the proc root cannot be listed.
-  bool scan();
+  // With `files`, through its kept descriptors.
+  bool scan(StatFiles* files = nullptr);
   const ProcStat* find(pid_t pid) const;
   // The process `pid` if it is the one that started at `start_ticks`.
   const ProcStat* find(pid_t pid, uint64_t start_ticks) const;

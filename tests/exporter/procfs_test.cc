@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <sys/prctl.h>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -89,6 +90,75 @@ TEST(Procfs, FixtureTreeLinksChildrenNotOlderThanTheirParent) {
   EXPECT_EQ(table.find(100, 999), nullptr) << "same pid, other start time";
   EXPECT_TRUE(table.find(103)->kernel_thread());
   EXPECT_TRUE(table.find(104)->zombie());
+}
+
+TEST(Procfs, ScanThroughKeptStatFilesReadsWhatAPlainScanReads) {
+  procfs::StatFiles files;
+  for (int round = 0; round < 2; ++round) {  // the second through kept descriptors
+    procfs::ProcessTable plain(kFixture), kept(kFixture);
+    ASSERT_TRUE(plain.scan());
+    ASSERT_TRUE(kept.scan(&files));
+    ASSERT_EQ(kept.processes().size(), plain.processes().size());
+    for (const procfs::ProcStat& p : plain.processes()) {
+      const procfs::ProcStat* k = kept.find(p.pid, p.start_ticks);
+      ASSERT_NE(k, nullptr) << p.pid;
+      EXPECT_EQ(k->rss_pages, p.rss_pages);
+      EXPECT_EQ(k->ppid, p.ppid);
+    }
+    EXPECT_EQ(files.kept(), plain.processes().size());
+  }
+}
+
+TEST(Procfs, AKeptStatDescriptorNeverReadsAnotherProcessBehindAReusedPid) {
+  testing::Gate first_gate, second_gate;
+  testing::Ready ready;
+  const pid_t first = testing::spawn([&] {
+    ::prctl(PR_SET_NAME, "gym-first");  // both may start in one clock tick
+    ready.signal();
+    first_gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  procfs::StatFiles files;
+  std::string text;
+  ASSERT_EQ(files.read("/proc", first, text), procfs::ReadStatus::kOk);
+  const auto before = procfs::parse_stat(text);
+  ASSERT_TRUE(before.has_value());
+  EXPECT_EQ(files.kept(), 1u);
+  first_gate.open();
+  testing::wait_exit(first);
+  const pid_t second = testing::spawn_with_pid(first, second_gate);
+  if (second < 0) {
+    EXPECT_EQ(files.read("/proc", first, text), procfs::ReadStatus::kGone);
+    EXPECT_EQ(files.kept(), 0u) << "a reaped process's descriptor is closed";
+    GTEST_SKIP() << "pid allocation cannot be steered here (needs root)";
+  }
+  ASSERT_EQ(files.read("/proc", first, text), procfs::ReadStatus::kOk);
+  const auto after = procfs::parse_stat(text);
+  ASSERT_TRUE(after.has_value());
+  EXPECT_EQ(after->pid, first);
+  EXPECT_EQ(before->comm, "gym-first");
+  EXPECT_NE(after->comm, "gym-first") << "the new process, read afresh";
+  second_gate.open();
+  testing::wait_exit(second);
+  // Unread since the last sweep: closed by the next.
+  files.sweep();
+  EXPECT_EQ(files.kept(), 1u);
+  files.sweep();
+  EXPECT_EQ(files.kept(), 0u);
+}
+
+TEST(Procfs, OpenFdsAreCountedAsListed) {
+  const std::optional<uint64_t> n = procfs::count_open_fds("/proc", ::getpid());
+  ASSERT_TRUE(n.has_value());
+  size_t listed = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) {
+    (void)e;
+    ++listed;
+  }
+  // The listing holds one more descriptor: its own directory's.
+  EXPECT_EQ(*n + 1, listed);
+  EXPECT_FALSE(procfs::count_open_fds("/proc", 0).has_value());
 }
 
 ServerTarget target(std::string name) {

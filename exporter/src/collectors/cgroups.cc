@@ -89,7 +89,7 @@ void CgroupCollector::count_error(const std::string& detail) {
 
 void CgroupCollector::sample() {
   procfs::ProcessTable table(config_.proc_root);
-  table.scan();  // a proc root that cannot be listed is the memory collector's to count
+  table.scan(&stat_files_);  // a proc root that cannot be listed is the memory collector's to count
   std::map<std::string, ServerCgroup> next;
   for (const ServerTrees::Server& s : trees_.resolve(table)) {
     if (s.root == nullptr) continue;

@@ -73,6 +73,7 @@ class CgroupCollector : public IntervalCollector {
   Log log_;
   std::map<std::string, ServerCgroup> state_;  // the sampling thread's, by server
   std::set<std::string> failing_, failing_now_;
+  procfs::StatFiles stat_files_;  // kept between samples
 
   mutable std::mutex mu_;  // guards what collect() reads
   std::vector<ServerCgroup> servers_;

@@ -360,7 +360,7 @@ std::optional<procfs::MemInfo> MemoryCollector::read_host() {
 void MemoryCollector::sample() {
   const auto started = std::chrono::steady_clock::now();
   procfs::ProcessTable table(config_.proc_root);
-  if (!table.scan()) count_error("proc", "cannot list " + config_.proc_root);
+  if (!table.scan(&stat_files_)) count_error("proc", "cannot list " + config_.proc_root);
   std::optional<procfs::MemInfo> host = read_host();
   const bool pss_due =
       !pss_ever_ || config_.pss_interval_seconds <= 0 ||

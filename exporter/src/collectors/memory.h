@@ -148,7 +148,8 @@ class MemoryCollector : public IntervalCollector {
   // leaves the tree while it lives is still the server's.
   std::map<std::string, std::vector<Member>> lineage_;
   cgroup::Resolver resolver_;
-  std::string scratch_;  // a buffer for reads
+  std::string scratch_;           // a buffer for reads
+  procfs::StatFiles stat_files_;  // kept between samples
   void account_cpu(CpuState& st, const procfs::TreeUsage& tree, const procfs::ProcessTable& table);
   struct Declared {
     std::string server_type;
