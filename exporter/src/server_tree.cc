@@ -259,4 +259,68 @@ std::vector<ServerTrees::Server> ServerTrees::resolve(const procfs::ProcessTable
   return out;
 }
 
+ServerProcesses::ServerProcesses(std::vector<ServerTarget> targets,
+                                 std::shared_ptr<SharedRegistry> registry,
+                                 std::chrono::duration<double> gone_ttl,
+                                 std::function<void(const std::string&, const std::string&)> error)
+    : trees_(std::move(targets), std::move(registry), std::move(error)), gone_ttl_(gone_ttl) {}
+
+std::vector<ServerProcesses::Tree> ServerProcesses::sample(
+    const procfs::ProcessTable& table, std::chrono::steady_clock::time_point now) {
+  dropped_.clear();
+  std::vector<Tree> out;
+  for (const ServerTrees::Server& s : trees_.resolve(table)) {
+    Tree t{s.name, s.server_type, s.pss, s.configured, s.root, {}, 0};
+    if (!s.configured) declared_[s.name].server_type = s.server_type;
+    if (s.root == nullptr) {
+      lineage_.erase(s.name);
+      out.push_back(std::move(t));
+      continue;
+    }
+    t.usage = procfs::tree_usage(table, *s.root);
+    std::vector<Member>& lineage = lineage_[s.name];
+    std::vector<const procfs::ProcStat*> roots{s.root};
+    for (const Member& was : lineage) {
+      if (std::binary_search(t.usage.members.begin(), t.usage.members.end(), was)) continue;
+      const procfs::ProcStat* p = table.find(was.first, was.second);
+      if (p != nullptr && !p->zombie() && !p->kernel_thread()) roots.push_back(p);
+    }
+    if (roots.size() > 1) {
+      const size_t in_tree = t.usage.live.size();
+      t.usage = procfs::tree_usage(table, roots);
+      t.escaped = t.usage.live.size() - in_tree;
+    }
+    lineage = t.usage.members;
+    out.push_back(std::move(t));
+  }
+  // Declared servers that are gone: reported with no root until their TTL.
+  for (auto it = declared_.begin(); it != declared_.end();) {
+    const std::string& name = it->first;  // (lambdas cannot capture structured bindings)
+    Declared& d = it->second;
+    const bool up = std::any_of(out.begin(), out.end(),
+                                [&](const Tree& t) { return t.name == name && t.root != nullptr; });
+    if (up) {
+      d.gone_since.reset();
+      ++it;
+      continue;
+    }
+    if (!d.gone_since) d.gone_since = now;
+    if (now - *d.gone_since > gone_ttl_) {
+      std::erase_if(out, [&](const Tree& t) { return t.name == name; });
+      lineage_.erase(name);
+      dropped_.push_back(name);
+      it = declared_.erase(it);
+      continue;
+    }
+    if (std::none_of(out.begin(), out.end(), [&](const Tree& t) { return t.name == name; })) {
+      Tree gone;  // its segment is gone too
+      gone.name = name;
+      gone.server_type = d.server_type;
+      out.push_back(std::move(gone));
+    }
+    ++it;
+  }
+  return out;
+}
+
 }  // namespace gym::exporter

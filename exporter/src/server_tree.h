@@ -14,6 +14,7 @@
 // Thread-safety: one ServerTrees belongs to one sampling thread.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -88,6 +89,52 @@ class ServerTrees {
   std::vector<Target> targets_;
   std::shared_ptr<SharedRegistry> registry_;
   std::function<void(const std::string&, const std::string&)> error_;
+};
+
+// Every server's processes at one sample, for a per-server collector (memory,
+// CPU): the servers of ServerTrees, each with its tree, the members that
+// left it kept by lineage, and the declared servers that are gone, reported
+// with no root for `gone_ttl`, then dropped.
+//
+// Lineage: when a middle process of a tree exits, the kernel hands its
+// children to init or to the nearest subreaper, so they leave the tree. A
+// member seen at the last sample (pid and start time) stays the server's,
+// with its descendants, while the server's root lives. One that is born and
+// orphaned between two samples was never seen.
+//
+// Thread-safety: one ServerProcesses belongs to one sampling thread.
+class ServerProcesses {
+ public:
+  ServerProcesses(std::vector<ServerTarget> targets, std::shared_ptr<SharedRegistry> registry,
+                  std::chrono::duration<double> gone_ttl,
+                  std::function<void(const std::string&, const std::string&)> error);
+
+  struct Tree {
+    std::string name;
+    std::string server_type;
+    bool pss = true;
+    bool configured = false;
+    const procfs::ProcStat* root = nullptr;  // in the table; nullptr: gone
+    procfs::TreeUsage usage;                 // its live processes (none when gone)
+    uint64_t escaped = 0;                    // of those, the ones kept by lineage
+  };
+  // Every server of `table` (scanned) at `now`, configured ones first.
+  std::vector<Tree> sample(const procfs::ProcessTable& table,
+                           std::chrono::steady_clock::time_point now);
+  // The declared servers the last sample dropped (gone past their TTL).
+  const std::vector<std::string>& dropped() const { return dropped_; }
+
+ private:
+  using Member = std::pair<pid_t, uint64_t>;  // pid, start ticks
+  struct Declared {
+    std::string server_type;
+    std::optional<std::chrono::steady_clock::time_point> gone_since;
+  };
+  ServerTrees trees_;
+  std::chrono::duration<double> gone_ttl_;
+  std::map<std::string, std::vector<Member>> lineage_;  // last members, sorted
+  std::map<std::string, Declared> declared_;
+  std::vector<std::string> dropped_;
 };
 
 }  // namespace gym::exporter

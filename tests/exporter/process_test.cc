@@ -372,6 +372,27 @@ TEST(ExporterProcess, ADisabledCollectorServesNothingAndTheOthersStay) {
   EXPECT_NE(bad_out.find("memory.enabled"), std::string::npos) << bad_out;
 }
 
+TEST(ExporterProcess, TheCpuAndCgroupCollectorsAreTurnedOffApartFromMemory) {
+  TempDir tmp;
+  const std::string cfg = tmp.sub("gym.yml");
+  const std::string target = "memory:\n  targets:\n    - {name: me, server_type: agent, pid: " +
+                             std::to_string(::getpid()) + "}\n";
+  std::ofstream(cfg) << target;
+  auto [rc, out] =
+      shell(exporter() + " --once --config.file=" + cfg + " --registry.dir=" + tmp.sub("r"));
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("gym_server_cpu_seconds_total{"), std::string::npos) << out;
+  EXPECT_NE(out.find("gym_exporter_cgroup_sample_errors_total"), std::string::npos) << out;
+  std::ofstream(cfg) << target << "cpu:\n  enabled: false\ncgroup:\n  enabled: false\n";
+  auto [off_rc, off] =
+      shell(exporter() + " --once --config.file=" + cfg + " --registry.dir=" + tmp.sub("r"));
+  EXPECT_EQ(off_rc, 0) << off;
+  EXPECT_NE(off.find("gym_server_memory_usage_bytes{"), std::string::npos) << off;
+  EXPECT_EQ(off.find("gym_server_cpu_seconds_total"), std::string::npos);
+  EXPECT_EQ(off.find("gym_server_threads"), std::string::npos);
+  EXPECT_EQ(off.find("gym_exporter_cgroup_sample_errors_total"), std::string::npos);
+}
+
 TEST(ExporterProcess, PortInUseIsAOneLineErrorAndNonZeroExit) {
   TempDir tmp;
   RunningExporter first(tmp, "--registry.dir=" + tmp.path());

@@ -53,10 +53,6 @@ std::optional<cgroup::Mounts> mounts_of(const CgroupConfig& c) {
   return m;
 }
 
-LabelPairs server_labels(const std::string& name, const std::string& type) {
-  return {{std::string(label::kServerName), name}, {std::string(label::kServerType), type}};
-}
-
 }  // namespace
 
 void CgroupCollector::Counter::add(std::optional<uint64_t> now) {

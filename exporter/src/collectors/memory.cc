@@ -16,10 +16,6 @@ namespace gym::exporter {
 
 namespace {
 
-LabelPairs server_labels(const std::string& name, const std::string& type) {
-  return {{std::string(label::kServerName), name}, {std::string(label::kServerType), type}};
-}
-
 // A server's memory by memory_type, those it has.
 std::vector<std::pair<const char*, uint64_t>> memory_types(const MemoryCollector::ServerMemory& s) {
   std::vector<std::pair<const char*, uint64_t>> out{{"rss", s.rss}};
@@ -80,10 +76,11 @@ MemoryCollector::MemoryCollector(MemoryConfig config, std::shared_ptr<SharedRegi
                                  Log log)
     : IntervalCollector(std::chrono::duration<double>(config.interval_seconds)),
       config_(std::move(config)),
-      trees_(config_.targets, std::move(registry),
-             [this](const std::string& reason, const std::string& detail) {
-               count_error(reason, detail);
-             }),
+      processes_(config_.targets, std::move(registry),
+                 std::chrono::duration<double>(config_.gone_server_ttl_seconds),
+                 [this](const std::string& reason, const std::string& detail) {
+                   count_error(reason, detail);
+                 }),
       log_(std::move(log)),
       resolver_(config_.proc_root) {
   for (const char* r : kReasons) errors_[r] = 0;
@@ -154,135 +151,47 @@ std::optional<MemoryCollector::Rollups> MemoryCollector::read_rollups(
   return r;
 }
 
-MemoryCollector::ServerMemory MemoryCollector::measure(const ServerTrees::Server& server,
+MemoryCollector::ServerMemory MemoryCollector::measure(const ServerProcesses::Tree& tree,
                                                        const procfs::ProcessTable& table,
                                                        bool pss_due) {
   ServerMemory m;
-  m.name = server.name;
-  m.server_type = server.server_type;
-  if (server.root == nullptr) {  // gone: 0 processes and 0 bytes; CPU as counted
-    if (server.pss) m.pss = m.uss = m.swap = 0;
-    rollups_.erase(server.name);
-    lineage_.erase(server.name);
-    if (auto it = cpu_.find(server.name); it != cpu_.end()) {
-      m.cpu_user_ticks = it->second.user;
-      m.cpu_system_ticks = it->second.system;
-      it->second.members.clear();
-      it->second.departed.clear();
-    }
+  m.name = tree.name;
+  m.server_type = tree.server_type;
+  if (tree.root == nullptr) {  // gone: 0 processes and 0 bytes
+    if (tree.pss) m.pss = m.uss = m.swap = 0;
+    rollups_.erase(tree.name);
     return m;
   }
-  m.root_pid = server.root->pid;
-  procfs::TreeUsage tree = procfs::tree_usage(table, *server.root);
-  // Lineage: members of the last sample that left the tree (handed to init
-  // or a subreaper when their parent exited) are still the server's, with
-  // their descendants.
-  std::vector<Member>& lineage = lineage_[server.name];
-  std::vector<const procfs::ProcStat*> roots{server.root};
-  for (const Member& was : lineage) {
-    if (std::binary_search(tree.members.begin(), tree.members.end(), was)) continue;
-    const procfs::ProcStat* p = table.find(was.first, was.second);
-    if (p != nullptr && !p->zombie() && !p->kernel_thread()) roots.push_back(p);
-  }
-  if (roots.size() > 1) {
-    const size_t in_tree = tree.live.size();
-    tree = procfs::tree_usage(table, roots);
-    m.escaped = tree.live.size() - in_tree;
-  }
-  lineage = tree.members;
-  m.rss = tree.rss_bytes;
-  m.processes = tree.live.size();
-  m.threads = tree.threads;
-  uint64_t fds = 0;
-  bool all_fds = true;
-  for (const procfs::ProcStat* p : tree.live) {
-    const std::optional<uint64_t> n = procfs::count_open_fds(table.proc_root(), p->pid);
-    if (n)
-      fds += *n;
-    else if (procfs::read_file(table.proc_root() + "/" + std::to_string(p->pid) + "/stat",
-                               scratch_) != procfs::ReadStatus::kGone)
-      all_fds = false;  // there, but not ours to list
-  }
-  if (all_fds) m.open_fds = fds;
-  CpuState& cpu = cpu_[server.name];
-  account_cpu(cpu, tree, table);
-  m.cpu_user_ticks = cpu.user;
-  m.cpu_system_ticks = cpu.system;
-  if (!server.pss) return m;
+  m.root_pid = tree.root->pid;
+  m.rss = tree.usage.rss_bytes;
+  m.processes = tree.usage.live.size();
+  m.escaped = tree.escaped;
+  if (!tree.pss) return m;
   if (pss_due) {
-    rollups_.erase(server.name);
-    std::optional<Rollups> r = read_rollups(tree.live, table);
+    rollups_.erase(tree.name);
+    std::optional<Rollups> r = read_rollups(tree.usage.live, table);
     if (!r) return m;  // RSS only
     // All of one read: RSS too, and only the processes that were read.
     m.rss = r->rss;
     m.processes = r->members.size();
-    rollups_[server.name] = std::move(*r);
+    rollups_[tree.name] = std::move(*r);
   }
   // Between PSS reads the last values stand while the tree is the same and
   // they still fit in its RSS.
-  auto it = rollups_.find(server.name);
+  auto it = rollups_.find(tree.name);
   if (it == rollups_.end()) return m;
   const Rollups& r = it->second;
-  if (!pss_due && (r.members != tree.members || r.pss > m.rss)) return m;
+  if (!pss_due && (r.members != tree.usage.members || r.pss > m.rss)) return m;
   m.pss = r.pss;
   m.uss = r.uss;
   m.swap = r.swap;
   return m;
 }
 
-void MemoryCollector::account_cpu(CpuState& st, const procfs::TreeUsage& tree,
-                                  const procfs::ProcessTable& table) {
-  std::map<Member, Times> now;
-  std::map<pid_t, Member> live;
-  for (const procfs::ProcStat* p : tree.live) {
-    const Member m{p->pid, p->start_ticks};
-    now[m] = {p->ppid, p->utime_ticks, p->stime_ticks, p->cutime_ticks, p->cstime_ticks};
-    live[p->pid] = m;
-  }
-  // Members that left since the last sample: their times go to their
-  // parent's reaped-children times when (if) it reaps them.
-  for (const auto& [m, t] : st.members) {
-    if (now.contains(m)) continue;
-    auto parent = live.find(t.ppid);
-    if (parent == live.end()) continue;  // orphaned: init reaps it, not the tree
-    st.departed[m] = {parent->second, t.user + t.child_user, t.system + t.child_system};
-  }
-  // Increments of every live member.
-  std::map<Member, std::pair<uint64_t, uint64_t>> child_delta;
-  auto up = [](uint64_t now, uint64_t before) { return now > before ? now - before : 0; };
-  for (const auto& [m, t] : now) {
-    auto before = st.members.find(m);
-    const Times b = before == st.members.end() ? Times{} : before->second;
-    st.user += up(t.user, b.user);
-    st.system += up(t.system, b.system);
-    child_delta[m] = {up(t.child_user, b.child_user), up(t.child_system, b.child_system)};
-  }
-  // A departed member that is no longer in the table was reaped since: by
-  // its parent, whose reaped-children times took its times, counted before.
-  for (auto it = st.departed.begin(); it != st.departed.end();) {
-    const auto& [m, d] = *it;
-    if (table.find(m.first, m.second) != nullptr) {  // a zombie still
-      ++it;
-      continue;
-    }
-    auto delta = child_delta.find(d.parent);
-    if (delta != child_delta.end()) {
-      delta->second.first -= std::min(delta->second.first, d.user);
-      delta->second.second -= std::min(delta->second.second, d.system);
-    }
-    it = st.departed.erase(it);
-  }
-  for (const auto& [m, d] : child_delta) {
-    st.user += d.first;
-    st.system += d.second;
-  }
-  st.members = std::move(now);
-}
-
-void MemoryCollector::track_exit(const ServerTrees::Server& server) {
-  RootState& r = roots_[server.name];
+void MemoryCollector::track_exit(const ServerProcesses::Tree& tree) {
+  RootState& r = roots_[tree.name];
   std::optional<Member> now;
-  if (server.root != nullptr) now = Member{server.root->pid, server.root->start_ticks};
+  if (tree.root != nullptr) now = Member{tree.root->pid, tree.root->start_ticks};
   if (r.root && r.root != now) {
     const std::optional<uint64_t> ooms =
         r.place ? cgroup::read_oom_kills(*r.place) : std::optional<uint64_t>();
@@ -301,47 +210,6 @@ void MemoryCollector::track_exit(const ServerTrees::Server& server) {
     r.looked = true;
   }
   if (r.place) r.oom_kills = cgroup::read_oom_kills(*r.place);
-}
-
-void MemoryCollector::add_gone(std::vector<ServerMemory>& servers,
-                               std::chrono::steady_clock::time_point now) {
-  std::set<std::string> reported;
-  for (const ServerMemory& s : servers) reported.insert(s.name);
-  const auto ttl = std::chrono::duration<double>(config_.gone_server_ttl_seconds);
-  for (auto it = declared_.begin(); it != declared_.end();) {
-    const std::string& name = it->first;  // (lambdas cannot capture structured bindings)
-    Declared& d = it->second;
-    auto up = std::find_if(servers.begin(), servers.end(), [&](const ServerMemory& s) {
-      return s.name == name && s.root_pid.has_value();
-    });
-    if (up != servers.end()) {
-      d.gone_since.reset();
-      ++it;
-      continue;
-    }
-    if (!d.gone_since) d.gone_since = now;
-    if (now - *d.gone_since > ttl) {
-      rollups_.erase(name);
-      cpu_.erase(name);
-      roots_.erase(name);
-      lineage_.erase(name);
-      std::erase_if(servers, [&](const ServerMemory& s) { return s.name == name; });
-      it = declared_.erase(it);
-      continue;
-    }
-    if (!reported.contains(name)) {  // its segment is gone too
-      ServerMemory zero;
-      zero.name = name;
-      zero.server_type = d.server_type;
-      zero.pss = zero.uss = zero.swap = 0;
-      if (auto c = cpu_.find(name); c != cpu_.end()) {
-        zero.cpu_user_ticks = c->second.user;
-        zero.cpu_system_ticks = c->second.system;
-      }
-      servers.push_back(std::move(zero));
-    }
-    ++it;
-  }
 }
 
 std::optional<procfs::MemInfo> MemoryCollector::read_host() {
@@ -366,12 +234,14 @@ void MemoryCollector::sample() {
       !pss_ever_ || config_.pss_interval_seconds <= 0 ||
       std::chrono::duration<double>(started - last_pss_).count() >= config_.pss_interval_seconds;
   std::vector<ServerMemory> servers;
-  for (const ServerTrees::Server& s : trees_.resolve(table)) {
-    servers.push_back(measure(s, table, pss_due));
-    track_exit(s);
-    if (!s.configured) declared_[s.name].server_type = s.server_type;
+  for (const ServerProcesses::Tree& t : processes_.sample(table, started)) {
+    servers.push_back(measure(t, table, pss_due));
+    track_exit(t);
   }
-  add_gone(servers, started);
+  for (const std::string& name : processes_.dropped()) {
+    rollups_.erase(name);
+    roots_.erase(name);
+  }
   for (ServerMemory& m : servers)
     if (auto r = roots_.find(m.name); r != roots_.end()) {
       m.exits = r->second.exits;
@@ -434,12 +304,8 @@ void MemoryCollector::collect(const Emit& emit) {
     MetricFamily& processes = add_family(out, "gym_server_processes");
     MetricFamily& info = add_family(out, "gym_server_info");
     MetricFamily& up = add_family(out, "gym_server_up");
-    MetricFamily& threads = add_family(out, "gym_server_threads");
-    MetricFamily& fds = add_family(out, "gym_server_open_fds");
-    MetricFamily& cpu = add_family(out, "gym_server_cpu_seconds_total");
     MetricFamily& exits = add_family(out, "gym_server_exits_total");
     MetricFamily& escaped = add_family(out, "gym_server_escaped_processes");
-    static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
     for (const ServerMemory& s : servers_) {
       LabelPairs l = server_labels(s.name, s.server_type);
       add_metric(processes, l).gauge.value = double(s.processes);
@@ -449,15 +315,7 @@ void MemoryCollector::collect(const Emit& emit) {
         add_metric(info, li).gauge.value = 1;
       }
       add_metric(up, l).gauge.value = s.root_pid ? 1 : 0;
-      add_metric(threads, l).gauge.value = double(s.threads);
       add_metric(escaped, l).gauge.value = double(s.escaped);
-      if (s.open_fds) add_metric(fds, l).gauge.value = double(*s.open_fds);
-      for (const auto& [mode, ticks] :
-           {std::pair{"user", s.cpu_user_ticks}, std::pair{"system", s.cpu_system_ticks}}) {
-        LabelPairs lc = l;
-        lc.emplace_back("mode", mode);
-        add_metric(cpu, lc).counter.value = double(ticks) / ticks_per_second;
-      }
       for (const auto& [reason, n] :
            {std::pair{"exited", s.exits}, std::pair{"oom_kill", s.oom_kill_exits}}) {
         LabelPairs le = l;

@@ -1,7 +1,7 @@
 // The memory collector: the memory of every Gym server's whole process tree,
 // and of the host, sampled from procfs on an interval (the
-// gym_server_memory_*, gym_server_processes, gym_server_info and
-// gym_host_memory_* families). Configuration: the `memory:` section.
+// gym_server_memory_*, gym_server_processes, gym_server_info, gym_server_up,
+// gym_server_exits_total and gym_host_* families). Configuration: the `memory:` section.
 //
 // Which servers, and their roots, come from the server trees
 // (server_tree.h). A sample reads the process table in one pass, then RSS
@@ -13,13 +13,12 @@
 // (its peaks too) are dropped. Configured targets are reported while they are
 // configured.
 //
-// Orphans: when a middle process of a tree exits, the kernel hands its
-// children to init or to the nearest subreaper, so they leave the tree. A
-// member seen at the last sample (pid and start time) stays the server's by
-// lineage, with its descendants, while the server's root lives
-// (gym_server_escaped_processes counts them). One that is born and orphaned
+// Orphans stay in their server's tree by lineage (server_tree.h;
+// gym_server_escaped_processes counts them). One that is born and orphaned
 // between two samples was never seen: run servers under a subreaper
-// (PR_SET_CHILD_SUBREAPER) to keep those too.
+// (PR_SET_CHILD_SUBREAPER) to keep those too. The trees' CPU, threads and
+// open files are the cpu collector's (cpu.h), their cgroups the cgroup
+// collector's (cgroups.h).
 //
 // Thread-safety: collect() may run while the sampling thread samples.
 #pragma once
@@ -77,12 +76,6 @@ class MemoryCollector : public IntervalCollector {
     // Of those, the ones that left the tree and are the server's by lineage.
     uint64_t escaped = 0;
     std::optional<pid_t> root_pid;  // none when the root is gone (gym_server_up 0)
-    uint64_t threads = 0;
-    std::optional<uint64_t> open_fds;  // only when every process's fd list could be read
-    // CPU time of the tree since the exporter first saw it, in clock ticks:
-    // never falls (see cpu_ below).
-    uint64_t cpu_user_ticks = 0;
-    uint64_t cpu_system_ticks = 0;
     // Times its root process exited (or was replaced), by reason.
     uint64_t exits = 0, oom_kill_exits = 0;
   };
@@ -95,47 +88,24 @@ class MemoryCollector : public IntervalCollector {
     uint64_t rss = 0, pss = 0, uss = 0, swap = 0;
     std::vector<std::pair<pid_t, uint64_t>> members;  // sorted
   };
-  ServerMemory measure(const ServerTrees::Server& server, const procfs::ProcessTable& table,
+  ServerMemory measure(const ServerProcesses::Tree& tree, const procfs::ProcessTable& table,
                        bool pss_due);
   std::optional<Rollups> read_rollups(const std::vector<const procfs::ProcStat*>& live,
                                       const procfs::ProcessTable& table);
-  // Zeros for the declared servers that are gone, until their TTL.
-  void add_gone(std::vector<ServerMemory>& servers, std::chrono::steady_clock::time_point now);
   std::optional<procfs::MemInfo> read_host();
   void record(std::vector<ServerMemory> servers, std::optional<procfs::MemInfo> host,
               std::optional<uint64_t> host_oom_kills, double took);
   void count_error(const std::string& reason, const std::string& detail);
-  // Counts an exit when the root of `server` is not the one of the last
+  // Counts an exit when the root of `tree` is not the one of the last
   // sample; an OOM kill when its cgroup's OOM kills grew meanwhile.
-  void track_exit(const ServerTrees::Server& server);
+  void track_exit(const ServerProcesses::Tree& tree);
 
   MemoryConfig config_;
-  ServerTrees trees_;
+  ServerProcesses processes_;
   Log log_;
-  // The sampling thread's: last smaps_rollup totals by server name, and
-  // declared servers reported, with when they went (if they did).
+  // The sampling thread's: last smaps_rollup totals by server name.
   std::map<std::string, Rollups> rollups_;
-  // CPU seconds of a tree as a counter: each process's own time and its
-  // reaped children's, counted by increments between samples. A member that
-  // leaves the tree (exits) took its times with it, and its parent's
-  // cutime/cstime will jump by them when it reaps it: that jump is not
-  // counted again. (An orphan that init reaps takes the CPU it used since the
-  // last sample with it.)
   using Member = std::pair<pid_t, uint64_t>;  // pid, start ticks
-  struct Times {
-    pid_t ppid = 0;
-    uint64_t user = 0, system = 0, child_user = 0, child_system = 0;
-  };
-  struct Departed {
-    Member parent;
-    uint64_t user = 0, system = 0;  // its own and its children's, last seen
-  };
-  struct CpuState {
-    std::map<Member, Times> members;
-    std::map<Member, Departed> departed;  // exited, not yet reaped
-    uint64_t user = 0, system = 0;        // ticks counted
-  };
-  std::map<std::string, CpuState> cpu_;
   struct RootState {
     std::optional<Member> root;  // the last sample's
     bool looked = false;         // its cgroup looked up
@@ -144,18 +114,9 @@ class MemoryCollector : public IntervalCollector {
     uint64_t exits = 0, oom_kill_exits = 0;
   };
   std::map<std::string, RootState> roots_;
-  // Every member of each server's tree at the last sample (sorted): one that
-  // leaves the tree while it lives is still the server's.
-  std::map<std::string, std::vector<Member>> lineage_;
   cgroup::Resolver resolver_;
-  std::string scratch_;           // a buffer for reads
-  procfs::StatFiles stat_files_;  // kept between samples
-  void account_cpu(CpuState& st, const procfs::TreeUsage& tree, const procfs::ProcessTable& table);
-  struct Declared {
-    std::string server_type;
-    std::optional<std::chrono::steady_clock::time_point> gone_since;
-  };
-  std::map<std::string, Declared> declared_;
+  std::string scratch_;                          // a buffer for reads
+  procfs::StatFiles stat_files_;                 // kept between samples
   std::set<std::string> failing_, failing_now_;  // details logged, to log each once
   std::chrono::steady_clock::time_point last_pss_{};
   bool pss_ever_ = false;

@@ -1,5 +1,7 @@
 #include "exposition/families.h"
 
+#include "gym/contract.h"
+
 namespace gym::exporter {
 
 using prometheus::ClientMetric;
@@ -53,6 +55,10 @@ std::string contract_violation(const MetricFamily& f) {
       if (!row->has_label(l.name))
         return "family " + f.name + " has label " + l.name + ", not in its row";
   return {};
+}
+
+LabelPairs server_labels(const std::string& name, const std::string& type) {
+  return {{std::string(label::kServerName), name}, {std::string(label::kServerType), type}};
 }
 
 }  // namespace gym::exporter

@@ -28,6 +28,9 @@ prometheus::ClientMetric& add_metric(prometheus::MetricFamily& f, const LabelPai
 // A one-sample counter or gauge family appended to `out`.
 void add_simple(Families& out, std::string_view name, double value, const LabelPairs& labels = {});
 
+// A server's labels (its name and type), the first of every gym_server_* sample.
+LabelPairs server_labels(const std::string& name, const std::string& type);
+
 // Why `f` breaks the contract table (no row, another type or HELP, a label
 // the row does not name), or empty.
 std::string contract_violation(const prometheus::MetricFamily& f);

@@ -1,0 +1,178 @@
+#include "collectors/cpu.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+
+#include "collectors/memory.h"
+#include "config.h"
+#include "exposition/families.h"
+#include "gym/contract.h"
+#include "yaml_reader.h"
+
+using prometheus::MetricFamily;
+
+namespace gym::exporter {
+
+namespace {
+
+struct CpuSettings : CollectorSettings {
+  CpuConfig config;
+};
+
+std::shared_ptr<const CollectorSettings> parse_cpu(YamlReader& rd, const YAML::Node& n) {
+  auto s = std::make_shared<CpuSettings>();
+  CpuConfig& c = s->config;
+  rd.mapping(n, "cpu",
+             {{"enabled", [&](const YAML::Node& v) { rd.boolean(v, "cpu.enabled", s->enabled); }},
+              {"interval_seconds", [&](const YAML::Node& v) {
+                 rd.number(v, "cpu.interval_seconds", c.interval_seconds, 0.01);
+               }}});
+  return s;
+}
+
+GYM_REGISTER_COLLECTOR({.name = "cpu",
+                        .order = 52,
+                        .parse = parse_cpu,
+                        .make = [](const CollectorSettings* s, const CollectorContext& c) {
+                          CpuConfig config = static_cast<const CpuSettings*>(s)->config;
+                          const MemoryConfig memory =
+                              c.config ? memory_config(*c.config) : MemoryConfig{};
+                          config.proc_root = memory.proc_root;
+                          config.targets = memory.targets;
+                          config.gone_server_ttl_seconds = memory.gone_server_ttl_seconds;
+                          return std::make_unique<CpuCollector>(std::move(config), c.registry,
+                                                                c.warn);
+                        }});
+
+}  // namespace
+
+CpuCollector::CpuCollector(CpuConfig config, std::shared_ptr<SharedRegistry> registry, Log log)
+    : IntervalCollector(std::chrono::duration<double>(config.interval_seconds)),
+      config_(std::move(config)),
+      // Pidfile problems are the memory collector's to count and log.
+      processes_(config_.targets, std::move(registry),
+                 std::chrono::duration<double>(config_.gone_server_ttl_seconds),
+                 [](const std::string&, const std::string&) {}),
+      log_(std::move(log)) {}
+
+CpuCollector::~CpuCollector() {
+  stop();
+}
+
+void CpuCollector::sample() {
+  procfs::ProcessTable table(config_.proc_root);
+  table.scan(&stat_files_);  // a proc root that cannot be listed is the memory collector's
+  std::vector<ServerCpu> servers;
+  const auto now = std::chrono::steady_clock::now();
+  for (const ServerProcesses::Tree& t : processes_.sample(table, now)) {
+    ServerCpu c;
+    c.name = t.name;
+    c.server_type = t.server_type;
+    CpuState& st = cpu_[t.name];
+    if (t.root == nullptr) {  // gone: CPU as counted, nothing running
+      st.members.clear();
+      st.departed.clear();
+    } else {
+      c.threads = t.usage.threads;
+      uint64_t fds = 0;
+      bool all = true;
+      for (const procfs::ProcStat* p : t.usage.live) {
+        const std::optional<uint64_t> n = procfs::count_open_fds(table.proc_root(), p->pid);
+        if (n)
+          fds += *n;
+        else if (procfs::read_file(table.proc_root() + "/" + std::to_string(p->pid) + "/stat",
+                                   scratch_) != procfs::ReadStatus::kGone)
+          all = false;  // there, but not ours to count
+      }
+      if (all) c.open_fds = fds;
+      account_cpu(st, t.usage, table);
+    }
+    c.user_ticks = st.user;
+    c.system_ticks = st.system;
+    servers.push_back(std::move(c));
+  }
+  for (const std::string& name : processes_.dropped()) cpu_.erase(name);
+  std::lock_guard<std::mutex> lock(mu_);
+  servers_ = std::move(servers);
+}
+
+void CpuCollector::account_cpu(CpuState& st, const procfs::TreeUsage& tree,
+                               const procfs::ProcessTable& table) {
+  std::map<Member, Times> now;
+  std::map<pid_t, Member> live;
+  for (const procfs::ProcStat* p : tree.live) {
+    const Member m{p->pid, p->start_ticks};
+    now[m] = {p->ppid, p->utime_ticks, p->stime_ticks, p->cutime_ticks, p->cstime_ticks};
+    live[p->pid] = m;
+  }
+  // Members that left since the last sample: their times go to their
+  // parent's reaped-children times when (if) it reaps them.
+  for (const auto& [m, t] : st.members) {
+    if (now.contains(m)) continue;
+    auto parent = live.find(t.ppid);
+    if (parent == live.end()) continue;  // orphaned: init reaps it, not the tree
+    st.departed[m] = {parent->second, t.user + t.child_user, t.system + t.child_system};
+  }
+  // Increments of every live member.
+  std::map<Member, std::pair<uint64_t, uint64_t>> child_delta;
+  auto up = [](uint64_t now, uint64_t before) { return now > before ? now - before : 0; };
+  for (const auto& [m, t] : now) {
+    auto before = st.members.find(m);
+    const Times b = before == st.members.end() ? Times{} : before->second;
+    st.user += up(t.user, b.user);
+    st.system += up(t.system, b.system);
+    child_delta[m] = {up(t.child_user, b.child_user), up(t.child_system, b.child_system)};
+  }
+  // A departed member that is no longer in the table was reaped since: by
+  // its parent, whose reaped-children times took its times, counted before.
+  for (auto it = st.departed.begin(); it != st.departed.end();) {
+    const auto& [m, d] = *it;
+    if (table.find(m.first, m.second) != nullptr) {  // a zombie still
+      ++it;
+      continue;
+    }
+    auto delta = child_delta.find(d.parent);
+    if (delta != child_delta.end()) {
+      delta->second.first -= std::min(delta->second.first, d.user);
+      delta->second.second -= std::min(delta->second.second, d.system);
+    }
+    it = st.departed.erase(it);
+  }
+  for (const auto& [m, d] : child_delta) {
+    st.user += d.first;
+    st.system += d.second;
+  }
+  st.members = std::move(now);
+}
+
+std::vector<CpuCollector::ServerCpu> CpuCollector::servers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return servers_;
+}
+
+void CpuCollector::collect(const Emit& emit) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (servers_.empty()) return;
+  Families out;
+  out.reserve(3);  // references to families stay valid while others are added
+  MetricFamily& cpu = add_family(out, "gym_server_cpu_seconds_total");
+  MetricFamily& threads = add_family(out, "gym_server_threads");
+  MetricFamily& fds = add_family(out, "gym_server_open_fds");
+  static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
+  for (const ServerCpu& s : servers_) {
+    const LabelPairs l = server_labels(s.name, s.server_type);
+    for (const auto& [mode, ticks] :
+         {std::pair{"user", s.user_ticks}, std::pair{"system", s.system_ticks}}) {
+      LabelPairs lc = l;
+      lc.emplace_back("mode", mode);
+      add_metric(cpu, lc).counter.value = double(ticks) / ticks_per_second;
+    }
+    add_metric(threads, l).gauge.value = double(s.threads);
+    if (s.open_fds) add_metric(fds, l).gauge.value = double(*s.open_fds);
+  }
+  for (const MetricFamily& f : out)
+    if (!f.metric.empty()) emit(f);
+}
+
+}  // namespace gym::exporter

@@ -1,0 +1,89 @@
+// The cpu collector: the CPU time, threads and open file descriptors of
+// every Gym server's whole process tree (the gym_server_cpu_seconds_total,
+// gym_server_threads and gym_server_open_fds families), sampled from procfs
+// on an interval. Configuration: the `cpu:` section; the servers are the
+// memory section's (its targets, declared servers, proc_root and
+// gone_server_ttl_seconds), with the same trees (server_tree.h: lineage
+// included).
+//
+// CPU seconds of a tree are a counter: each process's own time and its
+// reaped children's, counted by increments between samples. A member that
+// leaves the tree (exits) took its times with it, and its parent's
+// cutime/cstime will jump by them when it reaps it: that jump is not counted
+// again. (An orphan that init reaps takes the CPU it used since the last
+// sample with it.)
+//
+// Thread-safety: collect() may run while the sampling thread samples.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collector.h"
+#include "procfs.h"
+#include "server_tree.h"
+
+namespace gym::exporter {
+
+struct CpuConfig {
+  double interval_seconds = 5;
+  // The memory section's.
+  std::string proc_root = "/proc";
+  std::vector<ServerTarget> targets;
+  double gone_server_ttl_seconds = 300;
+  bool operator==(const CpuConfig&) const = default;
+};
+
+class CpuCollector : public IntervalCollector {
+ public:
+  CpuCollector(CpuConfig config, std::shared_ptr<SharedRegistry> registry, Log log);
+  ~CpuCollector() override;
+
+  void sample() override;
+  void collect(const Emit& emit) override;
+
+  struct ServerCpu {
+    std::string name;
+    std::string server_type;
+    uint64_t threads = 0;
+    std::optional<uint64_t> open_fds;  // only when every process's could be counted
+    // Since the exporter first saw the tree, in clock ticks: never falls.
+    uint64_t user_ticks = 0;
+    uint64_t system_ticks = 0;
+  };
+  // The last sample's servers (for tests).
+  std::vector<ServerCpu> servers() const;
+
+ private:
+  using Member = std::pair<pid_t, uint64_t>;  // pid, start ticks
+  struct Times {
+    pid_t ppid = 0;
+    uint64_t user = 0, system = 0, child_user = 0, child_system = 0;
+  };
+  struct Departed {
+    Member parent;
+    uint64_t user = 0, system = 0;  // its own and its children's, last seen
+  };
+  struct CpuState {
+    std::map<Member, Times> members;
+    std::map<Member, Departed> departed;  // exited, not yet reaped
+    uint64_t user = 0, system = 0;        // ticks counted
+  };
+  void account_cpu(CpuState& st, const procfs::TreeUsage& tree, const procfs::ProcessTable& table);
+
+  CpuConfig config_;
+  ServerProcesses processes_;
+  Log log_;
+  std::map<std::string, CpuState> cpu_;  // the sampling thread's, by server
+  procfs::StatFiles stat_files_;         // kept between samples
+  std::string scratch_;
+
+  mutable std::mutex mu_;  // guards what collect() reads
+  std::vector<ServerCpu> servers_;
+};
+
+}  // namespace gym::exporter
