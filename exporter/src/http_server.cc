@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "exposition/negotiate.h"
 #include "exposition/text.h"
 #include "procfs.h"
 #include "self_metrics.h"
@@ -67,32 +68,11 @@ bool accepts_gzip(const char* accept_encoding) {
   // Codings with optional q-values (RFC 9110 12.5.3): gzip unless its q, or
   // that of * when gzip is not named, is 0.
   std::optional<double> gzip, any;
-  std::string_view rest(accept_encoding);
-  while (!rest.empty()) {
-    const size_t comma = rest.find(',');
-    std::string_view item = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
-    auto trim = [](std::string_view v) {
-      while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
-      while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
-      return v;
-    };
-    const size_t semi = item.find(';');
-    const std::string_view coding = trim(item.substr(0, semi));
-    double q = 1;
-    if (semi != std::string_view::npos) {
-      std::string_view param = trim(item.substr(semi + 1));
-      if (param.size() >= 2 && (param[0] == 'q' || param[0] == 'Q') && param[1] == '=') {
-        const std::string value(trim(param.substr(2)));
-        char* end = nullptr;
-        const double v = std::strtod(value.c_str(), &end);
-        q = end != value.c_str() && v >= 0 && v <= 1 ? v : 0;
-      }
-    }
-    if (coding.size() == 4 && strncasecmp(coding.data(), "gzip", 4) == 0)
-      gzip = q;
-    else if (coding == "*")
-      any = q;
+  for (const HeaderItem& item : parse_header_list(accept_encoding)) {
+    if (item.value == "gzip")
+      gzip = item.q;
+    else if (item.value == "*")
+      any = item.q;
   }
   if (gzip) return *gzip > 0;
   return any && *any > 0;
@@ -414,15 +394,19 @@ int HttpServer::serve(mg_connection* conn, const mg_request_info* req, const std
   }
   if (uri == self->options_.telemetry_path) {
     static const TextEncoder text;
-    const std::string content_type(text.content_type());
-    std::string body = self->exposition_->render(text, requested_names(req->query_string));
-    // Vary on every reply, gzipped or not: caches must key on it.
+    static const OpenMetricsEncoder open_metrics;
+    const Encoder& encoder = negotiate(mg_get_header(conn, "Accept")) == Format::kOpenMetrics
+                                 ? static_cast<const Encoder&>(open_metrics)
+                                 : text;
+    const std::string content_type(encoder.content_type());
+    std::string body = self->exposition_->render(encoder, requested_names(req->query_string));
+    // Vary on every reply, gzipped or not: caches must key on both.
     if (accepts_gzip(mg_get_header(conn, "Accept-Encoding"))) {
       send(conn, configured_headers_, 200, "OK", content_type.c_str(), gzip_compress(body), head,
-           "Content-Encoding: gzip\r\nVary: Accept-Encoding\r\n");
+           "Content-Encoding: gzip\r\nVary: Accept, Accept-Encoding\r\n");
     } else {
       send(conn, configured_headers_, 200, "OK", content_type.c_str(), body, head,
-           "Vary: Accept-Encoding\r\n");
+           "Vary: Accept, Accept-Encoding\r\n");
     }
     return 200;
   }

@@ -1,6 +1,7 @@
-// The HTTP server's pure parts: content coding negotiation.
+// The HTTP server's pure parts: content type and coding negotiation.
 #include <gtest/gtest.h>
 
+#include "exposition/negotiate.h"
 #include "http_server.h"
 
 namespace gym::exporter {
@@ -24,6 +25,55 @@ TEST(AcceptEncoding, GzipUnlessItsQualityOrThatOfAStarIsZero) {
   EXPECT_TRUE(accepts_gzip("*;q=0, gzip")) << "gzip named and accepted";
   EXPECT_FALSE(accepts_gzip("gzip;q=abc")) << "an unreadable quality is 0";
   EXPECT_FALSE(accepts_gzip("gzip;q=2")) << "out of range";
+}
+
+TEST(Accept, PrometheusGetsOpenMetricsAndEveryoneElseText) {
+  // Prometheus 2.x, by default.
+  EXPECT_EQ(negotiate("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                      "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"),
+            Format::kOpenMetrics);
+  // Prometheus 3.x, by default (UTF-8 names allowed; ours need no escaping).
+  EXPECT_EQ(negotiate("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+                      "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;"
+                      "escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1"),
+            Format::kOpenMetrics);
+  // With native histograms: protobuf first, which is not served yet.
+  EXPECT_EQ(negotiate("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+                      "encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,"
+                      "application/openmetrics-text;version=0.0.1;q=0.75,text/plain;"
+                      "version=0.0.4;q=0.5,*/*;q=0.1"),
+            Format::kOpenMetrics);
+  // Prometheus told to prefer the classic text format.
+  EXPECT_EQ(negotiate("text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;"
+                      "q=0.5"),
+            Format::kText);
+  EXPECT_EQ(negotiate("text/plain;version=1.0.0;escaping=underscores"), Format::kText);
+  // curl, browsers, nothing at all.
+  EXPECT_EQ(negotiate(nullptr), Format::kText);
+  EXPECT_EQ(negotiate(""), Format::kText);
+  EXPECT_EQ(negotiate("*/*"), Format::kText) << "a tie goes to text";
+  EXPECT_EQ(negotiate("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"),
+            Format::kText);
+  EXPECT_EQ(negotiate("Application/OpenMetrics-Text"), Format::kOpenMetrics) << "any case";
+  EXPECT_EQ(negotiate("application/*"), Format::kOpenMetrics);
+  EXPECT_EQ(negotiate("application/openmetrics-text; version=\"1.0.0\""), Format::kOpenMetrics);
+  // Refused, unknown or unreadable: text, the fallback.
+  EXPECT_EQ(negotiate("application/openmetrics-text;q=0"), Format::kText);
+  EXPECT_EQ(negotiate("application/openmetrics-text;version=2.0.0"), Format::kText);
+  EXPECT_EQ(negotiate("application/openmetrics-text;q=x"), Format::kText);
+  EXPECT_EQ(negotiate("application/json"), Format::kText);
+  EXPECT_EQ(negotiate(",,;;,=;q"), Format::kText);
+}
+
+TEST(Accept, HeaderListsKeepParametersAndQualities) {
+  const auto items = parse_header_list(" a/b ; Version=\"1\" ;q=0.5, c/d;q=7 ,, e/f;x");
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_EQ(items[0].value, "a/b");
+  EXPECT_EQ(items[0].param("version"), "1");
+  EXPECT_DOUBLE_EQ(items[0].q, 0.5);
+  EXPECT_EQ(items[1].q, 0) << "out of range";
+  EXPECT_EQ(items[2].q, 1);
+  EXPECT_TRUE(items[2].params.empty()) << "a parameter without a value";
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <charconv>
 #include <cmath>
 
+#include "gym/families.h"
+
 namespace gym::exporter {
 
 namespace {
@@ -66,7 +68,7 @@ void append_labels(std::string& out, const ClientMetric& m) {
 
 void append_sample(std::string& out, const std::string& name, const char* suffix,
                    const ClientMetric& m, const char* extra_name, const std::string& extra_value,
-                   double value, bool integer, uint64_t int_value) {
+                   double value, bool integer, uint64_t int_value, bool open_metrics) {
   out += name;
   out += suffix;
   const size_t before = out.size();
@@ -86,12 +88,15 @@ void append_sample(std::string& out, const std::string& name, const char* suffix
     append_double(out, value);
   if (m.timestamp_ms != 0) {
     out += ' ';
-    out += std::to_string(m.timestamp_ms);
+    if (open_metrics)  // seconds
+      append_double(out, double(m.timestamp_ms) / 1000);
+    else
+      out += std::to_string(m.timestamp_ms);
   }
   out += '\n';
 }
 
-const char* type_name(MetricType t) {
+const char* type_name(MetricType t, bool open_metrics) {
   switch (t) {
     case MetricType::Counter:
       return "counter";
@@ -102,7 +107,7 @@ const char* type_name(MetricType t) {
     case MetricType::Histogram:
       return "histogram";
     default:
-      return "untyped";
+      return open_metrics ? "unknown" : "untyped";
   }
 }
 
@@ -112,6 +117,96 @@ std::string le_text(double bound) {
   return s;
 }
 
+// One family in either text format. OpenMetrics differs in: a counter's
+// family name has no _total (its samples do), # UNIT when the name ends in
+// the contract's unit, quotes escaped in HELP, "unknown" for untyped,
+// histogram buckets before _count and _sum, timestamps in seconds.
+void write_any(const MetricFamily& f, std::string& out, bool om) {
+  // Bucket bounds as text, remade only when the bounds change.
+  std::vector<double> le_bounds;
+  std::vector<std::string> le;
+  std::string_view family = f.name;
+  if (om && f.type == MetricType::Counter && family.ends_with("_total")) family.remove_suffix(6);
+  const std::string base(family);
+  const char* const total = om && f.type == MetricType::Counter ? "_total" : "";
+  if (!f.help.empty()) {
+    out += "# HELP ";
+    out += base;
+    out += ' ';
+    append_escaped(out, f.help, om);
+    out += '\n';
+  }
+  out += "# TYPE ";
+  out += base;
+  out += ' ';
+  out += type_name(f.type, om);
+  out += '\n';
+  if (om) {
+    const FamilySpec* spec = find_family(f.name);
+    if (spec != nullptr && !spec->unit.empty() && family.size() > spec->unit.size() &&
+        family.ends_with(spec->unit) && family[family.size() - spec->unit.size() - 1] == '_') {
+      out += "# UNIT ";
+      out += base;
+      out += ' ';
+      out += spec->unit;
+      out += '\n';
+    }
+  }
+  for (const ClientMetric& m : f.metric) {
+    switch (f.type) {
+      case MetricType::Counter:
+        append_sample(out, base, total, m, nullptr, {}, m.counter.value, false, 0, om);
+        break;
+      case MetricType::Gauge:
+        append_sample(out, base, "", m, nullptr, {}, m.gauge.value, false, 0, om);
+        break;
+      case MetricType::Untyped:
+        append_sample(out, base, "", m, nullptr, {}, m.untyped.value, false, 0, om);
+        break;
+      case MetricType::Summary:
+        if (!om) {
+          append_sample(out, base, "_count", m, nullptr, {}, 0, true, m.summary.sample_count, om);
+          append_sample(out, base, "_sum", m, nullptr, {}, m.summary.sample_sum, false, 0, om);
+        }
+        for (const auto& q : m.summary.quantile)
+          append_sample(out, base, "", m, "quantile", le_text(q.quantile), q.value, false, 0, om);
+        if (om) {
+          append_sample(out, base, "_count", m, nullptr, {}, 0, true, m.summary.sample_count, om);
+          append_sample(out, base, "_sum", m, nullptr, {}, m.summary.sample_sum, false, 0, om);
+        }
+        break;
+      case MetricType::Histogram: {
+        const auto& h = m.histogram;
+        if (!om) {
+          append_sample(out, base, "_count", m, nullptr, {}, 0, true, h.sample_count, om);
+          append_sample(out, base, "_sum", m, nullptr, {}, h.sample_sum, false, 0, om);
+        }
+        bool same = le_bounds.size() == h.bucket.size();
+        for (size_t i = 0; same && i < h.bucket.size(); ++i)
+          same = le_bounds[i] == h.bucket[i].upper_bound;
+        if (!same) {
+          le_bounds.clear();
+          le.clear();
+          for (const auto& b : h.bucket) {
+            le_bounds.push_back(b.upper_bound);
+            le.push_back(le_text(b.upper_bound));
+          }
+        }
+        for (size_t i = 0; i < h.bucket.size(); ++i)
+          append_sample(out, base, "_bucket", m, "le", le[i], 0, true, h.bucket[i].cumulative_count,
+                        om);
+        if (om) {
+          append_sample(out, base, "_count", m, nullptr, {}, 0, true, h.sample_count, om);
+          append_sample(out, base, "_sum", m, nullptr, {}, h.sample_sum, false, 0, om);
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 void write_text(const std::vector<MetricFamily>& families, std::string& out) {
@@ -119,64 +214,11 @@ void write_text(const std::vector<MetricFamily>& families, std::string& out) {
 }
 
 void write_family(const MetricFamily& f, std::string& out) {
-  // Bucket bounds as text, remade only when the bounds change.
-  std::vector<double> le_bounds;
-  std::vector<std::string> le;
-  {
-    if (!f.help.empty()) {
-      out += "# HELP ";
-      out += f.name;
-      out += ' ';
-      append_escaped(out, f.help, false);
-      out += '\n';
-    }
-    out += "# TYPE ";
-    out += f.name;
-    out += ' ';
-    out += type_name(f.type);
-    out += '\n';
-    for (const ClientMetric& m : f.metric) {
-      switch (f.type) {
-        case MetricType::Counter:
-          append_sample(out, f.name, "", m, nullptr, {}, m.counter.value, false, 0);
-          break;
-        case MetricType::Gauge:
-          append_sample(out, f.name, "", m, nullptr, {}, m.gauge.value, false, 0);
-          break;
-        case MetricType::Untyped:
-          append_sample(out, f.name, "", m, nullptr, {}, m.untyped.value, false, 0);
-          break;
-        case MetricType::Summary:
-          append_sample(out, f.name, "_count", m, nullptr, {}, 0, true, m.summary.sample_count);
-          append_sample(out, f.name, "_sum", m, nullptr, {}, m.summary.sample_sum, false, 0);
-          for (const auto& q : m.summary.quantile)
-            append_sample(out, f.name, "", m, "quantile", le_text(q.quantile), q.value, false, 0);
-          break;
-        case MetricType::Histogram: {
-          const auto& h = m.histogram;
-          append_sample(out, f.name, "_count", m, nullptr, {}, 0, true, h.sample_count);
-          append_sample(out, f.name, "_sum", m, nullptr, {}, h.sample_sum, false, 0);
-          bool same = le_bounds.size() == h.bucket.size();
-          for (size_t i = 0; same && i < h.bucket.size(); ++i)
-            same = le_bounds[i] == h.bucket[i].upper_bound;
-          if (!same) {
-            le_bounds.clear();
-            le.clear();
-            for (const auto& b : h.bucket) {
-              le_bounds.push_back(b.upper_bound);
-              le.push_back(le_text(b.upper_bound));
-            }
-          }
-          for (size_t i = 0; i < h.bucket.size(); ++i)
-            append_sample(out, f.name, "_bucket", m, "le", le[i], 0, true,
-                          h.bucket[i].cumulative_count);
-          break;
-        }
-        default:
-          break;
-      }
-    }
-  }
+  write_any(f, out, false);
+}
+
+void write_family_openmetrics(const MetricFamily& f, std::string& out) {
+  write_any(f, out, true);
 }
 
 }  // namespace gym::exporter

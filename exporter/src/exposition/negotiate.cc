@@ -1,0 +1,107 @@
+#include "exposition/negotiate.h"
+
+#include <strings.h>
+
+#include <cstdlib>
+
+namespace gym::exporter {
+
+namespace {
+
+std::string_view trim(std::string_view v) {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+
+std::string lower(std::string_view v) {
+  std::string out(v);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+  return out;
+}
+
+// How well `range` matches an offer of `type` whose version is one of
+// `versions` (the first is what is served): 0 not at all, then */*, type/*,
+// the type, the type and a version.
+int match(const HeaderItem& range, std::string_view type,
+          std::initializer_list<std::string_view> versions) {
+  if (range.value == "*/*") return 1;
+  const size_t slash = type.find('/');
+  if (range.value.size() == slash + 2 &&
+      range.value.compare(0, slash + 1, type, 0, slash + 1) == 0 && range.value.back() == '*')
+    return 2;
+  if (range.value != type) return 0;
+  const std::string_view version = range.param("version");
+  if (version.empty()) return 3;
+  for (std::string_view v : versions)
+    if (version == v) return 4;
+  return 0;
+}
+
+// The q the client gives an offer: that of its most specific matching range.
+double q_of(const std::vector<HeaderItem>& ranges, std::string_view type,
+            std::initializer_list<std::string_view> versions) {
+  int best = 0;
+  double q = 0;
+  for (const HeaderItem& r : ranges) {
+    const int m = match(r, type, versions);
+    if (m > best) {
+      best = m;
+      q = r.q;
+    }
+  }
+  return q;
+}
+
+}  // namespace
+
+std::string_view HeaderItem::param(std::string_view name) const {
+  for (const auto& [k, v] : params)
+    if (k == name) return v;
+  return {};
+}
+
+std::vector<HeaderItem> parse_header_list(std::string_view header) {
+  std::vector<HeaderItem> out;
+  while (!header.empty()) {
+    const size_t comma = header.find(',');
+    std::string_view item = header.substr(0, comma);
+    header = comma == std::string_view::npos ? std::string_view() : header.substr(comma + 1);
+    size_t semi = item.find(';');
+    HeaderItem h;
+    h.value = lower(trim(item.substr(0, semi)));
+    if (h.value.empty()) continue;
+    while (semi != std::string_view::npos) {
+      item = item.substr(semi + 1);
+      semi = item.find(';');
+      const std::string_view param = trim(item.substr(0, semi));
+      const size_t eq = param.find('=');
+      if (eq == std::string_view::npos) continue;
+      const std::string name = lower(trim(param.substr(0, eq)));
+      std::string_view value = trim(param.substr(eq + 1));
+      if (value.size() >= 2 && value.front() == '"' && value.back() == '"')
+        value = value.substr(1, value.size() - 2);
+      if (name == "q") {
+        const std::string v(value);
+        char* end = nullptr;
+        const double q = std::strtod(v.c_str(), &end);
+        h.q = end != v.c_str() && *end == '\0' && q >= 0 && q <= 1 ? q : 0;
+      } else {
+        h.params.emplace_back(name, std::string(value));
+      }
+    }
+    out.push_back(std::move(h));
+  }
+  return out;
+}
+
+Format negotiate(const char* accept) {
+  if (accept == nullptr) return Format::kText;
+  const std::vector<HeaderItem> ranges = parse_header_list(accept);
+  const double text = q_of(ranges, "text/plain", {"0.0.4", "1.0.0"});
+  const double open_metrics = q_of(ranges, "application/openmetrics-text", {"1.0.0"});
+  return open_metrics > 0 && open_metrics > text ? Format::kOpenMetrics : Format::kText;
+}
+
+}  // namespace gym::exporter

@@ -1,0 +1,222 @@
+"""OpenMetrics 1.0.0 from a real exporter beside the demo: negotiated from
+the Accept headers Prometheus sends, and held to the OpenMetrics 1.0 text
+grammar by a strict checker written here from the specification (metadata
+before samples, families never interleaved, sample names by type, unit a
+suffix of the name, histogram buckets cumulative and ending in +Inf equal to
+_count, escapes, numbers, # EOF last). Its samples are those of the text
+0.0.4 exposition."""
+import gzip
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
+
+PROMETHEUS_2 = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+                "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+PROMETHEUS_3 = ("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+                "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;"
+                "escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1")
+OM_TYPE = "application/openmetrics-text; version=1.0.0; charset=utf-8"
+TEXT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABEL = r"[a-zA-Z_][a-zA-Z0-9_]*"
+NUMBER = r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|[+-]Inf|NaN"
+ESCAPED = r'(?:[^"\\\n]|\\\\|\\n|\\")*'
+SAMPLE = re.compile(rf'^({NAME})(\{{(?:{LABEL}="{ESCAPED}"(?:,{LABEL}="{ESCAPED}")*)?\}})?'
+                    rf" ({NUMBER})(?: ({NUMBER}))?$")
+LABEL_PAIR = re.compile(rf'({LABEL})="({ESCAPED})"')
+SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",), "unknown": ("",),
+            "histogram": ("_bucket", "_count", "_sum", "_created"),
+            "summary": ("", "_count", "_sum", "_created"), "info": ("_info",),
+            "stateset": ("",), "gaugehistogram": ("_bucket", "_gcount", "_gsum")}
+
+
+def check_openmetrics(text):
+    """Raises AssertionError at the first break of the OpenMetrics 1.0 text
+    grammar; returns {(sample name, labels): value}."""
+    assert text.endswith("# EOF\n"), "must end with # EOF and a newline"
+    lines = text[:-len("# EOF\n")].split("\n")
+    assert lines[-1] == "", "the line before # EOF ends with a newline"
+    lines = lines[:-1]
+    families, done, samples = {}, set(), {}
+    current = None
+    histograms = {}
+    for n, line in enumerate(lines, 1):
+        where = f"line {n}: {line!r}"
+        assert line, f"{where}: empty line"
+        if line.startswith("#"):
+            m = re.match(rf"^# (HELP|TYPE|UNIT) ({NAME}) ?(.*)$", line)
+            assert m, f"{where}: not HELP, TYPE or UNIT"
+            kind, name, rest = m.groups()
+            if name != current:
+                assert name not in done, f"{where}: family {name} interleaved"
+                if current:
+                    done.add(current)
+                current = name
+                families[name] = {"type": "unknown", "seen": set(), "samples": False}
+            fam = families[name]
+            assert not fam["samples"], f"{where}: metadata after samples"
+            assert kind not in fam["seen"], f"{where}: {kind} twice"
+            fam["seen"].add(kind)
+            if kind == "TYPE":
+                assert rest in SUFFIXES, f"{where}: unknown type"
+                fam["type"] = rest
+                assert not (rest == "counter" and name.endswith("_total")), \
+                    f"{where}: a counter family is named without _total"
+            elif kind == "UNIT":
+                assert re.fullmatch(r"[a-zA-Z0-9_:]+", rest), f"{where}: bad unit"
+                assert name.endswith("_" + rest), f"{where}: unit is not a suffix"
+            else:
+                assert re.fullmatch(ESCAPED, rest), f"{where}: bad HELP escape"
+            continue
+        m = SAMPLE.match(line)
+        assert m, f"{where}: not a sample"
+        name, labels, value, timestamp = m.groups()
+        assert current and name.startswith(current), f"{where}: outside its family"
+        fam = families[current]
+        suffix = name[len(current):]
+        assert suffix in SUFFIXES[fam["type"]], f"{where}: {suffix!r} in a {fam['type']}"
+        fam["samples"] = True
+        pairs = LABEL_PAIR.findall(labels or "")
+        names = [k for k, _ in pairs]
+        assert len(names) == len(set(names)), f"{where}: a label twice"
+        key = (name, tuple(pairs))
+        assert key not in samples, f"{where}: the same sample twice"
+        v = float(value.replace("Inf", "inf"))
+        samples[key] = v
+        if fam["type"] == "counter" and suffix == "_total":
+            assert v >= 0 and not math.isnan(v), f"{where}: a counter below 0 or NaN"
+        if fam["type"] == "histogram":
+            rest = tuple(p for p in pairs if p[0] != "le")
+            h = histograms.setdefault((current, rest), {"buckets": [], "count": None})
+            if suffix == "_bucket":
+                le = dict(pairs)["le"]
+                assert re.fullmatch(NUMBER, le), f"{where}: le is not a number"
+                assert h["count"] is None, f"{where}: a bucket after _count"
+                assert v == int(v) and v >= 0, f"{where}: a bucket count is a whole number"
+                h["buckets"].append((float(le.replace("Inf", "inf")), v))
+            elif suffix == "_count":
+                h["count"] = v
+    for (family, rest), h in histograms.items():
+        b = h["buckets"]
+        assert b and b[-1][0] == math.inf, f"{family}{rest}: no +Inf bucket last"
+        assert all(x[0] < y[0] for x, y in zip(b, b[1:])), f"{family}{rest}: le not increasing"
+        assert all(x[1] <= y[1] for x, y in zip(b, b[1:])), f"{family}{rest}: not cumulative"
+        assert h["count"] == b[-1][1], f"{family}{rest}: _count is not the +Inf bucket"
+    return samples
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get(port, accept=None, encoding=None):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+    if accept is not None:
+        req.add_header("Accept", accept)
+    if encoding is not None:
+        req.add_header("Accept-Encoding", encoding)
+    with urllib.request.urlopen(req, timeout=10) as r:
+        body = r.read()
+        if r.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        return r.headers, body.decode()
+
+
+@pytest.fixture(scope="module")
+def exporter():
+    d = tempfile.mkdtemp(prefix="gym-om-", dir="/dev/shm")
+    registry = os.path.join(d, "registry")
+    port = free_port()
+    procs = [subprocess.Popen([f"{BUILD}/demo/gym-demo", f"--registry.dir={registry}"],
+                              stderr=subprocess.DEVNULL)]
+    procs.append(subprocess.Popen(
+        [f"{BUILD}/exporter/gym-exporter", f"--registry.dir={registry}",
+         f"--web.listen-address=127.0.0.1:{port}"], stderr=subprocess.DEVNULL))
+    try:
+        deadline = time.time() + 60
+        while True:
+            try:
+                _, text = get(port)
+                if "gym_resources_operation_duration_seconds_bucket" in text:
+                    break
+            except OSError:
+                pass
+            assert time.time() < deadline, "the demo's series did not arrive"
+            time.sleep(0.3)
+        yield port
+    finally:
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.parametrize("accept", [PROMETHEUS_2, PROMETHEUS_3])
+def test_prometheus_gets_openmetrics_that_a_strict_parser_accepts(exporter, accept):
+    headers, text = get(exporter, accept, "gzip")
+    assert headers["Content-Type"] == OM_TYPE
+    assert headers["Vary"] == "Accept, Accept-Encoding"
+    samples = check_openmetrics(text)
+    assert any(k[0] == "gym_concurrency_admissions_total" for k in samples)
+    assert "# TYPE gym_resources_operation_duration_seconds histogram\n" in text
+    assert "# UNIT gym_resources_operation_duration_seconds seconds\n" in text
+    assert "# TYPE gym_exporter_http_requests counter\n" in text
+
+
+@pytest.mark.parametrize("accept", [None, "*/*", "text/plain", "application/json"])
+def test_everyone_else_gets_text_0_0_4(exporter, accept):
+    headers, text = get(exporter, accept)
+    assert headers["Content-Type"] == TEXT_TYPE
+    assert "# EOF" not in text
+    assert "# TYPE gym_exporter_http_requests_total counter\n" in text
+
+
+def test_both_formats_carry_the_same_samples(exporter):
+    _, om = get(exporter, PROMETHEUS_2)
+    _, text = get(exporter)
+    om_keys = set(check_openmetrics(om))
+    text_keys = set()
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        assert m, line
+        text_keys.add((m.group(1), tuple(LABEL_PAIR.findall(m.group(2) or ""))))
+    # The request counters count these two scrapes themselves, by format.
+    assert om_keys - text_keys <= {k for k in om_keys if "http_requests" in k[0]}
+    assert text_keys - om_keys <= {k for k in text_keys if "http_requests" in k[0]}
+    assert len(om_keys) > 100
+
+
+def test_the_checker_refuses_what_breaks_the_grammar():
+    good = "# TYPE a counter\n# HELP a x\na_total 1\n# EOF\n"
+    check_openmetrics(good)
+    for bad in ["# TYPE a counter\na_total 1\n",                        # no EOF
+                "# TYPE a_total counter\na_total 1\n# EOF\n",           # _total family
+                "# TYPE a counter\na 1\n# EOF\n",                       # bare counter
+                "# TYPE a gauge\n# UNIT a seconds\na 1\n# EOF\n",       # unit not a suffix
+                "# TYPE a gauge\na 1\n# TYPE b gauge\nb 1\na 2\n# EOF\n",  # interleaved
+                "# TYPE a gauge\na{x=\"1\",x=\"2\"} 1\n# EOF\n",         # label twice
+                "# TYPE a gauge\na 1e\n# EOF\n",                        # a bad number
+                "# TYPE a histogram\na_bucket{le=\"1\"} 2\na_count 2\n# EOF\n",  # no +Inf
+                "# TYPE a histogram\na_bucket{le=\"1\"} 3\na_bucket{le=\"+Inf\"} 2\n"
+                "a_count 2\n# EOF\n",                                   # not cumulative
+                "# TYPE a gauge\na 1\n# EOF\nb 1\n"]:                   # after EOF
+        with pytest.raises(AssertionError):
+            check_openmetrics(bad)
