@@ -26,8 +26,10 @@
 
 #include "collector.h"
 #include "exposition/exposition.h"
+#include "exposition/text.h"
 #include "gym/contract.h"
 #include "gym/segment_writer.h"
+#include "http_server.h"
 #include "scratch_dir.h"
 
 namespace {
@@ -178,6 +180,35 @@ void scrape_prometheus_cpp(benchmark::State& state) {
   }
   state.counters["bytes"] = double(bytes);
 }
+
+// One scrape of 20,000 series in each format the exporter serves, plain and
+// gzipped (bench/ratios.py ... --baseline text --benchmark_filter=format).
+void format(benchmark::State& state, const gym::exporter::Encoder& encoder, bool gzip) {
+  raise_fd_limit();
+  GymFixture& f = fixture<GymFixture>(20000 / kSeriesPerWriter);
+  size_t bytes = 0;
+  for (auto _ : state) {
+    std::string body = f.exposition->render(encoder);
+    bytes = gzip ? gym::exporter::gzip_compress(body).size() : body.size();
+  }
+  state.counters["bytes"] = double(bytes);
+}
+void format_text(benchmark::State& state) {
+  format(state, gym::exporter::TextEncoder(), false);
+}
+void format_openmetrics(benchmark::State& state) {
+  format(state, gym::exporter::OpenMetricsEncoder(), false);
+}
+void format_textgzip(benchmark::State& state) {
+  format(state, gym::exporter::TextEncoder(), true);
+}
+void format_openmetricsgzip(benchmark::State& state) {
+  format(state, gym::exporter::OpenMetricsEncoder(), true);
+}
+BENCHMARK(format_text)->Unit(benchmark::kMillisecond);
+BENCHMARK(format_openmetrics)->Unit(benchmark::kMillisecond);
+BENCHMARK(format_textgzip)->Unit(benchmark::kMillisecond);
+BENCHMARK(format_openmetricsgzip)->Unit(benchmark::kMillisecond);
 
 BENCHMARK(scrape_gym)
     ->Arg(100)

@@ -253,7 +253,7 @@ struct CivetOptions {
 
 std::string gzip_compress(const std::string& in) {
   z_stream zs{};
-  if (deflateInit2(&zs, Z_DEFAULT_COMPRESSION, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+  if (deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
     return {};
   std::string out;
   out.resize(deflateBound(&zs, in.size()) + 32);
