@@ -8,13 +8,27 @@ every query. Run it after changing a panel: python3 dashboards/generate.py
 import json
 import os
 
-SEL = 'job=~"$job", instance=~"$instance"'
+# Every selector matches the job and instance variables (BASE), and each
+# dashboard's own variables (SEL is set before each dashboard below).
+BASE = 'job=~"$job", instance=~"$instance"'
+SEL = BASE
 LIMIT = "nemo_gym_concurrency_component, nemo_gym_concurrency_limit_name, nemo_gym_server_name"
 OP = "nemo_gym_resources_operation, nemo_gym_resources_executor"
 SERVER = "nemo_gym_server_name, nemo_gym_server_type"
 
 
-def variables():
+def label_variable(name, label, metric, var_label):
+    """A multi-value variable over the values of `var_label` on `metric` for
+    the selected jobs and hosts; "All" matches series without the label too."""
+    ds = {"type": "prometheus", "uid": "${datasource}"}
+    q = f'label_values({metric}{{{BASE}}}, {var_label})'
+    return {"name": name, "label": label, "type": "query", "datasource": ds,
+            "query": {"query": q, "refId": name}, "definition": q,
+            "multi": True, "includeAll": True, "allValue": ".*", "refresh": 2,
+            "sort": 1, "current": {}, "hide": 0}
+
+
+def variables(extra=()):
     ds = {"type": "prometheus", "uid": "${datasource}"}
     return [
         {"name": "datasource", "label": "Data source", "type": "datasource",
@@ -28,7 +42,7 @@ def variables():
                    "refId": "instance"},
          "definition": 'label_values(gym_exporter_build_info{job=~"$job"}, instance)',
          "multi": True, "includeAll": True, "refresh": 2, "current": {}, "hide": 0},
-    ]
+    ] + list(extra)
 
 
 def panel(title, unit, targets, kind="timeseries", description="", stack=False):
@@ -59,7 +73,7 @@ def panel(title, unit, targets, kind="timeseries", description="", stack=False):
     return p
 
 
-def dashboard(uid, title, description, panels):
+def dashboard(uid, title, description, panels, extra_variables=()):
     placed = []
     for i, p in enumerate(panels):
         p = dict(p, id=i + 1, gridPos={"h": 8, "w": 12, "x": (i % 2) * 12, "y": (i // 2) * 8})
@@ -69,8 +83,11 @@ def dashboard(uid, title, description, panels):
         "tags": ["gym", "nemo-gym"], "schemaVersion": 39, "version": 1,
         "editable": True, "graphTooltip": 1, "refresh": "30s",
         "time": {"from": "now-1h", "to": "now"}, "timezone": "",
-        "templating": {"list": variables()}, "annotations": {"list": []},
-        "links": [], "panels": placed,
+        "templating": {"list": variables(extra_variables)}, "annotations": {"list": []},
+        # The other Gym dashboards, with the same time range and variables.
+        "links": [{"type": "dashboards", "tags": ["gym"], "asDropdown": True,
+                   "title": "Gym dashboards", "includeVars": True, "keepTime": True}],
+        "panels": placed,
     }
 
 
@@ -78,6 +95,8 @@ def rate(metric, extra=""):
     return f'rate({metric}{{{SEL}{extra}}}[$__rate_interval])'
 
 
+SEL = (BASE + ', nemo_gym_concurrency_component=~"$component", '
+       'nemo_gym_concurrency_limit_name=~"$limit", nemo_gym_server_name=~"$server"')
 CONCURRENCY = dashboard(
     "gym-concurrency", "Gym / Concurrency limits",
     "Every concurrency limit: its slots, who holds them and who waits.",
@@ -95,6 +114,16 @@ CONCURRENCY = dashboard(
              f"sum by ({LIMIT}) (gym_concurrency_limit{{{SEL}}})",
              "{{nemo_gym_concurrency_component}}/{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
         ], description="Share of slots held; 100% with a queue means work waits on this limit."),
+        panel("Most saturated limits, per host", "percentunit", [
+            (f"topk(5, sum by (instance, {LIMIT}) (gym_concurrency_active{{{SEL}}}) / "
+             f"sum by (instance, {LIMIT}) (gym_concurrency_limit{{{SEL}}}))",
+             "{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}"),
+        ], description="The five limits with the largest share of slots held on one host: "
+                       "a limit full on one host can hide in a sum over many."),
+        panel("Longest queues, per host", "short", [
+            (f"topk(5, sum by (instance, {LIMIT}) (gym_concurrency_queue_depth{{{SEL}}}))",
+             "{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}"),
+        ]),
         panel("Queue depth", "short", [
             (f"sum by ({LIMIT}) (gym_concurrency_queue_depth{{{SEL}}})",
              "{{nemo_gym_concurrency_component}}/{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
@@ -130,7 +159,11 @@ CONCURRENCY = dashboard(
             (f"sum by ({LIMIT}) ({rate('gym_concurrency_admission_cancelled_total')})",
              "{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}"),
         ], description="Waits cancelled before a slot was free, per second."),
-    ])
+    ],
+    [label_variable("component", "Component", "gym_concurrency_limit",
+                    "nemo_gym_concurrency_component"),
+     label_variable("limit", "Limit", "gym_concurrency_limit", "nemo_gym_concurrency_limit_name"),
+     label_variable("server", "Server", "gym_concurrency_limit", "nemo_gym_server_name")])
 
 
 def quantiles(family):
@@ -139,6 +172,8 @@ def quantiles(family):
             for q in (0.5, 0.9, 0.99)]
 
 
+SEL = (BASE + ', nemo_gym_resources_operation=~"$operation", '
+       'nemo_gym_server_name=~"$server"')
 OPERATIONS = dashboard(
     "gym-resources-operations", "Gym / Resources operations",
     "Bounded work of resources servers: how long it queued, ran, and how it ended.",
@@ -163,14 +198,25 @@ OPERATIONS = dashboard(
              "running {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}} {{instance}}"),
         ], description="Age of the longest-waiting and the longest-running operation, per host: "
                        "a stuck operation shows here long before it records a duration."),
+        panel("Slowest operations (p99 run time)", "s", [
+            (f"topk(5, histogram_quantile(0.99, sum by (le, {OP}, nemo_gym_server_name) "
+             f"({rate('gym_resources_operation_duration_seconds_bucket')})))",
+             "{{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}} "
+             "{{nemo_gym_server_name}}"),
+        ], description="The five operations with the longest 99th percentile run time."),
         panel("Queued and running", "short", [
             (f"sum by ({OP}) (gym_resources_operation_queued{{{SEL}}})",
              "queued {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}}"),
             (f"sum by ({OP}) (gym_resources_operation_active{{{SEL}}})",
              "running {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}}"),
         ]),
-    ])
+    ],
+    [label_variable("operation", "Operation", "gym_resources_operation_queued",
+                    "nemo_gym_resources_operation"),
+     label_variable("server", "Server", "gym_resources_operation_queued", "nemo_gym_server_name")])
 
+SEL = BASE + ', nemo_gym_server_name=~"$server"'
+HOST = BASE  # host-wide series have no server
 MEMORY = dashboard(
     "gym-memory", "Gym / Memory",
     "Memory of every Gym server's whole process tree, and of the host.",
@@ -187,17 +233,26 @@ MEMORY = dashboard(
             (f'max by ({SERVER}) (gym_server_memory_sampled_peak_bytes{{{SEL}, memory_type="pss"}})',
              "peak {{nemo_gym_server_name}}"),
         ], description="Proportional set size: shared pages split between the processes sharing them."),
+        panel("Largest servers (RSS), per host", "bytes", [
+            (f'topk(5, max by (instance, {SERVER}) '
+             f'(gym_server_memory_usage_bytes{{{SEL}, memory_type="rss"}}))',
+             "{{nemo_gym_server_name}} {{instance}}"),
+        ]),
+        panel("CPU per server", "percentunit", [
+            (f"sum by (instance, {SERVER}) ({rate('gym_server_cpu_seconds_total')})",
+             "{{nemo_gym_server_name}} {{instance}}"),
+        ], description="Cores used by each server's process tree, reaped children included."),
         panel("Processes per server", "short", [
             (f"sum by ({SERVER}) (gym_server_processes{{{SEL}}})", "{{nemo_gym_server_name}}")]),
         panel("Host memory", "bytes", [
-            (f"sum by (instance) (gym_host_memory_usage_bytes{{{SEL}}})", "used {{instance}}"),
-            (f"sum by (instance) (gym_host_memory_available_bytes{{{SEL}}})", "available {{instance}}"),
-            (f"sum by (instance) (gym_host_memory_total_bytes{{{SEL}}})", "total {{instance}}"),
-            (f"max by (instance) (gym_host_memory_sampled_peak_bytes{{{SEL}}})", "peak used {{instance}}"),
+            (f"sum by (instance) (gym_host_memory_usage_bytes{{{HOST}}})", "used {{instance}}"),
+            (f"sum by (instance) (gym_host_memory_available_bytes{{{HOST}}})", "available {{instance}}"),
+            (f"sum by (instance) (gym_host_memory_total_bytes{{{HOST}}})", "total {{instance}}"),
+            (f"max by (instance) (gym_host_memory_sampled_peak_bytes{{{HOST}}})", "peak used {{instance}}"),
         ]),
         panel("Servers' share of host memory", "percentunit", [
             (f"max by (instance, {SERVER}) (gym_server_memory_usage_bytes{{{SEL}, memory_type=\"rss\"}}) "
-             f"/ on (instance) group_left sum by (instance) (gym_host_memory_total_bytes{{{SEL}}})",
+             f"/ on (instance) group_left sum by (instance) (gym_host_memory_total_bytes{{{HOST}}})",
              "{{nemo_gym_server_name}} {{instance}}")]),
         panel("Servers' cgroups", "bytes", [
             (f"sum by (instance, {SERVER}) (gym_server_cgroup_memory_usage_bytes{{{SEL}}})",
@@ -215,14 +270,15 @@ MEMORY = dashboard(
             (f"sum by (instance, {SERVER}) "
              f"(increase(gym_server_cgroup_oom_kills_total{{{SEL}}}[$__rate_interval]))",
              "OOM kills in {{nemo_gym_server_name}}'s cgroup {{instance}}"),
-            (f"sum by (instance) (increase(gym_host_oom_kills_total{{{SEL}}}[$__rate_interval]))",
+            (f"sum by (instance) (increase(gym_host_oom_kills_total{{{HOST}}}[$__rate_interval]))",
              "OOM kills on {{instance}}"),
         ], description="Server root processes that exited (oom_kill: killed by the OOM killer), "
                        "OOM kills in servers' own cgroups, and on the whole host."),
         panel("Memory sample time", "s", [
-            (f"max by (instance) (gym_exporter_memory_sample_duration_seconds{{{SEL}}})",
+            (f"max by (instance) (gym_exporter_memory_sample_duration_seconds{{{HOST}}})",
              "{{instance}}")]),
-    ])
+    ],
+    [label_variable("server", "Server", "gym_server_up", "nemo_gym_server_name")])
 
 
 def main():

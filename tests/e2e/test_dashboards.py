@@ -42,14 +42,35 @@ def test_uids_are_unique_and_schema_is_39():
         assert len(set(ids)) == len(ids)
 
 
+OWN_VARIABLES = {"gym-concurrency.json": {"component", "limit", "server"},
+                 "gym-resources-operations.json": {"operation", "server"},
+                 "gym-memory.json": {"server"}}
+
+
 @pytest.mark.parametrize("path", FILES)
-def test_variables_are_datasource_job_and_instance(path):
+def test_variables_are_datasource_job_instance_and_the_dashboards_own(path):
     names = {v["name"]: v for v in load(path)["templating"]["list"]}
-    assert set(names) == {"datasource", "job", "instance"}
+    own = OWN_VARIABLES[os.path.basename(path)]
+    assert set(names) == {"datasource", "job", "instance"} | own
     assert names["datasource"]["type"] == "datasource"
     assert names["datasource"]["query"] == "prometheus"
+    for name in own:
+        v = names[name]
+        assert v["query"]["query"].startswith("label_values(")
+        assert 'job=~"$job", instance=~"$instance"' in v["query"]["query"], name
+        assert v["allValue"] == ".*", "All must match series without the label"
+    exprs = [e for _, e in queries(load(path))]
+    for name in own:
+        assert any(f'=~"${name}"' in e for e in exprs), f"${name} is used by no panel"
     for p in load(path)["panels"]:
         assert p["datasource"]["uid"] == "${datasource}"
+
+
+@pytest.mark.parametrize("path", FILES)
+def test_each_dashboard_links_to_the_others_keeping_time_and_variables(path):
+    links = load(path)["links"]
+    assert links and links[0]["tags"] == ["gym"]
+    assert links[0]["includeVars"] and links[0]["keepTime"]
 
 
 @pytest.mark.parametrize("path", FILES)

@@ -290,9 +290,29 @@ def test_every_dashboard_query_evaluates_and_returns_data(loop, title, expr):
         pytest.skip("no memory cgroup could be made here for the demo hosts")
     filled = (expr.replace("$job", "gym").replace("$instance", ".*")
               .replace("$__rate_interval", "15s"))
+    filled = re.sub(r"\$(component|limit|server|operation)\b", ".*", filled)  # All
     r = loop.query_until(filled, lambda result: bool(result))
     assert r["status"] == "success", (title, r)
     assert r["data"]["result"], f"{title}: no data for {filled}"
+
+
+def dashboard_variables():
+    for path in sorted(glob.glob(os.path.join(SOURCE, "dashboards", "*.json"))):
+        with open(path) as f:
+            d = json.load(f)
+        for v in d["templating"]["list"]:
+            if v["type"] == "query" and v["name"] not in ("job", "instance"):
+                yield f"{d['uid']}: ${v['name']}", v["query"]["query"]
+
+
+@pytest.mark.parametrize("name,query", list(dashboard_variables()))
+def test_every_dashboard_variable_lists_values(loop, name, query):
+    m = re.fullmatch(r"label_values\((.+), (\w+)\)", query)
+    assert m, query
+    selector = m.group(1).replace("$job", "gym").replace("$instance", ".*")
+    url = (f"{loop.api}/label/{m.group(2)}/values?"
+           + urllib.parse.urlencode({"match[]": selector}))
+    assert get_json(url)["data"], f"{name}: no values for {query}"
 
 
 def test_dashboard_queries_aggregate_across_the_two_instances(loop):
