@@ -2,8 +2,9 @@
 """Scrape time versus live series, in one run, for gym-exporter's exposition,
 prometheus-cpp's Registry + TextSerializer (both from exporter_bench), and
 Python's prometheus_client in multiprocess mode with the same number of
-writer processes' files; then gym-exporter's resident memory serving 1,000
-live segments.
+writer processes' files; then a scaling table of gym-exporter itself over
+HTTP at 10, 100, 1,000 and 5,000 live writers: scrape time plain and gzipped,
+resident and private memory.
 
     /usr/bin/python3 bench/scrape_compare.py [--build build] [--max-python-series 20000]
 
@@ -85,8 +86,20 @@ def python_multiprocess(series, repetitions):
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def exporter_memory(build, segments):
-    """gym-exporter's VmRSS (KiB) before and after scrapes of `segments` live segments."""
+def private_kib(pid):
+    """Private (not shared) resident memory of a process, KiB."""
+    total = 0
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith(("Private_Clean:", "Private_Dirty:")):
+                total += int(line.split()[1])
+    return total
+
+
+def exporter_memory(build, segments, scrapes=10):
+    """gym-exporter serving `segments` live segments: VmRSS (KiB) at start and
+    after the scrapes, private KiB after them, median HTTP scrape seconds
+    plain and gzipped, and the plain body's bytes."""
     directory = tempfile.mkdtemp(prefix="gym-bench-rss-", dir="/dev/shm")
     holder = subprocess.Popen([f"{build}/bench/exporter_bench", f"--hold-segments={segments}",
                                f"--dir={directory}"], stdout=subprocess.PIPE, text=True)
@@ -111,12 +124,18 @@ def exporter_memory(build, segments):
                 return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
         before = rss()
-        times = []
-        for _ in range(10):
+        times, gzipped = [], []
+        for _ in range(scrapes):
             start = time.perf_counter()
-            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read()
+            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60).read()
             times.append(time.perf_counter() - start)
-        return before, rss(), statistics.median(times), len(body)
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
+                                         headers={"Accept-Encoding": "gzip"})
+            start = time.perf_counter()
+            urllib.request.urlopen(req, timeout=60).read()
+            gzipped.append(time.perf_counter() - start)
+        return (before, rss(), private_kib(exporter.pid), statistics.median(times),
+                statistics.median(gzipped), len(body))
     finally:
         if exporter:
             exporter.send_signal(signal.SIGTERM)
@@ -132,6 +151,8 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--repetitions", type=int, default=3)
     ap.add_argument("--max-python-series", type=int, default=20000)
+    ap.add_argument("--writers", type=int, nargs="+", default=[10, 100, 1000, 5000],
+                    help="live writers of the HTTP scaling table")
     a = ap.parse_args()
     cpp = run_cpp(f"{a.build}/bench/exporter_bench", a.repetitions)
     print(f"{'series':>8} {'writers':>8} {'gym ms':>9} {'prom-cpp ms':>12} {'ratio':>6}"
@@ -145,9 +166,15 @@ def main():
             py, _ = python_multiprocess(series, a.repetitions)
             line += f" {py * 1000:>21.1f} {py * 1000 / ours:>8.1f}x"
         print(line, flush=True)
-    before, after, scrape, size = exporter_memory(a.build, 1000)
-    print(f"gym-exporter with 1000 live segments: VmRSS {before} KiB at start, {after} KiB after"
-          f" 10 scrapes; median HTTP scrape {scrape * 1000:.1f} ms for {size} bytes")
+    print("\ngym-exporter over HTTP, by live writers (20 series each), after 10 scrapes of each kind:")
+    print(f"{'writers':>8} {'series':>8} {'plain ms':>9} {'gzip ms':>8} {'MB text':>8}"
+          f" {'RSS MiB':>8} {'private MiB':>12} {'ms/1k series':>13}")
+    for writers in a.writers:
+        before, after, private, plain, gz, size = exporter_memory(a.build, writers)
+        print(f"{writers:>8} {writers * SERIES_PER_WRITER:>8} {plain * 1000:>9.1f}"
+              f" {gz * 1000:>8.1f} {size / 1e6:>8.1f} {after / 1024:>8.1f}"
+              f" {private / 1024:>12.1f}"
+              f" {plain * 1000 / (writers * SERIES_PER_WRITER / 1000):>13.2f}", flush=True)
     return 0
 
 
