@@ -86,6 +86,14 @@ TEST(CgroupParse, FindCountReadsKeyValueLines) {
   EXPECT_FALSE(cgroup::find_count("oom 3\n", "oom_kill"));
 }
 
+ServerTarget pid_target(const std::string& name, const std::string& type, pid_t pid) {
+  ServerTarget t;
+  t.name = name;
+  t.server_type = type;
+  t.pid = pid;
+  return t;
+}
+
 // A fixture host: <dir>/proc with one server process (pid 100) and the
 // exporter's own cgroup (self), and <dir>/cg, a mounted hierarchy.
 struct Fixture {
@@ -103,11 +111,7 @@ struct Fixture {
     CgroupConfig c;
     c.proc_root = proc;
     (v2 ? c.v2_mount : c.v1_memory_mount) = cg;
-    ServerTarget t;
-    t.name = "agent";
-    t.server_type = "agent";
-    t.pid = 100;
-    c.targets = {t};
+    c.targets = {pid_target("agent", "agent", 100)};
     return c;
   }
 };
@@ -342,10 +346,7 @@ TEST(RealCgroup, AnOomKillInTheServersCgroupIsCountedOnceAndTheRootsOwnIsItsExit
   ready.wait(1);
   const uint64_t host_before = host_oom_kills();
 
-  ServerTarget t;
-  t.name = "verifier";
-  t.server_type = "resources_server";
-  t.pid = root;
+  const ServerTarget t = pid_target("verifier", "resources_server", root);
   CgroupConfig cc;
   cc.targets = {t};
   CgroupCollector cgroups(cc, nullptr, [](const std::string&) {});
@@ -398,12 +399,8 @@ TEST(RealCgroup, AServerThatExitsOnItsOwnCountsAsExitedOnce) {
   });
   gate.close_read();
   ready.wait(1);
-  ServerTarget t;
-  t.name = "agent";
-  t.server_type = "agent";
-  t.pid = root;
   MemoryConfig mc;
-  mc.targets = {t};
+  mc.targets = {pid_target("agent", "agent", root)};
   MemoryCollector memory(mc, nullptr, [](const std::string&) {});
   memory.sample();
   EXPECT_EQ(memory.servers().at(0).exits, 0u);
