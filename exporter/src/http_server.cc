@@ -26,7 +26,9 @@
 #include <vector>
 
 #include "exposition/negotiate.h"
+#include "exposition/protobuf.h"
 #include "exposition/text.h"
+#include "logging.h"
 #include "procfs.h"
 #include "self_metrics.h"
 
@@ -395,13 +397,24 @@ int HttpServer::serve(mg_connection* conn, const mg_request_info* req, const std
   if (uri == self->options_.telemetry_path) {
     static const TextEncoder text;
     static const OpenMetricsEncoder open_metrics;
-    const Encoder& encoder = negotiate(mg_get_header(conn, "Accept")) == Format::kOpenMetrics
+    static const ProtobufEncoder protobuf;
+    const Format format = negotiate(mg_get_header(conn, "Accept"));
+    const Encoder& encoder = format == Format::kOpenMetrics
                                  ? static_cast<const Encoder&>(open_metrics)
-                                 : text;
+                             : format == Format::kProtobuf ? static_cast<const Encoder&>(protobuf)
+                                                           : text;
     const std::string content_type(encoder.content_type());
     std::string body = self->exposition_->render(encoder, requested_names(req->query_string));
+    const bool gzip = accepts_gzip(mg_get_header(conn, "Accept-Encoding"));
+    if (log_enabled(spdlog::level::debug))
+      log_event(spdlog::level::debug, "scrape",
+                {{"format", format == Format::kOpenMetrics ? "openmetrics"
+                            : format == Format::kProtobuf  ? "protobuf"
+                                                           : "text"},
+                 {"bytes", std::to_string(body.size())},
+                 {"gzip", gzip ? "true" : "false"}});
     // Vary on every reply, gzipped or not: caches must key on both.
-    if (accepts_gzip(mg_get_header(conn, "Accept-Encoding"))) {
+    if (gzip) {
       send(conn, configured_headers_, 200, "OK", content_type.c_str(), gzip_compress(body), head,
            "Content-Encoding: gzip\r\nVary: Accept, Accept-Encoding\r\n");
     } else {

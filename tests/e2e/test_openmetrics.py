@@ -1,12 +1,15 @@
-"""OpenMetrics 1.0.0 from a real exporter beside the demo: negotiated from
+"""The exposition formats from a real exporter beside the demo. OpenMetrics
+1.0.0: negotiated from
 the Accept headers Prometheus sends, and held to the OpenMetrics 1.0 text
 grammar by a strict checker written here from the specification (metadata
 before samples, families never interleaved, sample names by type, unit a
 suffix of the name, histogram buckets cumulative and ending in +Inf equal to
-_count, escapes, numbers, # EOF last). Its samples are those of the text
-0.0.4 exposition."""
+_count, escapes, numbers, # EOF last). Delimited protobuf: decoded by a
+wire-format reader written here. Both carry the samples of the text 0.0.4
+exposition."""
 import gzip
 import math
+import struct
 import os
 import re
 import shutil
@@ -15,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -137,16 +141,38 @@ def get(port, accept=None, encoding=None):
         return r.headers, body.decode()
 
 
+EXPORTER_LOG = None  # the exporter's debug log: one line per scrape, with its format
+DEMO_GROUP = None  # the demo's process group
+
+
+class frozen:
+    """The demo's processes paused (SIGSTOP), so that two scrapes see the same
+    series: the demo starts writers and series as it runs."""
+
+    def __enter__(self):
+        os.killpg(DEMO_GROUP, signal.SIGSTOP)
+        time.sleep(0.2)
+
+    def __exit__(self, *exc):
+        os.killpg(DEMO_GROUP, signal.SIGCONT)
+
+
 @pytest.fixture(scope="module")
 def exporter():
     d = tempfile.mkdtemp(prefix="gym-om-", dir="/dev/shm")
     registry = os.path.join(d, "registry")
     port = free_port()
+    # Its own session, so that its process group can be paused (frozen()).
     procs = [subprocess.Popen([f"{BUILD}/demo/gym-demo", f"--registry.dir={registry}"],
-                              stderr=subprocess.DEVNULL)]
+                              stderr=subprocess.DEVNULL, start_new_session=True)]
+    global DEMO_GROUP
+    DEMO_GROUP = os.getpgid(procs[0].pid)
+    global EXPORTER_LOG
+    EXPORTER_LOG = os.path.join(d, "exporter.log")
     procs.append(subprocess.Popen(
         [f"{BUILD}/exporter/gym-exporter", f"--registry.dir={registry}",
-         f"--web.listen-address=127.0.0.1:{port}"], stderr=subprocess.DEVNULL))
+         f"--web.listen-address=127.0.0.1:{port}", "--log.level=debug"],
+        stderr=open(EXPORTER_LOG, "w")))
     try:
         deadline = time.time() + 60
         while True:
@@ -160,6 +186,7 @@ def exporter():
             time.sleep(0.3)
         yield port
     finally:
+        os.killpg(DEMO_GROUP, signal.SIGCONT)
         for p in procs:
             p.send_signal(signal.SIGTERM)
         for p in procs:
@@ -188,8 +215,9 @@ def test_everyone_else_gets_text_0_0_4(exporter, accept):
 
 
 def test_both_formats_carry_the_same_samples(exporter):
-    _, om = get(exporter, PROMETHEUS_2)
-    _, text = get(exporter)
+    with frozen():
+        _, om = get(exporter, PROMETHEUS_2)
+        _, text = get(exporter)
     om_keys = set(check_openmetrics(om))
     text_keys = set()
     for line in text.splitlines():
@@ -220,3 +248,187 @@ def test_the_checker_refuses_what_breaks_the_grammar():
                 "# TYPE a gauge\na 1\n# EOF\nb 1\n"]:                   # after EOF
         with pytest.raises(AssertionError):
             check_openmetrics(bad)
+
+
+PROTOBUF = ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+            "encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,"
+            "application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,"
+            "*/*;q=0.1")
+TYPES = {0: "counter", 1: "gauge", 2: "summary", 3: "untyped", 4: "histogram"}
+
+
+def varint(buf, i):
+    value = shift = 0
+    while True:
+        b = buf[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        shift += 7
+        if b < 0x80:
+            return value, i
+
+
+def fields(buf):
+    """(field number, value) of a message: ints, doubles, or bytes."""
+    i = 0
+    while i < len(buf):
+        key, i = varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            value, i = varint(buf, i)
+        elif wire == 1:
+            value = struct.unpack("<d", buf[i:i + 8])[0]
+            i += 8
+        elif wire == 2:
+            n, i = varint(buf, i)
+            value = buf[i:i + n]
+            i += n
+            assert len(value) == n, "a field runs past its message"
+        else:
+            raise AssertionError(f"wire type {wire} of field {field}")
+        yield field, value
+
+
+def decode_delimited(body):
+    """MetricFamily messages, each as a dict."""
+    out, i = [], 0
+    while i < len(body):
+        n, i = varint(body, i)
+        msg = body[i:i + n]
+        assert len(msg) == n, "a message runs past the body"
+        i += n
+        fam = {"name": "", "help": "", "type": 0, "unit": "", "metrics": []}
+        for f, v in fields(msg):
+            if f == 1:
+                fam["name"] = v.decode()
+            elif f == 2:
+                fam["help"] = v.decode()
+            elif f == 3:
+                fam["type"] = v
+            elif f == 5:
+                fam["unit"] = v.decode()
+            elif f == 4:
+                m = {"labels": [], "value": None, "buckets": [], "count": None, "sum": None}
+                for g, w in fields(v):
+                    if g == 1:
+                        pair = dict(fields(w))
+                        m["labels"].append((pair[1].decode(), pair.get(2, b"").decode()))
+                    elif g in (2, 3, 5):  # gauge, counter, untyped: value = 1
+                        m["value"] = dict(fields(w)).get(1, 0.0)
+                    elif g == 7:
+                        for h, x in fields(w):
+                            if h == 1:
+                                m["count"] = x
+                            elif h == 2:
+                                m["sum"] = x
+                            elif h == 3:
+                                b = dict(fields(x))
+                                m["buckets"].append((b.get(2, 0.0), b.get(1, 0)))
+                fam["metrics"].append(m)
+        out.append(fam)
+    return out
+
+
+def get_bytes(port, accept):
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.headers, r.read()
+
+
+def normal(key):
+    """A sample key with its le as a number, for comparing formats."""
+    name, labels = key
+    return name, tuple((k, float(v.replace("Inf", "inf")) if k == "le" else v) for k, v in labels)
+
+
+def test_protobuf_is_negotiated_and_decodes_to_the_texts_samples(exporter):
+    with frozen():
+        headers, body = get_bytes(exporter, PROTOBUF)
+        _, text = get(exporter)
+    assert headers["Content-Type"] == ("application/vnd.google.protobuf; "
+                                       "proto=io.prometheus.client.MetricFamily; encoding=delimited")
+    families = decode_delimited(body)
+    text_keys, helps, types = set(), {}, {}
+    for line in text.splitlines():
+        m = re.match(r"^# (HELP|TYPE) (\S+) (.*)$", line)
+        if m:
+            (helps if m.group(1) == "HELP" else types)[m.group(2)] = m.group(3)
+            continue
+        m = SAMPLE.match(line)
+        text_keys.add(normal((m.group(1), tuple(LABEL_PAIR.findall(m.group(2) or "")))))
+    proto_keys = set()
+    for fam in families:
+        name, kind = fam["name"], TYPES[fam["type"]]
+        assert types[name] == kind, name
+        assert fam["help"].replace("\\", "\\\\").replace("\n", "\\n") == helps.get(name, ""), name
+        for m in fam["metrics"]:
+            labels = tuple(m["labels"])
+            if kind == "histogram":
+                bounds = [b for b, _ in m["buckets"]]
+                counts = [c for _, c in m["buckets"]]
+                assert bounds == sorted(bounds) and bounds[-1] == math.inf, name
+                assert counts == sorted(counts) and counts[-1] == m["count"], name
+                for b, _ in m["buckets"]:
+                    proto_keys.add((name + "_bucket", labels + (("le", b),)))
+                proto_keys.add((name + "_count", labels))
+                proto_keys.add((name + "_sum", labels))
+            else:
+                proto_keys.add((name, labels))
+    requests = {k for k in proto_keys | text_keys if "http_requests" in k[0]}
+    assert proto_keys - requests == text_keys - requests
+    assert any(f["unit"] == "seconds" for f in families)
+
+
+def test_prometheus_with_native_histograms_scrapes_protobuf(exporter, tmp_path):
+    """Debian's Prometheus with --enable-feature=native-histograms asks for
+    protobuf first: it ingests what we send (classic histograms included),
+    and names counters' metadata as the protobuf families are named (with
+    _total; from OpenMetrics it would be without)."""
+    import json
+    prom_port = free_port()
+    cfg = tmp_path / "prometheus.yml"
+    cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                   "scrape_configs:\n  - job_name: gym\n    static_configs:\n"
+                   f"      - targets: ['127.0.0.1:{exporter}']\n")
+    with open(EXPORTER_LOG) as f:
+        before = sum(1 for line in f if 'msg="scrape"' in line)
+    prom = subprocess.Popen([shutil.which("prometheus") or "/usr/bin/prometheus",
+                             f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{prom_port}",
+                             "--enable-feature=native-histograms"],
+                            stderr=open(tmp_path / "prometheus.log", "w"))
+    api = f"http://127.0.0.1:{prom_port}/api/v1"
+
+    def query(expr):
+        url = f"{api}/query?" + urllib.parse.urlencode({"query": expr})
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return json.loads(r.read())["data"]["result"]
+
+    try:
+        deadline = time.time() + 60
+        quantile = "histogram_quantile(0.99, sum by (le) " \
+                   "(rate(gym_resources_operation_duration_seconds_bucket[10s])))"
+        while True:
+            try:
+                if query('up{job="gym"} == 1') and query(quantile):
+                    break
+            except OSError:
+                pass
+            assert time.time() < deadline, (tmp_path / "prometheus.log").read_text()[-2000:]
+            time.sleep(0.5)
+        value = float(query(quantile)[0]["value"][1])
+        assert 0 < value <= 1800, value
+        assert query("gym_concurrency_admissions_total"), "counters ingested"
+        url = f"{api}/metadata?" + urllib.parse.urlencode(
+            {"metric": "gym_concurrency_admissions_total"})
+        with urllib.request.urlopen(url, timeout=10) as r:
+            meta = json.loads(r.read())["data"]
+        assert meta.get("gym_concurrency_admissions_total", [{}])[0].get("type") == "counter", \
+            f"not scraped as protobuf: {meta}"
+        # Its scrapes, as the exporter logged them: protobuf only.
+        with open(EXPORTER_LOG) as f:
+            theirs = [line for line in f if 'msg="scrape"' in line][before:]
+        assert theirs and all("format=protobuf" in line for line in theirs), theirs
+    finally:
+        prom.send_signal(signal.SIGTERM)
+        prom.wait()

@@ -37,11 +37,19 @@ TEST(Accept, PrometheusGetsOpenMetricsAndEveryoneElseText) {
                       "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;"
                       "escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1"),
             Format::kOpenMetrics);
-  // With native histograms: protobuf first, which is not served yet.
+  // With native histograms: protobuf first.
   EXPECT_EQ(negotiate("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
                       "encoding=delimited,application/openmetrics-text;version=1.0.0;q=0.8,"
                       "application/openmetrics-text;version=0.0.1;q=0.75,text/plain;"
                       "version=0.0.4;q=0.5,*/*;q=0.1"),
+            Format::kProtobuf);
+  // Protobuf without its message or in another encoding is not ours.
+  EXPECT_EQ(negotiate("application/vnd.google.protobuf;encoding=delimited"), Format::kText);
+  EXPECT_EQ(negotiate("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+                      "encoding=text"),
+            Format::kText);
+  EXPECT_EQ(negotiate("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+                      "encoding=delimited;q=0.4,application/openmetrics-text;q=0.5"),
             Format::kOpenMetrics);
   // Prometheus told to prefer the classic text format.
   EXPECT_EQ(negotiate("text/plain;version=0.0.4;q=1,application/openmetrics-text;version=1.0.0;"

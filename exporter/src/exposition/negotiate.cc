@@ -2,6 +2,7 @@
 
 #include <strings.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace gym::exporter {
@@ -101,6 +102,16 @@ Format negotiate(const char* accept) {
   const std::vector<HeaderItem> ranges = parse_header_list(accept);
   const double text = q_of(ranges, "text/plain", {"0.0.4", "1.0.0"});
   const double open_metrics = q_of(ranges, "application/openmetrics-text", {"1.0.0"});
+  // Protobuf only when asked for by name, with the message and the
+  // delimited encoding: never for a wildcard.
+  double protobuf = 0;
+  for (const HeaderItem& r : ranges)
+    if (r.value == "application/vnd.google.protobuf" &&
+        r.param("proto") == "io.prometheus.client.MetricFamily" &&
+        r.param("encoding") == "delimited")
+      protobuf = std::max(protobuf, r.q);
+  // The highest q wins; on a tie text, then OpenMetrics.
+  if (protobuf > 0 && protobuf > text && protobuf > open_metrics) return Format::kProtobuf;
   return open_metrics > 0 && open_metrics > text ? Format::kOpenMetrics : Format::kText;
 }
 

@@ -23,13 +23,14 @@ struct HeaderItem {
 };
 std::vector<HeaderItem> parse_header_list(std::string_view header);
 
-enum class Format { kText, kOpenMetrics };
+enum class Format { kText, kOpenMetrics, kProtobuf };
 
 // The format that answers `accept` (null: no header): the one the client
 // prefers by q-value among text 0.0.4 (also for text/plain version 1.0.0,
-// the same format with underscore names) and OpenMetrics 1.0.0; text on a
-// tie (curl's */*), and when nothing offered is acceptable (a protobuf-only
-// header), as client_golang does.
+// the same format with underscore names), OpenMetrics 1.0.0 and delimited
+// protobuf (named with its proto and encoding: never for a wildcard); text,
+// then OpenMetrics, on a tie (curl's */*), and text when nothing offered is
+// acceptable, as client_golang does.
 Format negotiate(const char* accept);
 
 }  // namespace gym::exporter

@@ -1,0 +1,134 @@
+#include "exposition/protobuf.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "gym/families.h"
+
+namespace gym::exporter {
+
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+enum Wire : uint32_t { kVarint = 0, kFixed64 = 1, kBytes = 2 };
+
+void varint(std::string& out, uint64_t v) {
+  while (v >= 0x80) {
+    out += char(uint8_t(v) | 0x80);
+    v >>= 7;
+  }
+  out += char(uint8_t(v));
+}
+
+void tag(std::string& out, uint32_t field, Wire wire) {
+  varint(out, (uint64_t(field) << 3) | wire);
+}
+
+void uint_field(std::string& out, uint32_t field, uint64_t v) {
+  tag(out, field, kVarint);
+  varint(out, v);
+}
+
+void double_field(std::string& out, uint32_t field, double v) {
+  tag(out, field, kFixed64);
+  uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  for (int i = 0; i < 8; ++i) out += char(uint8_t(bits >> (8 * i)));
+}
+
+void bytes_field(std::string& out, uint32_t field, std::string_view v) {
+  tag(out, field, kBytes);
+  varint(out, v.size());
+  out.append(v);
+}
+
+// A nested message: its bytes built in `scratch`, then written with its length.
+template <class F>
+void message_field(std::string& out, uint32_t field, std::string& scratch, F&& build) {
+  scratch.clear();
+  build(scratch);
+  bytes_field(out, field, scratch);
+}
+
+// io.prometheus.client.MetricType.
+uint64_t type_number(MetricType t) {
+  switch (t) {
+    case MetricType::Counter:
+      return 0;
+    case MetricType::Gauge:
+      return 1;
+    case MetricType::Summary:
+      return 2;
+    case MetricType::Histogram:
+      return 4;
+    default:
+      return 3;  // untyped
+  }
+}
+
+// One Metric message.
+void write_metric(const MetricFamily& f, const ClientMetric& m, std::string& out) {
+  std::string inner, deeper;
+  for (const auto& l : m.label)
+    message_field(out, 1, inner, [&](std::string& b) {  // LabelPair
+      bytes_field(b, 1, l.name);
+      bytes_field(b, 2, l.value);
+    });
+  switch (f.type) {
+    case MetricType::Gauge:
+      message_field(out, 2, inner, [&](std::string& b) { double_field(b, 1, m.gauge.value); });
+      break;
+    case MetricType::Counter:
+      message_field(out, 3, inner, [&](std::string& b) { double_field(b, 1, m.counter.value); });
+      break;
+    case MetricType::Summary:
+      message_field(out, 4, inner, [&](std::string& b) {
+        uint_field(b, 1, m.summary.sample_count);
+        double_field(b, 2, m.summary.sample_sum);
+        for (const auto& q : m.summary.quantile)
+          message_field(b, 3, deeper, [&](std::string& c) {
+            double_field(c, 1, q.quantile);
+            double_field(c, 2, q.value);
+          });
+      });
+      break;
+    case MetricType::Histogram:
+      message_field(out, 7, inner, [&](std::string& b) {
+        uint_field(b, 1, m.histogram.sample_count);
+        double_field(b, 2, m.histogram.sample_sum);
+        for (const auto& bucket : m.histogram.bucket)
+          message_field(b, 3, deeper, [&](std::string& c) {
+            uint_field(c, 1, bucket.cumulative_count);
+            double_field(c, 2, bucket.upper_bound);
+          });
+      });
+      break;
+    default:
+      message_field(out, 5, inner, [&](std::string& b) { double_field(b, 1, m.untyped.value); });
+      break;
+  }
+  if (m.timestamp_ms != 0) uint_field(out, 6, uint64_t(m.timestamp_ms));
+}
+
+}  // namespace
+
+void write_family_protobuf(const MetricFamily& f, std::string& out) {
+  std::string family, metric;
+  bytes_field(family, 1, f.name);
+  if (!f.help.empty()) bytes_field(family, 2, f.help);
+  uint_field(family, 3, type_number(f.type));
+  for (const ClientMetric& m : f.metric) {
+    metric.clear();
+    write_metric(f, m, metric);
+    bytes_field(family, 4, metric);
+  }
+  if (const FamilySpec* spec = find_family(f.name); spec != nullptr && !spec->unit.empty())
+    bytes_field(family, 5, spec->unit);
+  varint(out, family.size());
+  out += family;
+}
+
+}  // namespace gym::exporter

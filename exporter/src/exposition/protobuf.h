@@ -1,0 +1,33 @@
+// The Prometheus protobuf exposition format (io.prometheus.client.MetricFamily
+// messages, each preceded by its length as a varint: "encoding=delimited"),
+// written by a small hand-made encoder of the protobuf wire format rather
+// than libprotobuf: the messages are few and fixed, the encoder is a hundred
+// lines with no code generation or runtime library to carry, and it writes
+// into the same buffer as the text encoders.
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <prometheus/metric_family.h>
+
+#include <string>
+
+#include "exposition/exposition.h"
+
+namespace gym::exporter {
+
+// Appends one family, length-delimited.
+void write_family_protobuf(const prometheus::MetricFamily& family, std::string& out);
+
+class ProtobufEncoder : public Encoder {
+ public:
+  std::string_view content_type() const override {
+    return "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
+           "encoding=delimited";
+  }
+  void family(const prometheus::MetricFamily& f, std::string& out) const override {
+    write_family_protobuf(f, out);
+  }
+};
+
+}  // namespace gym::exporter
