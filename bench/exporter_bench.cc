@@ -26,6 +26,7 @@
 
 #include "collector.h"
 #include "exposition/exposition.h"
+#include "exposition/protobuf.h"
 #include "exposition/text.h"
 #include "gym/contract.h"
 #include "gym/segment_writer.h"
@@ -205,7 +206,15 @@ void format_textgzip(benchmark::State& state) {
 void format_openmetricsgzip(benchmark::State& state) {
   format(state, gym::exporter::OpenMetricsEncoder(), true);
 }
+void format_protobuf(benchmark::State& state) {
+  format(state, gym::exporter::ProtobufEncoder(), false);
+}
+void format_protobufgzip(benchmark::State& state) {
+  format(state, gym::exporter::ProtobufEncoder(), true);
+}
 BENCHMARK(format_text)->Unit(benchmark::kMillisecond);
+BENCHMARK(format_protobuf)->Unit(benchmark::kMillisecond);
+BENCHMARK(format_protobufgzip)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_openmetrics)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_textgzip)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_openmetricsgzip)->Unit(benchmark::kMillisecond);
