@@ -1,5 +1,5 @@
 // Server trees: which process is the root of each Gym server's tree now, for
-// every per-server collector (memory; later CPU, cgroups). Servers are the
+// every per-server collector (memory, cpu, cgroup). Servers are the
 // configured targets (memory.targets) plus every live process that declared a
 // server identity through the library (found in the registry); a configured
 // name wins over a declared one.
