@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -191,32 +192,54 @@ ReadStatus status_of(int e) {
 }
 }  // namespace
 
+namespace {
+// Descriptors kept by every StatFiles of the process together (each
+// collector that scans has one): the budget is the process's, not each one's.
+std::atomic<size_t> g_kept{0};
+
+ssize_t pread_start(int fd, char* buf, size_t size) {
+  ssize_t n;
+  do {
+    n = ::pread(fd, buf, size, 0);
+  } while (n < 0 && errno == EINTR);
+  return n;
+}
+}  // namespace
+
 StatFiles::StatFiles() {
   rlimit lim{};
   const rlim_t soft = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 ? lim.rlim_cur : 1024;
-  // A quarter of the descriptors at most (the HTTP server needs its own),
-  // and no more than a large host's processes.
+  // A quarter of the descriptors at most, for all of them (the HTTP server
+  // needs its own), and no more than a large host's processes.
   max_kept_ = size_t(std::min<rlim_t>(soft / 4, 16384));
 }
 
 StatFiles::~StatFiles() {
+  close_all();
+}
+
+void StatFiles::close_all() {
   for (const auto& [pid, k] : fds_) ::close(k.fd);
+  g_kept.fetch_sub(fds_.size(), std::memory_order_relaxed);
+  fds_.clear();
+}
+
+void StatFiles::drop(std::unordered_map<pid_t, Kept>::iterator it) {
+  ::close(it->second.fd);
+  fds_.erase(it);
+  g_kept.fetch_sub(1, std::memory_order_relaxed);
 }
 
 ReadStatus StatFiles::read(const std::string& root, pid_t pid, std::string& out) {
   if (root != root_) {  // another proc root: nothing kept applies
-    for (const auto& [p, k] : fds_) ::close(k.fd);
-    fds_.clear();
+    close_all();
     root_ = root;
   }
   const std::string path = root + "/" + std::to_string(pid) + "/stat";
+  char buf[4096];
   auto it = fds_.find(pid);
   if (it != fds_.end()) {
-    char buf[4096];
-    ssize_t n;
-    do {
-      n = ::pread(it->second.fd, buf, sizeof buf, 0);
-    } while (n < 0 && errno == EINTR);
+    const ssize_t n = pread_start(it->second.fd, buf, sizeof buf);
     if (n > 0 && size_t(n) < sizeof buf) {
       it->second.read = true;
       out.assign(buf, size_t(n));
@@ -224,17 +247,12 @@ ReadStatus StatFiles::read(const std::string& root, pid_t pid, std::string& out)
     }
     // Reaped (a new process may hold the pid now), or longer than a stat
     // line can be: read afresh.
-    ::close(it->second.fd);
-    fds_.erase(it);
+    drop(it);
   }
-  if (fds_.size() >= max_kept_) return read_file(path, out);
+  if (g_kept.load(std::memory_order_relaxed) >= max_kept_) return read_file(path, out);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return status_of(errno);
-  char buf[4096];
-  ssize_t n;
-  do {
-    n = ::pread(fd, buf, sizeof buf, 0);
-  } while (n < 0 && errno == EINTR);
+  const ssize_t n = pread_start(fd, buf, sizeof buf);
   if (n < 0 || size_t(n) >= sizeof buf) {
     const int e = errno;
     ::close(fd);
@@ -242,6 +260,7 @@ ReadStatus StatFiles::read(const std::string& root, pid_t pid, std::string& out)
   }
   out.assign(buf, size_t(n));
   fds_[pid] = {fd, true};
+  g_kept.fetch_add(1, std::memory_order_relaxed);
   return ReadStatus::kOk;
 }
 
@@ -251,8 +270,7 @@ void StatFiles::sweep() {
       it->second.read = false;
       ++it;
     } else {
-      ::close(it->second.fd);
-      it = fds_.erase(it);
+      drop(it++);
     }
   }
 }

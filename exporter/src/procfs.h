@@ -72,8 +72,9 @@ ReadStatus read_file(const std::string& path, std::string& out);
 // read through a kept one costs no path lookup, open or close (most of a
 // scan's cost). Once its process is reaped the read fails (ESRCH), so a pid
 // reused by another process is never read through an old descriptor. At most
-// max_kept() are kept (a share of RLIMIT_NOFILE); beyond, files are opened
-// and closed at each read. One StatFiles belongs to one thread.
+// max_kept() are kept by all the StatFiles of the process together (a share
+// of RLIMIT_NOFILE); beyond, files are opened and closed at each read. One
+// StatFiles belongs to one thread.
 class StatFiles {
  public:
   StatFiles();
@@ -92,6 +93,8 @@ class StatFiles {
     int fd = -1;
     bool read = false;
   };
+  void close_all();
+  void drop(std::unordered_map<pid_t, Kept>::iterator it);
   std::string root_;
   std::unordered_map<pid_t, Kept> fds_;
   size_t max_kept_ = 0;
