@@ -26,8 +26,6 @@
 #include <vector>
 
 #include "exposition/negotiate.h"
-#include "exposition/protobuf.h"
-#include "exposition/text.h"
 #include "logging.h"
 #include "procfs.h"
 #include "self_metrics.h"
@@ -395,22 +393,13 @@ int HttpServer::serve(mg_connection* conn, const mg_request_info* req, const std
     return 405;
   }
   if (uri == self->options_.telemetry_path) {
-    static const TextEncoder text;
-    static const OpenMetricsEncoder open_metrics;
-    static const ProtobufEncoder protobuf;
-    const Format format = negotiate(mg_get_header(conn, "Accept"));
-    const Encoder& encoder = format == Format::kOpenMetrics
-                                 ? static_cast<const Encoder&>(open_metrics)
-                             : format == Format::kProtobuf ? static_cast<const Encoder&>(protobuf)
-                                                           : text;
+    const Encoder& encoder = encoder_for(negotiate(mg_get_header(conn, "Accept")));
     const std::string content_type(encoder.content_type());
     std::string body = self->exposition_->render(encoder, requested_names(req->query_string));
     const bool gzip = accepts_gzip(mg_get_header(conn, "Accept-Encoding"));
     if (log_enabled(spdlog::level::debug))
       log_event(spdlog::level::debug, "scrape",
-                {{"format", format == Format::kOpenMetrics ? "openmetrics"
-                            : format == Format::kProtobuf  ? "protobuf"
-                                                           : "text"},
+                {{"format", std::string(encoder.name())},
                  {"bytes", std::to_string(body.size())},
                  {"gzip", gzip ? "true" : "false"}});
     // Vary on every reply, gzipped or not: caches must key on both.

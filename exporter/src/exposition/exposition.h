@@ -25,6 +25,8 @@ class Encoder {
  public:
   virtual ~Encoder() = default;
   virtual std::string_view content_type() const = 0;
+  // A short name for logs ("text", "openmetrics", "protobuf").
+  virtual std::string_view name() const = 0;
   virtual void family(const prometheus::MetricFamily& f, std::string& out) const = 0;
   virtual void finish(std::string& /*out*/) const {}
 };

@@ -1,5 +1,8 @@
 #include "exposition/negotiate.h"
 
+#include "exposition/protobuf.h"
+#include "exposition/text.h"
+
 #include <strings.h>
 
 #include <algorithm>
@@ -113,6 +116,20 @@ Format negotiate(const char* accept) {
   // The highest q wins; on a tie text, then OpenMetrics.
   if (protobuf > 0 && protobuf > text && protobuf > open_metrics) return Format::kProtobuf;
   return open_metrics > 0 && open_metrics > text ? Format::kOpenMetrics : Format::kText;
+}
+
+const Encoder& encoder_for(Format format) {
+  static const TextEncoder text;
+  static const OpenMetricsEncoder open_metrics;
+  static const ProtobufEncoder protobuf;
+  switch (format) {
+    case Format::kOpenMetrics:
+      return open_metrics;
+    case Format::kProtobuf:
+      return protobuf;
+    default:
+      return text;
+  }
 }
 
 }  // namespace gym::exporter

@@ -33,4 +33,8 @@ enum class Format { kText, kOpenMetrics, kProtobuf };
 // acceptable, as client_golang does.
 Format negotiate(const char* accept);
 
+class Encoder;
+// The encoder of a format (one of each, shared).
+const Encoder& encoder_for(Format format);
+
 }  // namespace gym::exporter

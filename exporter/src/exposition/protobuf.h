@@ -25,6 +25,7 @@ class ProtobufEncoder : public Encoder {
     return "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
            "encoding=delimited";
   }
+  std::string_view name() const override { return "protobuf"; }
   void family(const prometheus::MetricFamily& f, std::string& out) const override {
     write_family_protobuf(f, out);
   }

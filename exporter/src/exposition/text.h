@@ -25,6 +25,7 @@ class TextEncoder : public Encoder {
   std::string_view content_type() const override {
     return "text/plain; version=0.0.4; charset=utf-8";
   }
+  std::string_view name() const override { return "text"; }
   void family(const prometheus::MetricFamily& f, std::string& out) const override {
     write_family(f, out);
   }
@@ -38,6 +39,7 @@ class OpenMetricsEncoder : public Encoder {
   std::string_view content_type() const override {
     return "application/openmetrics-text; version=1.0.0; charset=utf-8";
   }
+  std::string_view name() const override { return "openmetrics"; }
   void family(const prometheus::MetricFamily& f, std::string& out) const override {
     write_family_openmetrics(f, out);
   }
