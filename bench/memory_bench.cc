@@ -1,7 +1,8 @@
 // Sampling a 200-process tree: the sampler with PSS and RSS-only, against the
-// floor, reading the same procfs files once with bare open/read/close (every
-// process's stat, which the one pass over /proc reads, and the members'
-// smaps_rollup). bench/memory_compare.py adds psutil and the exporter's CPU.
+// floor, reading the same procfs files once with bare open/read/close (the
+// members' statm, task directory, children and smaps_rollup), and against
+// the floor of a scan (every process's stat). bench/memory_compare.py adds
+// psutil and the exporter's CPU.
 //
 //   memory_bench [benchmark flags]
 //   memory_bench --hold-tree=N   (keeps a tree of N processes until killed)
@@ -9,6 +10,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -88,30 +90,33 @@ size_t read_whole(const char* path, char* buf, size_t cap) {
   return got;
 }
 
-// Every /proc/<pid>/stat, and the tree members' smaps_rollup when `pss`.
+// What a sample reads, each file opened and read once: each member's statm,
+// task directory (stat(2)) and children, and its smaps_rollup when `pss`.
 void floor(benchmark::State& state, bool pss) {
   const pid_t root = tree_root();
   std::vector<std::string> members;
-  members.push_back("/proc/" + std::to_string(root) + "/smaps_rollup");
   {
     gym::exporter::procfs::ProcessTable table("/proc");
     table.scan();
     for (const auto* p : table.tree(*table.find(root)))
-      if (p->pid != root) members.push_back("/proc/" + std::to_string(p->pid) + "/smaps_rollup");
+      members.push_back("/proc/" + std::to_string(p->pid));
   }
   char buf[4096];
-  char path[300];
+  std::string path;
   for (auto _ : state) {
-    DIR* d = ::opendir("/proc");
-    while (dirent* e = ::readdir(d)) {
-      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      std::snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-      benchmark::DoNotOptimize(read_whole(path, buf, sizeof buf));
+    for (const std::string& dir : members) {
+      path = dir + "/statm";
+      benchmark::DoNotOptimize(read_whole(path.c_str(), buf, sizeof buf));
+      struct stat st {};
+      path = dir + "/task";
+      benchmark::DoNotOptimize(::stat(path.c_str(), &st));
+      path = dir + "/task/" + dir.substr(6) + "/children";
+      benchmark::DoNotOptimize(read_whole(path.c_str(), buf, sizeof buf));
+      if (pss) {
+        path = dir + "/smaps_rollup";
+        benchmark::DoNotOptimize(read_whole(path.c_str(), buf, sizeof buf));
+      }
     }
-    ::closedir(d);
-    if (pss)
-      for (const auto& m : members)
-        benchmark::DoNotOptimize(read_whole(m.c_str(), buf, sizeof buf));
   }
   state.counters["processes"] = double(members.size());
 }
@@ -122,10 +127,33 @@ void sample_rss_floor(benchmark::State& state) {
   floor(state, false);
 }
 
+// Every /proc/<pid>/stat of the host, opened and read once: the floor of a
+// sampler that scans the host for the tree (as psutil and process-exporter
+// do, and gym-exporter when a `match` target needs it).
+void sample_rss_scan_floor(benchmark::State& state) {
+  tree_root();
+  char buf[4096];
+  char path[300];
+  size_t n = 0;
+  for (auto _ : state) {
+    n = 0;
+    DIR* d = ::opendir("/proc");
+    while (dirent* e = ::readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      std::snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+      benchmark::DoNotOptimize(read_whole(path, buf, sizeof buf));
+      ++n;
+    }
+    ::closedir(d);
+  }
+  state.counters["processes"] = double(n);
+}
+
 BENCHMARK(sample_pss_gym)->Unit(benchmark::kMillisecond);
 BENCHMARK(sample_pss_floor)->Unit(benchmark::kMillisecond);
 BENCHMARK(sample_rss_gym)->Unit(benchmark::kMillisecond);
 BENCHMARK(sample_rss_floor)->Unit(benchmark::kMillisecond);
+BENCHMARK(sample_rss_scan_floor)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -2,7 +2,8 @@
 """Sampling a 200-process tree, side by side in one run:
 
 - gym-exporter's sampler (from memory_bench, with its floor: the same procfs
-  files opened and read once) against psutil, RSS-only and with PSS;
+  files opened and read once) against psutil, RSS-only and with PSS, and the
+  floor of any sampler that scans the host (every /proc/<pid>/stat once);
 - CPU per sample of gym-exporter (memory collector only, one target: the
   tree) and of process-exporter (Debian's prometheus-process-exporter, the
   tree's processes as one group, per scrape), RSS-only and with PSS;
@@ -209,6 +210,7 @@ def main():
             floor = cpp[f"sample_{kind}_floor"]
             print(f"{kind}: {n} processes  gym {gym:.2f} ms  floor {floor:.2f} ms"
                   f" (ratio {gym / floor:.2f})  psutil {py:.2f} ms (psutil / gym {py / gym:.1f}x)")
+        print(f"every process's stat read once (a scan's floor): {cpp['sample_rss_scan_floor']:.2f} ms")
         comm = psutil.Process(root).name()
         for pss in (False, True):
             kind = "pss" if pss else "rss"

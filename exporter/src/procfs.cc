@@ -157,6 +157,40 @@ SmapsRollup parse_smaps_rollup(std::string_view text) {
   return r;
 }
 
+std::optional<Statm> parse_statm(std::string_view text) {
+  Statm m;
+  uint64_t* fields[] = {&m.size_pages, &m.resident_pages};
+  size_t pos = 0;
+  for (uint64_t* f : fields) {
+    while (pos < text.size() && text[pos] == ' ') ++pos;
+    size_t end = pos;
+    while (end < text.size() && text[end] >= '0' && text[end] <= '9') ++end;
+    if (!to_u64(text.substr(pos, end - pos), *f)) return std::nullopt;
+    pos = end;
+  }
+  return m;
+}
+
+std::optional<std::vector<pid_t>> parse_children(std::string_view text) {
+  std::vector<pid_t> out;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    if (text[pos] == ' ' || text[pos] == '\n') {
+      ++pos;
+      continue;
+    }
+    size_t end = pos;
+    while (end < text.size() && text[end] != ' ' && text[end] != '\n') ++end;
+    int64_t pid = 0;
+    if (!to_i64(text.substr(pos, end - pos), pid) || pid <= 0 ||
+        pid > std::numeric_limits<pid_t>::max())
+      return std::nullopt;
+    out.push_back(pid_t(pid));
+    pos = end;
+  }
+  return out;
+}
+
 ReadStatus read_file(const std::string& path, std::string& out) {
   out.clear();
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -204,15 +238,17 @@ ssize_t pread_start(int fd, char* buf, size_t size) {
   } while (n < 0 && errno == EINTR);
   return n;
 }
-}  // namespace
 
-StatFiles::StatFiles() {
+// A quarter of the descriptors at most, for all kept ones (the HTTP server
+// needs its own), and no more than a large host's processes.
+size_t kept_budget() {
   rlimit lim{};
   const rlim_t soft = ::getrlimit(RLIMIT_NOFILE, &lim) == 0 ? lim.rlim_cur : 1024;
-  // A quarter of the descriptors at most, for all of them (the HTTP server
-  // needs its own), and no more than a large host's processes.
-  max_kept_ = size_t(std::min<rlim_t>(soft / 4, 16384));
+  return size_t(std::min<rlim_t>(soft / 4, 16384));
 }
+}  // namespace
+
+StatFiles::StatFiles() : max_kept_(kept_budget()) {}
 
 StatFiles::~StatFiles() {
   close_all();
@@ -273,6 +309,233 @@ void StatFiles::sweep() {
       drop(it++);
     }
   }
+}
+
+namespace {
+// The whole of a seq_file through `fd` (children lists may be long).
+bool pread_all(int fd, std::string& out) {
+  out.clear();
+  char buf[4096];
+  for (;;) {
+    ssize_t n;
+    do {
+      n = ::pread(fd, buf, sizeof buf, off_t(out.size()));
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return false;
+    if (n == 0) return true;
+    out.append(buf, size_t(n));
+    // A seq_file read stops short only at its end (a pid is a few bytes):
+    // no second read to learn so.
+    if (size_t(n) + 64 < sizeof buf) return true;
+    if (out.size() > (1 << 22)) return true;  // 4 MiB of pids: more than a pid space
+  }
+}
+
+// Closes `fd` when it is open, and marks it closed.
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+}  // namespace
+
+TreeFiles::TreeFiles(Detail detail) : detail_(detail), kept_budget_(kept_budget()) {}
+
+TreeFiles::~TreeFiles() {
+  for (auto& [pid, e] : files_) close(e);
+}
+
+void TreeFiles::close(Entry& e) {
+  close_fd(e.value);
+  close_fd(e.children);
+  close_fd(e.task);
+  if (e.kept) g_kept.fetch_sub(3, std::memory_order_relaxed);
+  e.kept = false;
+}
+
+std::optional<TreeFiles::Entry> TreeFiles::open(const std::string& root, pid_t pid, Read& why) {
+  why = Read::kGone;
+  const std::string dir = root + "/" + std::to_string(pid);
+  const int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (d < 0) return std::nullopt;
+  Entry e;
+  int stat_fd = ::openat(d, "stat", O_RDONLY | O_CLOEXEC);
+  char buf[4096];
+  const ssize_t n = stat_fd < 0 ? -1 : pread_start(stat_fd, buf, sizeof buf);
+  std::optional<ProcStat> first;
+  if (n > 0 && size_t(n) < sizeof buf) first = parse_stat(std::string_view(buf, size_t(n)));
+  if (!first) {
+    close_fd(stat_fd);
+    ::close(d);
+    return std::nullopt;
+  }
+  e.first = *first;
+  if (detail_ == Detail::kStat) {
+    e.value = stat_fd;
+  } else {
+    e.value = ::openat(d, "statm", O_RDONLY | O_CLOEXEC);
+  }
+  e.task = ::openat(d, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const std::string children = "task/" + std::to_string(pid) + "/children";
+  e.children = ::openat(d, children.c_str(), O_RDONLY | O_CLOEXEC);
+  ::close(d);
+  if (e.value < 0 || e.task < 0 || e.children < 0) {
+    // A process that is still there without these files: a kernel without
+    // children files, or not a real proc root.
+    if (pread_start(stat_fd, buf, sizeof buf) > 0) why = Read::kUnsupported;
+    if (e.value != stat_fd) close_fd(stat_fd);
+    close(e);
+    return std::nullopt;
+  }
+  if (e.value != stat_fd) close_fd(stat_fd);
+  return e;
+}
+
+TreeFiles::Read TreeFiles::read_entry(pid_t pid, Entry& e, ProcStat& out,
+                                      std::vector<pid_t>* children) {
+  char buf[4096];
+  const ssize_t n = pread_start(e.value, buf, sizeof buf);
+  if (n <= 0 || size_t(n) >= sizeof buf) return Read::kGone;  // reaped
+  const std::string_view text(buf, size_t(n));
+  struct stat task {};
+  const uint64_t threads =
+      ::fstat(e.task, &task) == 0 && task.st_nlink > 2 ? uint64_t(task.st_nlink - 2) : 1;
+  if (detail_ == Detail::kStat) {
+    std::optional<ProcStat> st = parse_stat(text);
+    if (!st || st->pid != pid) return Read::kGone;
+    out = std::move(*st);
+  } else {
+    const std::optional<Statm> m = parse_statm(text);
+    if (!m) return Read::kGone;
+    out = e.first;
+    out.rss_pages = m->resident_pages;
+    out.num_threads = threads;
+    if (m->size_pages == 0 && !out.kernel_thread()) out.state = 'Z';  // its memory is gone
+    // Not read here: the first sight's would be stale.
+    out.utime_ticks = out.stime_ticks = out.cutime_ticks = out.cstime_ticks = 0;
+    out.vsize_bytes = 0;
+  }
+  if (children == nullptr) return Read::kOk;
+  children->clear();
+  auto add = [&](int fd) {
+    if (!pread_all(fd, text_)) return;
+    if (std::optional<std::vector<pid_t>> pids = parse_children(text_))
+      children->insert(children->end(), pids->begin(), pids->end());
+  };
+  if (threads <= 1) {
+    add(e.children);
+    return Read::kOk;
+  }
+  // Each thread has children of its own (those it forked).
+  add(e.children);
+  const int listing = ::dup(e.task);
+  DIR* d = listing < 0 ? nullptr : ::fdopendir(listing);
+  if (d == nullptr) {
+    if (listing >= 0) ::close(listing);
+    return Read::kOk;
+  }
+  ::rewinddir(d);
+  std::string path;
+  while (dirent* t = ::readdir(d)) {
+    int64_t tid = 0;
+    const auto r = std::from_chars(t->d_name, t->d_name + std::strlen(t->d_name), tid);
+    if (r.ec != std::errc() || *r.ptr != '\0' || tid == pid) continue;
+    path = std::to_string(tid) + "/children";
+    int fd = ::openat(e.task, path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;  // the thread has ended
+    add(fd);
+    ::close(fd);
+  }
+  ::closedir(d);
+  return Read::kOk;
+}
+
+TreeFiles::Read TreeFiles::read(const std::string& root, pid_t pid, ProcStat& out,
+                                std::vector<pid_t>* children) {
+  if (root != root_) {  // another proc root: nothing kept applies
+    for (auto& [p, e] : files_) close(e);
+    files_.clear();
+    root_ = root;
+    unsupported_ = false;
+  }
+  if (unsupported_) return Read::kUnsupported;
+  if (auto it = files_.find(pid); it != files_.end()) {
+    if (read_entry(pid, it->second, out, children) == Read::kOk) {
+      it->second.read = true;
+      return Read::kOk;
+    }
+    close(it->second);  // reaped: a new process may hold the pid now
+    files_.erase(it);
+  }
+  Read why = Read::kGone;
+  std::optional<Entry> e = open(root, pid, why);
+  if (!e) {
+    unsupported_ = why == Read::kUnsupported;
+    return why;
+  }
+  const Read r = read_entry(pid, *e, out, children);
+  if (r != Read::kOk || g_kept.load(std::memory_order_relaxed) + 3 > kept_budget_) {
+    close(*e);
+    return r;
+  }
+  e->kept = true;
+  e->read = true;
+  g_kept.fetch_add(3, std::memory_order_relaxed);
+  files_.emplace(pid, *e);
+  return Read::kOk;
+}
+
+void TreeFiles::sweep() {
+  for (auto it = files_.begin(); it != files_.end();) {
+    if (it->second.read) {
+      it->second.read = false;
+      ++it;
+    } else {
+      close(it->second);
+      it = files_.erase(it);
+    }
+  }
+}
+
+bool ProcessTable::walk(const std::vector<pid_t>& roots, TreeFiles& files, bool descend) {
+  processes_.clear();
+  index_.clear();
+  children_.clear();
+  struct Visit {
+    pid_t pid;
+    pid_t parent;  // 0: a root
+  };
+  std::vector<Visit> queue;
+  for (pid_t r : roots)
+    if (r > 0) queue.push_back({r, 0});
+  std::vector<pid_t> kids;
+  ProcStat st;
+  for (size_t i = 0; i < queue.size(); ++i) {
+    const Visit v = queue[i];
+    auto known = index_.find(v.pid);
+    if (known == index_.end()) {
+      switch (files.read(root_, v.pid, st, descend ? &kids : nullptr)) {
+        case TreeFiles::Read::kUnsupported:
+          processes_.clear();
+          index_.clear();
+          children_.clear();
+          return false;
+        case TreeFiles::Read::kGone:
+          continue;
+        case TreeFiles::Read::kOk:
+          break;
+      }
+      known = index_.emplace(v.pid, processes_.size()).first;
+      processes_.push_back(st);
+      if (descend)
+        for (pid_t k : kids) queue.push_back({k, v.pid});
+    }
+    if (v.parent != 0 && v.parent != v.pid) {
+      children_[v.parent].push_back(known->second);
+      processes_[known->second].ppid = v.parent;
+    }
+  }
+  files.sweep();
+  return true;
 }
 
 bool ProcessTable::scan(StatFiles* files) {

@@ -100,15 +100,85 @@ class StatFiles {
   size_t max_kept_ = 0;
 };
 
+// /proc/<pid>/statm: the fields a walk needs, in pages.
+struct Statm {
+  uint64_t size_pages = 0;      // field 1: 0 for a zombie (its memory is gone)
+  uint64_t resident_pages = 0;  // field 2: what stat's rss reads
+};
+std::optional<Statm> parse_statm(std::string_view text);
+
+// Pids of /proc/<pid>/task/<tid>/children ("12 34 ").
+std::optional<std::vector<pid_t>> parse_children(std::string_view text);
+
+// Descriptors kept, per process, for walking trees from their roots
+// (ProcessTable::walk) instead of reading every process of the host: its
+// task/<pid>/children, its task directory (whose link count is 2 plus its
+// threads), and its stat (Detail::kStat: every field, read at every walk)
+// or its statm (Detail::kStatm: RSS only, a fifth of stat's cost; the other
+// fields are the process's at first sight, which is what a walk for memory
+// needs). All are opened under one /proc/<pid> directory, so they are one
+// process's; once it is reaped a read of its stat or statm fails (ESRCH) and
+// they are dropped, so a pid reused by another process is read afresh. They
+// count against the budget of StatFiles (three descriptors a process).
+// One TreeFiles belongs to one thread.
+class TreeFiles {
+ public:
+  enum class Detail { kStat, kStatm };
+  explicit TreeFiles(Detail detail);
+  ~TreeFiles();
+  TreeFiles(const TreeFiles&) = delete;
+  TreeFiles& operator=(const TreeFiles&) = delete;
+  Detail detail() const { return detail_; }
+  size_t kept() const { return files_.size(); }
+
+  enum class Read { kOk, kGone, kUnsupported };
+  // The process `pid` under `root` and, when `children` is not null, its
+  // children (of every thread). kGone: no such process (or not readable).
+  // kUnsupported: the kernel has no children files (CONFIG_PROC_CHILDREN),
+  // or `root` is not a proc root that has them (a fixture tree).
+  Read read(const std::string& root, pid_t pid, ProcStat& out, std::vector<pid_t>* children);
+  // Closes the descriptors of processes not read since the last sweep.
+  void sweep();
+
+ private:
+  struct Entry {
+    int value = -1;     // stat or statm
+    int children = -1;  // task/<pid>/children
+    int task = -1;      // task/
+    ProcStat first;     // stat at first sight
+    bool kept = false;
+    bool read = false;
+  };
+  std::optional<Entry> open(const std::string& root, pid_t pid, Read& why);
+  void close(Entry& e);
+  Read read_entry(pid_t pid, Entry& e, ProcStat& out, std::vector<pid_t>* children);
+  Detail detail_;
+  size_t kept_budget_;
+  std::string root_;
+  bool unsupported_ = false;  // known for root_
+  std::unordered_map<pid_t, Entry> files_;
+  std::string text_;
+};
+
 // Every process (not thread) under the proc root, read in one pass, with
 // the parent map; children are linked only when they are not older than
 // their parent (a parent pid reused by a younger process is not a parent).
+// Or, by walk(), only some processes and their descendants.
 class ProcessTable {
  public:
   explicit ProcessTable(std::string proc_root) : root_(std::move(proc_root)) {}
   // Reads the table afresh; false when the proc root cannot be listed.
   // With `files`, through its kept descriptors.
   bool scan(StatFiles* files = nullptr);
+  // Reads afresh just the processes `roots` and, with `descend`, all their
+  // descendants, found through the kernel's children files (the children of
+  // each thread): on a host with many other processes, far less than a
+  // scan. Pids of `roots` that are no process are skipped. False (and an
+  // empty table) when the kernel or the proc root has no children files:
+  // then scan. A process that exits while its parent's children are read
+  // may hide a sibling from that walk (the kernel's list is walked by
+  // position then), as a scan misses a process born behind its listing.
+  bool walk(const std::vector<pid_t>& roots, TreeFiles& files, bool descend = true);
   const ProcStat* find(pid_t pid) const;
   // The process `pid` if it is the one that started at `start_ticks`.
   const ProcStat* find(pid_t pid, uint64_t start_ticks) const;

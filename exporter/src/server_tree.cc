@@ -178,14 +178,15 @@ std::optional<double> ServerTrees::started_at(const procfs::ProcStat& p,
   return double(*boot_time_) + double(p.start_ticks) / ticks_per_second;
 }
 
-const procfs::ProcStat* ServerTrees::from_pidfile(Target& t, const procfs::ProcessTable& table) {
+void ServerTrees::read_pidfile(Target& t) {
   const ServerTarget& c = t.config;
+  t.pidfile_pid = 0;
   std::string text;
   struct stat st {};
   if (procfs::read_file(c.pidfile, text) != procfs::ReadStatus::kOk ||
       ::stat(c.pidfile.c_str(), &st) != 0) {
     error_("pidfile", "cannot read pidfile " + c.pidfile + " of " + c.name);
-    return nullptr;
+    return;
   }
   size_t b = text.find_first_not_of(" \t\n");
   size_t e = text.find_last_not_of(" \t\n");
@@ -194,18 +195,24 @@ const procfs::ProcStat* ServerTrees::from_pidfile(Target& t, const procfs::Proce
       std::from_chars(text.data() + b, text.data() + e + 1, pid).ptr != text.data() + e + 1 ||
       pid <= 0) {
     error_("pidfile", "pidfile " + c.pidfile + " of " + c.name + " holds no pid");
-    return nullptr;
+    return;
   }
-  const procfs::ProcStat* p = table.find(pid);
+  t.pidfile_pid = pid;
+  t.pidfile_mtime = double(st.st_mtim.tv_sec) + double(st.st_mtim.tv_nsec) * 1e-9;
+}
+
+const procfs::ProcStat* ServerTrees::from_pidfile(Target& t, const procfs::ProcessTable& table) {
+  if (t.pidfile_pid == 0) return nullptr;
+  const procfs::ProcStat* p = table.find(t.pidfile_pid);
   if (p == nullptr) return nullptr;
   // A process that started after the pidfile was written did not write it:
   // the server is gone and its pid reused. (Boot time has whole seconds.)
-  const double written = double(st.st_mtim.tv_sec) + double(st.st_mtim.tv_nsec) * 1e-9;
+  const double written = t.pidfile_mtime;
   if (auto started = started_at(*p, table); started && *started > written + 1.0) return nullptr;
   // A rewritten pidfile names its process afresh (a restart may reuse a pid).
   if (written != t.pidfile_written) t.root_start.reset();
   t.pidfile_written = written;
-  return first_seen(t, pid, table);
+  return first_seen(t, t.pidfile_pid, table);
 }
 
 // The oldest matching process is the root.
@@ -237,26 +244,57 @@ const procfs::ProcStat* ServerTrees::find_root(Target& t, const procfs::ProcessT
   return from_match(t, table);
 }
 
+std::optional<std::vector<pid_t>> ServerTrees::prepare() {
+  prepared_ = true;
+  std::vector<pid_t> roots;
+  bool match = false;
+  for (Target& t : targets_) {
+    if (t.config.pid) {
+      roots.push_back(*t.config.pid);
+    } else if (!t.config.pidfile.empty()) {
+      read_pidfile(t);
+      if (t.pidfile_pid != 0) roots.push_back(t.pidfile_pid);
+    } else {
+      match = true;
+    }
+  }
+  declared_.clear();
+  if (registry_) {
+    declared_ = registry_->with([](RegistryReader& r) { return r.snapshot().servers; });
+    // A process forked by a server (a verifier) inherits its declaration; of
+    // the processes that declare one name, the oldest is the server.
+    std::sort(
+        declared_.begin(), declared_.end(), [](const DeclaredServer& a, const DeclaredServer& b) {
+          return std::tie(a.name, a.start_ticks, a.pid) < std::tie(b.name, b.start_ticks, b.pid);
+        });
+    for (const DeclaredServer& d : declared_) roots.push_back(d.pid);
+  }
+  if (match) return std::nullopt;
+  return roots;
+}
+
 std::vector<ServerTrees::Server> ServerTrees::resolve(const procfs::ProcessTable& table) {
+  if (!prepared_) prepare();
+  prepared_ = false;
   std::vector<Server> out;
   std::map<std::string, bool> named;
   for (Target& t : targets_) {
     out.push_back({t.config.name, t.config.server_type, t.config.pss, true, find_root(t, table)});
     named[t.config.name] = true;
   }
-  if (!registry_) return out;
-  std::vector<DeclaredServer> declared =
-      registry_->with([](RegistryReader& r) { return r.snapshot().servers; });
-  // A process forked by a server (a verifier) inherits its declaration; of
-  // the processes that declare one name, the oldest is the server.
-  std::sort(declared.begin(), declared.end(), [](const DeclaredServer& a, const DeclaredServer& b) {
-    return std::tie(a.name, a.start_ticks, a.pid) < std::tie(b.name, b.start_ticks, b.pid);
-  });
-  for (const DeclaredServer& d : declared) {
+  for (const DeclaredServer& d : declared_) {
     if (!named.emplace(d.name, true).second) continue;  // configuration wins
     out.push_back({d.name, d.server_type, true, false, table.find(d.pid, d.start_ticks)});
   }
   return out;
+}
+
+std::optional<std::vector<pid_t>> ServerProcesses::prepare() {
+  std::optional<std::vector<pid_t>> seeds = trees_.prepare();
+  if (seeds)
+    for (const auto& [name, members] : lineage_)
+      for (const Member& m : members) seeds->push_back(m.first);
+  return seeds;
 }
 
 ServerProcesses::ServerProcesses(std::vector<ServerTarget> targets,

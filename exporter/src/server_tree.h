@@ -64,6 +64,12 @@ class ServerTrees {
     bool configured = false;                 // a target of the configuration
     const procfs::ProcStat* root = nullptr;  // in the table; nullptr: gone
   };
+  // Reads what names the roots (pidfiles, the registry's declarations) for
+  // the next resolve(), and returns the pids of those roots: a table walked
+  // from them (ProcessTable::walk) has every root. nullopt when a match
+  // target needs every process (a scan). resolve() prepares itself when
+  // this was not called since the last resolve().
+  std::optional<std::vector<pid_t>> prepare();
   // Every server, configured ones first, with its root in `table`.
   std::vector<Server> resolve(const procfs::ProcessTable& table);
 
@@ -74,7 +80,10 @@ class ServerTrees {
     pid_t root_pid = 0;                  // pid and pidfile targets: the pid,
     std::optional<uint64_t> root_start;  // and the start of the process first seen
     double pidfile_written = 0;          // the pidfile's mtime then
+    pid_t pidfile_pid = 0;               // as prepare() read it (0: none)
+    double pidfile_mtime = 0;
   };
+  void read_pidfile(Target& t);
   const procfs::ProcStat* find_root(Target& t, const procfs::ProcessTable& table);
   const procfs::ProcStat* from_pidfile(Target& t, const procfs::ProcessTable& table);
   // The process `pid` if it is the one first seen with that pid for `t`.
@@ -87,6 +96,8 @@ class ServerTrees {
   static const procfs::ProcStat* from_match(const Target& t, const procfs::ProcessTable& table);
 
   std::vector<Target> targets_;
+  bool prepared_ = false;
+  std::vector<DeclaredServer> declared_;  // as prepare() read them, oldest first
   std::shared_ptr<SharedRegistry> registry_;
   std::function<void(const std::string&, const std::string&)> error_;
 };
@@ -118,7 +129,11 @@ class ServerProcesses {
     procfs::TreeUsage usage;                 // its live processes (none when gone)
     uint64_t escaped = 0;                    // of those, the ones kept by lineage
   };
-  // Every server of `table` (scanned) at `now`, configured ones first.
+  // The pids a walk must start from for the next sample: the roots and the
+  // members of the last sample (see ServerTrees::prepare).
+  std::optional<std::vector<pid_t>> prepare();
+  // Every server of `table` (scanned, or walked from prepare()'s pids) at
+  // `now`, configured ones first.
   std::vector<Tree> sample(const procfs::ProcessTable& table,
                            std::chrono::steady_clock::time_point now);
   // The declared servers the last sample dropped (gone past their TTL).

@@ -12,8 +12,11 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <thread>
 
 #include "collectors/memory.h"
 #include "procfs.h"
@@ -154,6 +157,171 @@ TEST(Procfs, AKeptStatDescriptorNeverReadsAnotherProcessBehindAReusedPid) {
   EXPECT_EQ(files.kept(), 1u);
   files.sweep();
   EXPECT_EQ(files.kept(), 0u);
+}
+
+TEST(Procfs, StatmGivesSizeAndResidentPagesAndChildrenListsPids) {
+  const auto m = procfs::parse_statm("5000 1234 300 20 0 900 0\n");
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->size_pages, 5000u);
+  EXPECT_EQ(m->resident_pages, 1234u);
+  EXPECT_EQ(procfs::parse_statm("0 0 0 0 0 0 0\n")->size_pages, 0u);  // a zombie's
+  EXPECT_FALSE(procfs::parse_statm("5000").has_value());
+  EXPECT_FALSE(procfs::parse_statm("x 1").has_value());
+  EXPECT_EQ(procfs::parse_children("12 345 \n"), (std::vector<pid_t>{12, 345}));
+  EXPECT_EQ(procfs::parse_children(""), std::vector<pid_t>{});
+  EXPECT_FALSE(procfs::parse_children("12 x ").has_value());
+  EXPECT_FALSE(procfs::parse_children("-3 ").has_value());
+  EXPECT_FALSE(procfs::parse_children("99999999999 ").has_value());
+}
+
+TEST(ProcfsWalk, AProcRootWithoutChildrenFilesIsNotWalkedButScanned) {
+  procfs::TreeFiles files(procfs::TreeFiles::Detail::kStatm);
+  procfs::ProcessTable table(kFixture);
+  EXPECT_FALSE(table.walk({100}, files));
+  EXPECT_TRUE(table.processes().empty());
+  EXPECT_EQ(files.kept(), 0u);
+  EXPECT_FALSE(table.walk({100}, files)) << "known at the second walk too";
+}
+
+// The pids of `root`'s tree in `table`, zombies included.
+std::set<pid_t> tree_pids(const procfs::ProcessTable& table, pid_t root) {
+  std::set<pid_t> out;
+  if (const procfs::ProcStat* r = table.find(root))
+    for (const procfs::ProcStat* p : table.tree(*r)) out.insert(p->pid);
+  return out;
+}
+
+TEST(ProcfsWalk, AWalkFindsTheTreeAScanFindsWithChildrenOfEveryThreadAndZombies) {
+  testing::Gate gate;
+  testing::Ready ready;
+  // root ─┬─ a ── g       (forked by the main thread)
+  //       ├─ b            (forked by a second thread: listed among its children)
+  //       └─ z            (exited, not reaped: a zombie)
+  const pid_t root = testing::spawn([&] {
+    if (::fork() == 0) {
+      if (::fork() == 0) {
+        ready.signal();
+        gate.wait();
+        ::_exit(0);
+      }
+      ready.signal();
+      gate.wait();
+      ::_exit(0);
+    }
+    if (::fork() == 0) ::_exit(0);
+    std::thread second([&] {
+      if (::fork() == 0) {
+        ready.signal();
+        gate.wait();
+        ::_exit(0);
+      }
+      gate.wait();  // the thread lives on, with its child
+    });
+    ready.signal();
+    second.join();
+    while (::wait(nullptr) > 0) {
+    }
+    return 0;
+  });
+  ready.wait(4);
+  // Wait for the zombie, and the second thread.
+  procfs::ProcessTable scanned("/proc");
+  for (int i = 0; i < 500; ++i) {
+    ASSERT_TRUE(scanned.scan());
+    const std::set<pid_t> pids = tree_pids(scanned, root);
+    const bool zombie = std::any_of(pids.begin(), pids.end(), [&](pid_t p) {
+      return scanned.find(p) != nullptr && scanned.find(p)->zombie();
+    });
+    if (zombie && pids.size() == 5 && scanned.find(root)->num_threads == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  // All of them blocked now, touching no memory: read again to compare.
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_TRUE(scanned.scan());
+  const std::set<pid_t> expected = tree_pids(scanned, root);
+  ASSERT_EQ(expected.size(), 5u);
+
+  procfs::TreeFiles stat_files(procfs::TreeFiles::Detail::kStat);
+  procfs::TreeFiles statm_files(procfs::TreeFiles::Detail::kStatm);
+  for (int round = 0; round < 2; ++round) {  // the second through kept descriptors
+    for (procfs::TreeFiles* files : {&stat_files, &statm_files}) {
+      procfs::ProcessTable walked("/proc");
+      ASSERT_TRUE(walked.walk({root}, *files));
+      EXPECT_EQ(tree_pids(walked, root), expected);
+      EXPECT_EQ(walked.processes().size(), expected.size()) << "nothing but the tree";
+      EXPECT_EQ(files->kept(), expected.size());
+      for (pid_t pid : expected) {
+        const procfs::ProcStat* w = walked.find(pid);
+        const procfs::ProcStat* s = scanned.find(pid);
+        ASSERT_NE(w, nullptr);
+        EXPECT_EQ(w->start_ticks, s->start_ticks);
+        EXPECT_EQ(w->ppid, s->ppid);
+        EXPECT_EQ(w->zombie(), s->zombie()) << pid;
+        // All of them wait, touching nothing. statm's resident count is
+        // stat's rss, summed exactly since Linux 6.x (stat's may lag).
+        if (files->detail() == procfs::TreeFiles::Detail::kStat) {
+          EXPECT_EQ(w->rss_pages, s->rss_pages) << pid;
+        } else {
+          std::string statm;
+          ASSERT_EQ(procfs::read_file("/proc/" + std::to_string(pid) + "/statm", statm),
+                    procfs::ReadStatus::kOk);
+          EXPECT_EQ(w->rss_pages, procfs::parse_statm(statm)->resident_pages) << pid;
+        }
+        if (!s->zombie()) {
+          EXPECT_EQ(w->num_threads, s->num_threads) << pid;
+        }
+      }
+      const procfs::TreeUsage u = procfs::tree_usage(walked, *walked.find(root));
+      EXPECT_EQ(u.live.size(), 4u) << "the zombie uses nothing";
+    }
+  }
+  // Without descending: the roots alone.
+  procfs::ProcessTable roots("/proc");
+  ASSERT_TRUE(roots.walk({root, 0, -1}, statm_files, false));
+  EXPECT_EQ(roots.processes().size(), 1u);
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(root), 0);
+  procfs::ProcessTable after("/proc");
+  ASSERT_TRUE(after.walk({root}, statm_files));
+  EXPECT_TRUE(after.processes().empty()) << "gone";
+  EXPECT_EQ(statm_files.kept(), 0u) << "its descriptors closed";
+}
+
+TEST(ProcfsWalk, AKeptDescriptorNeverReadsAnotherProcessBehindAReusedPid) {
+  testing::Gate first_gate, second_gate;
+  testing::Ready ready;
+  const pid_t first = testing::spawn([&] {
+    ::prctl(PR_SET_NAME, "gym-first");
+    ready.signal();
+    first_gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  // statm's walk keeps what stat said at first sight: it must see the
+  // process behind the pid change.
+  procfs::TreeFiles files(procfs::TreeFiles::Detail::kStatm);
+  procfs::ProcessTable table("/proc");
+  ASSERT_TRUE(table.walk({first}, files));
+  ASSERT_NE(table.find(first), nullptr);
+  const uint64_t start = table.find(first)->start_ticks;
+  EXPECT_EQ(table.find(first)->comm, "gym-first");
+  first_gate.open();
+  testing::wait_exit(first);
+  const pid_t second = testing::spawn_with_pid(first, second_gate);
+  ASSERT_TRUE(table.walk({first}, files));
+  if (second < 0) {
+    if (const procfs::ProcStat* p = table.find(first)) {
+      EXPECT_NE(p->comm, "gym-first");
+    }
+    GTEST_SKIP() << "pid allocation cannot be steered here (needs root, and no other process "
+                    "taking pids meanwhile)";
+  }
+  const procfs::ProcStat* p = table.find(first);
+  ASSERT_NE(p, nullptr);
+  EXPECT_NE(p->comm, "gym-first") << "the new process, read afresh";
+  EXPECT_GE(p->start_ticks, start);
+  second_gate.open();
+  testing::wait_exit(second);
 }
 
 TEST(Procfs, OpenFdsAreCountedAsListed) {

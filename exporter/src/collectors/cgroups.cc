@@ -85,7 +85,11 @@ void CgroupCollector::count_error(const std::string& detail) {
 
 void CgroupCollector::sample() {
   procfs::ProcessTable table(config_.proc_root);
-  table.scan(&stat_files_);  // a proc root that cannot be listed is the memory collector's to count
+  // Only the roots are needed. A proc root that cannot be listed is the
+  // memory collector's to count.
+  if (const std::optional<std::vector<pid_t>> roots = trees_.prepare();
+      !(roots && table.walk(*roots, tree_files_, false)))
+    table.scan(&stat_files_);
   std::map<std::string, ServerCgroup> next;
   for (const ServerTrees::Server& s : trees_.resolve(table)) {
     if (s.root == nullptr) continue;

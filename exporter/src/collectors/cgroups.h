@@ -73,7 +73,8 @@ class CgroupCollector : public IntervalCollector {
   Log log_;
   std::map<std::string, ServerCgroup> state_;  // the sampling thread's, by server
   std::set<std::string> failing_, failing_now_;
-  procfs::StatFiles stat_files_;  // kept between samples
+  procfs::StatFiles stat_files_;  // kept between samples (a scan's)
+  procfs::TreeFiles tree_files_{procfs::TreeFiles::Detail::kStatm};  // (a walk's)
 
   mutable std::mutex mu_;  // guards what collect() reads
   std::vector<ServerCgroup> servers_;

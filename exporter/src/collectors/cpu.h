@@ -79,7 +79,8 @@ class CpuCollector : public IntervalCollector {
   ServerProcesses processes_;
   Log log_;
   std::map<std::string, CpuState> cpu_;  // the sampling thread's, by server
-  procfs::StatFiles stat_files_;         // kept between samples
+  procfs::StatFiles stat_files_;         // kept between samples (a scan's)
+  procfs::TreeFiles tree_files_{procfs::TreeFiles::Detail::kStat};  // (a walk's)
   std::string scratch_;
 
   mutable std::mutex mu_;  // guards what collect() reads

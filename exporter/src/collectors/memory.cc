@@ -228,7 +228,9 @@ std::optional<procfs::MemInfo> MemoryCollector::read_host() {
 void MemoryCollector::sample() {
   const auto started = std::chrono::steady_clock::now();
   procfs::ProcessTable table(config_.proc_root);
-  if (!table.scan(&stat_files_)) count_error("proc", "cannot list " + config_.proc_root);
+  const std::optional<std::vector<pid_t>> seeds = processes_.prepare();
+  if (!(seeds && table.walk(*seeds, tree_files_)) && !table.scan(&stat_files_))
+    count_error("proc", "cannot list " + config_.proc_root);
   std::optional<procfs::MemInfo> host = read_host();
   const bool pss_due =
       !pss_ever_ || config_.pss_interval_seconds <= 0 ||

@@ -115,8 +115,9 @@ class MemoryCollector : public IntervalCollector {
   };
   std::map<std::string, RootState> roots_;
   cgroup::Resolver resolver_;
-  std::string scratch_;                          // a buffer for reads
-  procfs::StatFiles stat_files_;                 // kept between samples
+  std::string scratch_;           // a buffer for reads
+  procfs::StatFiles stat_files_;  // kept between samples (a scan's)
+  procfs::TreeFiles tree_files_{procfs::TreeFiles::Detail::kStatm};  // (a walk's)
   std::set<std::string> failing_, failing_now_;  // details logged, to log each once
   std::chrono::steady_clock::time_point last_pss_{};
   bool pss_ever_ = false;
