@@ -7,8 +7,8 @@
 - CPU per sample of gym-exporter (memory collector only, one target: the
   tree) and of process-exporter (Debian's prometheus-process-exporter, the
   tree's processes as one group, per scrape), RSS-only and with PSS;
-- accuracy: gym-exporter's RSS and PSS of the tree against the sums of its
-  processes' smaps_rollup read right after;
+- accuracy: gym-exporter's RSS (RSS-only and with PSS) and PSS of the tree
+  against the sums of its processes' smaps_rollup read right after;
 - the exporter's CPU use with 100 targets at a 1 s interval.
 
     /usr/bin/python3 bench/memory_compare.py [--build build]
@@ -219,12 +219,13 @@ def main():
             print(f"{kind}: CPU per sample of the tree: gym-exporter {gym_ms:.2f} ms,"
                   f" process-exporter {pe_ms:.2f} ms per scrape ({pe_procs} processes;"
                   f" process-exporter / gym {pe_ms / gym_ms:.1f}x)")
+            rss, pss_sum = tree_rollup_sums(root)
+            got_rss = gym_tree_bytes(text, "rss")
+            line = f"accuracy ({kind}): gym rss {got_rss} vs smaps_rollup sum {rss} ({got_rss - rss:+d} B)"
             if pss:
-                rss, pss_sum = tree_rollup_sums(root)
-                got_rss, got_pss = gym_tree_bytes(text, "rss"), gym_tree_bytes(text, "pss")
-                print(f"accuracy: gym rss {got_rss} vs smaps_rollup sum {rss}"
-                      f" ({got_rss - rss:+d} B), pss {got_pss} vs {pss_sum}"
-                      f" ({got_pss - pss_sum:+d} B)")
+                got_pss = gym_tree_bytes(text, "pss")
+                line += f", pss {got_pss} vs {pss_sum} ({got_pss - pss_sum:+d} B)"
+            print(line)
         children = [c.pid for c in psutil.Process(root).children()][:100]
         cpu = exporter_cpu(a.build, children, a.cpu_seconds)
         print(f"gym-exporter with {len(children)} targets (PSS on) at a 1 s interval:"

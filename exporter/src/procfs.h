@@ -1,6 +1,7 @@
 // procfs: parsers as pure functions from file text to values, and a process
-// table read in one pass over <proc root>/*/stat. The proc root is a
-// parameter (containers, fixture trees in tests).
+// table read in one pass over <proc root>/*/stat, or walked from some
+// processes down through their children. The proc root is a parameter
+// (containers, fixture trees in tests).
 //
 // Thread-safety: parsers are pure; a ProcessTable belongs to one thread.
 #pragma once

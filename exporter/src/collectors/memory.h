@@ -4,9 +4,10 @@
 // gym_server_exits_total and gym_host_* families). Configuration: the `memory:` section.
 //
 // Which servers, and their roots, come from the server trees
-// (server_tree.h). A sample reads the process table in one pass, then RSS
-// from each member's stat or, when PSS is due, RSS, PSS, USS and swap from
-// one read of its smaps_rollup (so that they are of one instant).
+// (server_tree.h). A sample walks each tree from its root (ProcessTable::walk;
+// a scan of every process when a match target needs it), with RSS from each
+// member's statm or, when PSS is due, RSS, PSS, USS and swap from one read
+// of its smaps_rollup (so that they are of one instant).
 //
 // A server whose root is gone reports gym_server_up 0 and zeros; a declared
 // server that is gone does so for gone_server_ttl_seconds, then its series
