@@ -240,9 +240,25 @@ void detail::age_lanes_after_fork() noexcept {
   g_age_lanes.store(1 | (l > 1 ? uint64_t{1} << (l - 1) : 0), std::memory_order_relaxed);
 }
 
+namespace {
+// Where lane `lane` lives among the lane words: lanes 0..3 on four cache
+// lines, lane 4 beside lane 0 and so on, so that the first threads' lanes
+// never share a line (each thread writes its own at every begin; lanes side
+// by side made two threads on one semaphore pass their line back and forth).
+// The reader adds up all lanes, in any order.
+constexpr uint32_t lane_word(uint32_t lane) {
+  constexpr uint32_t kPerLine = segment::kLineBytes / 8;
+  constexpr uint32_t kLines = segment::kAgeLanes / kPerLine;
+  return segment::kAgeFirstLane + (lane % kLines) * kPerLine + lane / kLines;
+}
+static_assert(segment::kAgeLanes % (segment::kLineBytes / 8) == 0);
+static_assert(lane_word(1) / 8 != lane_word(2) / 8 && lane_word(2) / 8 != lane_word(3) / 8);
+static_assert(lane_word(segment::kAgeLanes - 1) == segment::kAgeWords - 1);
+}  // namespace
+
 uint32_t AgeSlots::count_begun() const noexcept {
   const uint32_t lane = detail::age_lane();
-  int64_t* c = &words_[segment::kAgeFirstLane + lane];
+  int64_t* c = &words_[lane_word(lane)];
   if (lane == 0)
     segment::add_relaxed(c, int64_t{1});
   else  // this thread's own lane: no read-modify-write needed

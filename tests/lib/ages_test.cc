@@ -64,6 +64,32 @@ TEST(AgeSlots, CountsEveryStartAndKeepsTheOldestBeyondItsSlots) {
   EXPECT_EQ(a.oldest_start(), 0);
 }
 
+TEST(AgeSlots, EveryBeginIsCountedWhicheverLaneItsThreadWrites) {
+  // 40 threads at once: 31 lanes of their own (spread over the record's
+  // lane lines), the rest sharing lane 0; the writer's sum and the reader's
+  // admissions must both be every begin.
+  TempDir tmp;
+  SegmentWriter w(tmp.path());
+  AgeSlots a = w.ages("test_ages", {});
+  ASSERT_TRUE(a.registered());
+  constexpr int kThreads = 40, kEach = 2000;
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&] {
+      started.fetch_add(1);
+      while (started.load() < kThreads) std::this_thread::yield();  // all alive together
+      for (int i = 0; i < kEach; ++i) a.end(a.begin(segment::stamp_now_ns()));
+    });
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(a.begun(), int64_t{kThreads} * kEach);
+  EXPECT_EQ(a.count(), 0);
+  RegistryReader reader(tmp.path());
+  const SeriesSample* s = find_series(reader.snapshot(), "test_ages", {});
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->counter, uint64_t{kThreads} * kEach);
+}
+
 TEST(AgeSlots, TheReaderTakesTheOldestAcrossInstancesAndDropsAReleasedOne) {
   TempDir tmp;
   SegmentWriter w(tmp.path());
