@@ -97,9 +97,11 @@ def private_kib(pid):
 
 
 def exporter_memory(build, segments, scrapes=10):
-    """gym-exporter serving `segments` live segments: VmRSS (KiB) at start and
-    after the scrapes, private KiB after them, median HTTP scrape seconds
-    plain and gzipped, and the plain body's bytes."""
+    """gym-exporter serving `segments` live segments, as a dict: VmRSS (KiB)
+    at start (`rss_before`) and after the scrapes (`rss`), private KiB before
+    and after them (`private_before`, `private`), median HTTP scrape seconds
+    plain and gzipped (`plain`, `gzip`), and the plain body's bytes
+    (`bytes`)."""
     directory = tempfile.mkdtemp(prefix="gym-bench-rss-", dir="/dev/shm")
     holder = subprocess.Popen([f"{build}/bench/exporter_bench", f"--hold-segments={segments}",
                                f"--dir={directory}"], stdout=subprocess.PIPE, text=True)
@@ -123,7 +125,7 @@ def exporter_memory(build, segments, scrapes=10):
             with open(f"/proc/{exporter.pid}/status") as f:
                 return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
 
-        before = rss()
+        before, private_before = rss(), private_kib(exporter.pid)
         times, gzipped = [], []
         for _ in range(scrapes):
             start = time.perf_counter()
@@ -134,8 +136,9 @@ def exporter_memory(build, segments, scrapes=10):
             start = time.perf_counter()
             urllib.request.urlopen(req, timeout=60).read()
             gzipped.append(time.perf_counter() - start)
-        return (before, rss(), private_kib(exporter.pid), statistics.median(times),
-                statistics.median(gzipped), len(body))
+        return {"rss_before": before, "rss": rss(), "private_before": private_before,
+                "private": private_kib(exporter.pid), "plain": statistics.median(times),
+                "gzip": statistics.median(gzipped), "bytes": len(body)}
     finally:
         if exporter:
             exporter.send_signal(signal.SIGTERM)
@@ -170,11 +173,11 @@ def main():
     print(f"{'writers':>8} {'series':>8} {'plain ms':>9} {'gzip ms':>8} {'MB text':>8}"
           f" {'RSS MiB':>8} {'private MiB':>12} {'ms/1k series':>13}")
     for writers in a.writers:
-        before, after, private, plain, gz, size = exporter_memory(a.build, writers)
-        print(f"{writers:>8} {writers * SERIES_PER_WRITER:>8} {plain * 1000:>9.1f}"
-              f" {gz * 1000:>8.1f} {size / 1e6:>8.1f} {after / 1024:>8.1f}"
-              f" {private / 1024:>12.1f}"
-              f" {plain * 1000 / (writers * SERIES_PER_WRITER / 1000):>13.2f}", flush=True)
+        m = exporter_memory(a.build, writers)
+        print(f"{writers:>8} {writers * SERIES_PER_WRITER:>8} {m['plain'] * 1000:>9.1f}"
+              f" {m['gzip'] * 1000:>8.1f} {m['bytes'] / 1e6:>8.1f} {m['rss'] / 1024:>8.1f}"
+              f" {m['private'] / 1024:>12.1f}"
+              f" {m['plain'] * 1000 / (writers * SERIES_PER_WRITER / 1000):>13.2f}", flush=True)
     return 0
 
 

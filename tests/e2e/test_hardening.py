@@ -48,15 +48,20 @@ def pki():
 
 
 class Exporter:
-    def __init__(self, web_config_text, tmp):
+    def __init__(self, web_config_text, tmp, threads=None):
         self.tmp = tmp
         self.web = os.path.join(tmp, "web.yml")
         with open(self.web, "w") as f:
             f.write(web_config_text)
         self.log = os.path.join(tmp, "exporter.log")
-        self.proc = subprocess.Popen(
-            [EXPORTER, f"--web.config.file={self.web}", f"--registry.dir={tmp}/registry",
-             "--web.listen-address=127.0.0.1:0"], stderr=open(self.log, "w"))
+        args = [EXPORTER, f"--web.config.file={self.web}", f"--registry.dir={tmp}/registry",
+                "--web.listen-address=127.0.0.1:0"]
+        if threads:  # that many HTTP workers
+            config = os.path.join(tmp, "gym.yml")
+            with open(config, "w") as f:
+                f.write(f"web:\n  max_connections: {threads}\n")
+            args.append(f"--config.file={config}")
+        self.proc = subprocess.Popen(args, stderr=open(self.log, "w"))
         self.port = None
         for _ in range(500):
             m = re.search(r"\(port (\d+)\)", open(self.log).read())
@@ -77,8 +82,8 @@ class Exporter:
 def exporter(tmp_path):
     started = []
 
-    def start(text):
-        e = Exporter(text, str(tmp_path))
+    def start(text, threads=None):
+        e = Exporter(text, str(tmp_path), threads)
         started.append(e)
         return e
     yield start
@@ -102,14 +107,32 @@ def tls_context(pki, client_cert=False):
     return ctx
 
 
-def test_tls_serves_https_and_refuses_plain_http(exporter, pki):
+def plain_http(port, request):
+    """What the server answers `request` on a plain TCP connection, whole."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(request)
+        reply = b""
+        while chunk := s.recv(4096):
+            reply += chunk
+    return reply
+
+
+def test_tls_serves_https_and_answers_plain_http_with_400(exporter, pki):
     e = exporter(f"tls_server_config:\n  cert_file: {pki}/server.crt\n"
-                 f"  key_file: {pki}/server.key\n")
+                 f"  key_file: {pki}/server.key\n", threads=1)
     assert e.port, open(e.log).read()
     status, body = get(f"https://127.0.0.1:{e.port}/metrics", tls_context(pki))
     assert status == 200 and b"gym_exporter_build_info" in body
-    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
-        urllib.request.urlopen(f"http://127.0.0.1:{e.port}/metrics", timeout=5).read()
+    # As Go's servers answer it: 400, saying why, then the connection closes.
+    for _ in range(2):
+        reply = plain_http(e.port, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert reply.startswith(b"HTTP/1.0 400 Bad Request\r\n"), reply
+        assert b"Client sent an HTTP request to an HTTPS server." in reply
+    # Anything else that is not TLS: closed without a word.
+    assert plain_http(e.port, b"\x00\x01garbage\r\n\r\n") == b""
+    # The same single worker still serves TLS (no error left behind for it).
+    status, body = get(f"https://127.0.0.1:{e.port}/metrics", tls_context(pki))
+    assert status == 200 and b"gym_exporter_build_info" in body
 
 
 def test_tls_needs_no_writable_temporary_directory(pki):
