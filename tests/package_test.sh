@@ -2,7 +2,8 @@
 # The Debian package, installed for real: made with cpack from a Release
 # build directory, installed with dpkg -i, checked as a user finds it (the
 # programs, the configuration in /etc, the registry directory, the systemd
-# unit and its reload, the man page, rules, dashboards, the library), then
+# unit and its reload, the man page, rules, dashboards, the library, the
+# Python package), then
 # upgraded over a changed configuration, removed and purged. Needs root.
 #   tests/package_test.sh BUILD_DIR     (CI: after scripts/build-release.sh)
 set -euo pipefail
@@ -53,6 +54,24 @@ promtool check rules /usr/share/gym-exporter/rules/*.yml >/dev/null || fail "ins
 [ -f /usr/share/doc/gym-exporter/metrics.md ] || fail "no metric reference"
 pkg-config --exists gymmetrics || fail "pkg-config does not find libgymmetrics"
 [ -f /usr/include/gym/metered_semaphore.h ] || fail "no headers"
+
+# The Python package, for Debian's python3, from anywhere (not this tree):
+# a live process's limit, read by the installed exporter.
+(cd "$work" && GYM_METRICS_DIR="$work/python-registry" exec /usr/bin/python3 -c '
+import time, gym_metrics
+s = gym_metrics.MeteredSemaphore(3, "agent_server", "from_the_package")
+print(gym_metrics.__file__, flush=True)
+time.sleep(60)
+' >"$work/python.out" 2>&1) &
+python_pid=$!
+for _ in $(seq 100); do [ -s "$work/python.out" ] && break; sleep 0.1; done
+grep -q '^/usr/lib/python3/dist-packages/gym_metrics/' "$work/python.out" ||
+  fail "the installed Python package: $(cat "$work/python.out")"
+grep -q '^gym_concurrency_limit{.*limit_name="from_the_package".* 3$' \
+  <<<"$(gym-exporter --once --registry.dir="$work/python-registry")" ||
+  fail "the installed exporter does not read what the installed Python package wrote"
+kill "$python_pid"
+wait "$python_pid" 2>/dev/null || true
 
 # The installed programs, as the service would run them: the demo's series,
 # then a reload by SIGHUP (what systemctl reload sends).
