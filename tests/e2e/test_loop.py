@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.parse
@@ -294,6 +295,21 @@ def test_every_dashboard_query_evaluates_and_returns_data(loop, title, expr):
     r = loop.query_until(filled, lambda result: bool(result))
     assert r["status"] == "success", (title, r)
     assert r["data"]["result"], f"{title}: no data for {filled}"
+
+
+def test_dashboard_pictures_render_every_panel_from_the_real_data(loop, tmp_path):
+    sys.path.insert(0, os.path.join(SOURCE, "dashboards"))
+    import render  # dashboards/render.py, as the README's pictures are made
+    end = time.time()
+    found = render.render(loop.api, end - 60, end, str(tmp_path))
+    assert sorted(os.path.basename(f) for f in found) == [
+        "gym-concurrency.png", "gym-memory.png", "gym-resources-operations.png"]
+    for path, counts in found.items():
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n", path
+        if len(loop.cgroups) < 2:
+            counts.pop("Servers' cgroups", None)
+        assert all(counts.values()), f"{path}: panels without data: {counts}"
 
 
 def dashboard_variables():
