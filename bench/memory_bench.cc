@@ -69,6 +69,7 @@ void sample(benchmark::State& state, bool pss) {
   t.pid = tree_root();
   t.pss = pss;
   c.targets = {t};
+  c.pss_interval_seconds = 0;  // PSS, when on, at every sample
   gym::exporter::MemoryCollector sampler(c, nullptr, [](const std::string&) {});
   for (auto _ : state) sampler.sample();
   state.counters["processes"] = double(sampler.servers().at(0).processes);

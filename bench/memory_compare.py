@@ -54,7 +54,7 @@ def psutil_ms(root, pss, rounds=15):
 
 def exporter_cpu(build, pids, seconds):
     with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as cfg:
-        cfg.write("memory:\n  interval_seconds: 1\n  targets:\n")
+        cfg.write("memory:\n  interval_seconds: 1\n  pss_interval_seconds: 0\n  targets:\n")
         for i, pid in enumerate(pids):
             cfg.write(f"    - {{name: t{i}, server_type: resources_server, pid: {pid}}}\n")
     registry = tempfile.mkdtemp(prefix="gym-bench-cpu-", dir="/dev/shm")
@@ -113,7 +113,8 @@ def gym_cpu_per_sample(build, root, pss, seconds=5.0, interval=0.1):
     d = tempfile.mkdtemp(prefix="gym-bench-sample-", dir="/dev/shm")
     cfg = os.path.join(d, "gym.yml")
     with open(cfg, "w") as f:
-        f.write(f"memory:\n  interval_seconds: {interval}\n  targets:\n"
+        f.write(f"memory:\n  interval_seconds: {interval}\n  pss_interval_seconds: 0\n"
+                "  targets:\n"
                 f"    - {{name: tree, server_type: resources_server, pid: {root},"
                 f" pss: {'true' if pss else 'false'}}}\n"
                 "cpu:\n  enabled: false\ncgroup:\n  enabled: false\n")

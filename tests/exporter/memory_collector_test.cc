@@ -522,6 +522,7 @@ TEST(MemoryCollector, ChildrenExitingDuringSamplesAreNeitherErrorsNorCounted) {
   t.server_type = "resources_server";
   t.pid = root;
   c.targets = {t};
+  c.pss_interval_seconds = 0;  // PSS at every sample
   std::vector<std::string> logged;
   MemoryCollector sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
   int with_pss = 0;

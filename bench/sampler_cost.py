@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""What the per-server collectors (memory, cpu, cgroup) cost the exporter with
+N declared servers (1,000 by default): N live processes, each declaring a
+server through gym_metrics and holding one limit, sampled by gym-exporter at
+its default 5 s interval; the exporter's CPU as a share of one core, with
+PSS read at every sample, every 30 s and every 60 s
+(memory.pss_interval_seconds), with the memory collector off (the cpu and
+cgroup collectors alone) and with all three off. Measure over at least one
+PSS interval (--seconds 60).
+
+    PYTHONPATH=build-release/python /usr/bin/python3 bench/sampler_cost.py \\
+        [--build build-release] [--servers 1000] [--seconds 60]
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+
+def cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def start_servers(registry, n):
+    """N processes that each declared a server and hold a limit, until killed."""
+    os.environ["GYM_METRICS_DIR"] = registry
+    import gym_metrics
+    pids = []
+    r, w = os.pipe()
+    for i in range(n):
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            gym_metrics.declare_server(f"server_{i}", "resources_server")
+            sem = gym_metrics.MeteredSemaphore(4, "resources_server", "verifiers")  # noqa: F841
+            os.write(w, b"x")
+            os.close(w)
+            signal.pause()
+            os._exit(0)
+        pids.append(pid)
+    os.close(w)
+    got = 0
+    while got < n:
+        got += len(os.read(r, 4096))
+    os.close(r)
+    return pids
+
+
+def exporter_cpu(build, registry, config_text, seconds):
+    """% of one core the exporter used over `seconds` after a warm-up, and the
+    memory sample's duration it reported last."""
+    d = tempfile.mkdtemp(prefix="gym-bench-sampler-")
+    cfg = os.path.join(d, "gym.yml")
+    with open(cfg, "w") as f:
+        f.write(config_text)
+    log = os.path.join(d, "exporter.log")
+    p = subprocess.Popen([f"{build}/exporter/gym-exporter", f"--config.file={cfg}",
+                          f"--registry.dir={registry}", "--web.listen-address=127.0.0.1:0"],
+                         stderr=open(log, "w"))
+    try:
+        port = None
+        for _ in range(500):
+            m = re.search(r"\(port (\d+)\)", open(log).read())
+            if m:
+                port = int(m.group(1))
+                break
+            time.sleep(0.01)
+        time.sleep(6)  # the first samples (PSS included) and the reader's first view
+        before, t0 = cpu_seconds(p.pid), time.time()
+        time.sleep(seconds)
+        used = cpu_seconds(p.pid) - before
+        took = None
+        if port:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read()
+            m = re.search(rb"^gym_exporter_memory_sample_duration_seconds (\S+)$", text, re.M)
+            took = float(m.group(1)) if m else None
+        return 100 * used / (time.time() - t0), took
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build-release")
+    ap.add_argument("--servers", type=int, default=1000)
+    ap.add_argument("--seconds", type=float, default=60)
+    a = ap.parse_args()
+    sys.path.insert(0, os.path.join(os.path.abspath(a.build), "python"))
+    registry = tempfile.mkdtemp(prefix="gym-bench-sampler-", dir="/dev/shm")
+    pids = start_servers(registry, a.servers)
+    try:
+        cases = [
+            ("PSS at every sample", "memory:\n  pss_interval_seconds: 0\n"),
+            ("PSS every 30 s", "memory:\n  pss_interval_seconds: 30\n"),
+            ("PSS every 60 s", "memory:\n  pss_interval_seconds: 60\n"),
+            ("memory collector off (cpu, cgroup)", "memory:\n  enabled: false\n"),
+            ("all three off (the registry alone)",
+             "memory:\n  enabled: false\ncpu:\n  enabled: false\ncgroup:\n  enabled: false\n"),
+        ]
+        print(f"{a.servers} declared servers, {a.seconds:g} s each:")
+        for name, text in cases:
+            cpu, took = exporter_cpu(a.build, registry, text, a.seconds)
+            extra = f", memory sample {took * 1000:.0f} ms" if took else ""
+            print(f"  {name}: {cpu:.2f}% of a core{extra}", flush=True)
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        for pid in pids:
+            os.waitpid(pid, 0)
+        shutil.rmtree(registry, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
