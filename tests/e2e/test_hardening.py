@@ -44,7 +44,8 @@ def pki():
         openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
                 "-CAcreateserial", "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext",
                 cwd=d)
-    return d
+    yield d
+    shutil.rmtree(d, ignore_errors=True)  # keys: never left behind
 
 
 class Exporter:
