@@ -106,9 +106,9 @@ def exporter_memory(build, segments, scrapes=10):
     holder = subprocess.Popen([f"{build}/bench/exporter_bench", f"--hold-segments={segments}",
                                f"--dir={directory}"], stdout=subprocess.PIPE, text=True)
     exporter = None
+    log = tempfile.NamedTemporaryFile(mode="w+", delete=False)
     try:
         assert holder.stdout.readline().strip() == "ready"
-        log = tempfile.NamedTemporaryFile(mode="w+", delete=False)
         exporter = subprocess.Popen(
             [f"{build}/exporter/gym-exporter", f"--registry.dir={directory}",
              "--web.listen-address=127.0.0.1:0"], stderr=log)
@@ -146,6 +146,8 @@ def exporter_memory(build, segments, scrapes=10):
         holder.send_signal(signal.SIGTERM)
         holder.wait()
         shutil.rmtree(directory, ignore_errors=True)
+        log.close()
+        os.unlink(log.name)
 
 
 def main():
