@@ -354,11 +354,19 @@ void TreeFiles::close(Entry& e) {
 
 std::optional<TreeFiles::Entry> TreeFiles::open(const std::string& root, pid_t pid, Read& why) {
   why = Read::kGone;
+  // Gone (or not ours to read), or an open that failed for another reason.
+  auto failed = [](int e) {
+    return e == ENOENT || e == ESRCH || e == EACCES || e == EPERM ? Read::kGone : Read::kError;
+  };
   const std::string dir = root + "/" + std::to_string(pid);
   const int d = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (d < 0) return std::nullopt;
+  if (d < 0) {
+    why = failed(errno);
+    return std::nullopt;
+  }
   Entry e;
   int stat_fd = ::openat(d, "stat", O_RDONLY | O_CLOEXEC);
+  if (stat_fd < 0) why = failed(errno);
   char buf[4096];
   const ssize_t n = stat_fd < 0 ? -1 : pread_start(stat_fd, buf, sizeof buf);
   std::optional<ProcStat> first;
@@ -374,14 +382,19 @@ std::optional<TreeFiles::Entry> TreeFiles::open(const std::string& root, pid_t p
   } else {
     e.value = ::openat(d, "statm", O_RDONLY | O_CLOEXEC);
   }
+  bool missing = e.value < 0 && errno == ENOENT;
   e.task = ::openat(d, "task", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  missing = missing || (e.task < 0 && errno == ENOENT);
   const std::string children = "task/" + std::to_string(pid) + "/children";
   e.children = ::openat(d, children.c_str(), O_RDONLY | O_CLOEXEC);
+  missing = missing || (e.children < 0 && errno == ENOENT);
   ::close(d);
   if (e.value < 0 || e.task < 0 || e.children < 0) {
     // A process that is still there without these files: a kernel without
-    // children files, or not a real proc root.
-    if (pread_start(stat_fd, buf, sizeof buf) > 0) why = Read::kUnsupported;
+    // children files, or not a real proc root. Another failure (no
+    // descriptor left) is this walk's only.
+    if (pread_start(stat_fd, buf, sizeof buf) > 0)
+      why = missing ? Read::kUnsupported : Read::kError;
     if (e.value != stat_fd) close_fd(stat_fd);
     close(e);
     return std::nullopt;
@@ -515,6 +528,7 @@ bool ProcessTable::walk(const std::vector<pid_t>& roots, TreeFiles& files, bool 
     if (known == index_.end()) {
       switch (files.read(root_, v.pid, st, descend ? &kids : nullptr)) {
         case TreeFiles::Read::kUnsupported:
+        case TreeFiles::Read::kError:
           processes_.clear();
           index_.clear();
           children_.clear();

@@ -132,11 +132,12 @@ class TreeFiles {
   Detail detail() const { return detail_; }
   size_t kept() const { return files_.size(); }
 
-  enum class Read { kOk, kGone, kUnsupported };
+  enum class Read { kOk, kGone, kUnsupported, kError };
   // The process `pid` under `root` and, when `children` is not null, its
   // children (of every thread). kGone: no such process (or not readable).
   // kUnsupported: the kernel has no children files (CONFIG_PROC_CHILDREN),
-  // or `root` is not a proc root that has them (a fixture tree).
+  // or `root` is not a proc root that has them (a fixture tree); known from
+  // then on. kError: its files could not be opened now (no descriptor left).
   Read read(const std::string& root, pid_t pid, ProcStat& out, std::vector<pid_t>* children);
   // Closes the descriptors of processes not read since the last sweep.
   void sweep();
@@ -175,10 +176,10 @@ class ProcessTable {
   // descendants, found through the kernel's children files (the children of
   // each thread): on a host with many other processes, far less than a
   // scan. Pids of `roots` that are no process are skipped. False (and an
-  // empty table) when the kernel or the proc root has no children files:
-  // then scan. A process that exits while its parent's children are read
-  // may hide a sibling from that walk (the kernel's list is walked by
-  // position then), as a scan misses a process born behind its listing.
+  // empty table) when the kernel or the proc root has no children files, or
+  // a process's files could not be opened (no descriptor left): then scan. A process that exits
+  // while its parent's children are read may hide a sibling from that walk (the kernel's list is
+  // walked by position then), as a scan misses a process born behind its listing.
   bool walk(const std::vector<pid_t>& roots, TreeFiles& files, bool descend = true);
   const ProcStat* find(pid_t pid) const;
   // The process `pid` if it is the one that started at `start_ticks`.

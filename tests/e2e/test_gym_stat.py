@@ -168,10 +168,12 @@ def test_json_validates_and_agrees_with_the_exporters_metrics_and_api(demo, tmp_
                           stderr=open(log, "w"))
     try:
         port = None
-        for _ in range(500):
+        for _ in range(3000):  # 30 s: a sanitized exporter starts 1,024 workers
             m = re.search(r"\(port (\d+)\)", log.read_text())
             if m:
                 port = int(m.group(1))
+                break
+            if ex.poll() is not None:
                 break
             time.sleep(0.01)
         assert port, log.read_text()

@@ -64,7 +64,7 @@ class Exporter:
             args.append(f"--config.file={config}")
         self.proc = subprocess.Popen(args, stderr=open(self.log, "w"))
         self.port = None
-        for _ in range(500):
+        for _ in range(3000):  # 30 s: a sanitized exporter starts 1,024 workers
             m = re.search(r"\(port (\d+)\)", open(self.log).read())
             if m:
                 self.port = int(m.group(1))
@@ -156,7 +156,7 @@ def test_tls_needs_no_writable_temporary_directory(pki):
         stderr=open(log, "w"), env={**os.environ, "TMPDIR": f"{tmp_path}/missing"})
     try:
         port = None
-        for _ in range(500):
+        for _ in range(3000):  # 30 s: a sanitized exporter starts 1,024 workers
             m = re.search(r"\(port (\d+)\)", log.read_text())
             if m:
                 port = int(m.group(1))

@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <chrono>
@@ -285,6 +287,66 @@ TEST(ProcfsWalk, AWalkFindsTheTreeAScanFindsWithChildrenOfEveryThreadAndZombies)
   ASSERT_TRUE(after.walk({root}, statm_files));
   EXPECT_TRUE(after.processes().empty()) << "gone";
   EXPECT_EQ(statm_files.kept(), 0u) << "its descriptors closed";
+}
+
+TEST(ProcfsWalk, BeyondTheDescriptorBudgetAWalkReadsAfreshAndFindsTheSameTree) {
+  // In a child whose descriptor limit leaves room to keep only a few
+  // processes' files: a root with eight children, walked twice.
+  const pid_t child = testing::spawn([] {
+    testing::Gate gate;
+    std::vector<pid_t> kids;
+    for (int i = 0; i < 8; ++i) {
+      const pid_t k = testing::spawn([&] {
+        gate.wait();
+        return 0;
+      });
+      if (k < 0) return 10;
+      kids.push_back(k);
+    }
+    rlimit lim{};
+    ::getrlimit(RLIMIT_NOFILE, &lim);
+    lim.rlim_cur = 64;  // a budget of 16 descriptors: at most five processes kept
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) return 11;
+    procfs::TreeFiles files(procfs::TreeFiles::Detail::kStatm);
+    for (int round = 0; round < 2; ++round) {
+      procfs::ProcessTable table("/proc");
+      if (!table.walk({::getpid()}, files)) return 12;
+      if (tree_pids(table, ::getpid()).size() != 9) return 13;
+      for (pid_t k : kids)
+        if (table.find(k) == nullptr || table.find(k)->rss_pages == 0) return 14;
+      if (files.kept() * 3 > 16) return 15;  // never beyond the budget
+    }
+    gate.open();
+    for (pid_t k : kids) testing::wait_exit(k);
+    return 0;
+  });
+  EXPECT_EQ(testing::wait_exit(child), 0);
+}
+
+TEST(ProcfsWalk, NoDescriptorLeftFailsThatWalkNotTheLaterOnes) {
+  // In a child: with room for two more descriptors, a walk cannot open a
+  // process's files (EMFILE): it fails, and the caller scans this time; with
+  // the limit back, walks work again (the kernel's children files are not
+  // taken for missing).
+  const pid_t child = testing::spawn([] {
+    procfs::TreeFiles files(procfs::TreeFiles::Detail::kStatm);
+    rlimit lim{};
+    if (::getrlimit(RLIMIT_NOFILE, &lim) != 0) return 10;
+    const rlim_t normal = lim.rlim_cur;
+    int open_now = 0;
+    for (int fd = 0; fd < 1024; ++fd) open_now += ::fcntl(fd, F_GETFD) != -1;
+    lim.rlim_cur = rlim_t(open_now) + 2;  // /proc/<pid> and its stat, no more
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) return 11;
+    procfs::ProcessTable table("/proc");
+    if (table.walk({::getpid()}, files)) return 12;
+    if (!table.processes().empty()) return 13;
+    lim.rlim_cur = normal;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) != 0) return 14;
+    if (!table.walk({::getpid()}, files)) return 15;
+    if (table.find(::getpid()) == nullptr) return 16;
+    return 0;
+  });
+  EXPECT_EQ(testing::wait_exit(child), 0);
 }
 
 TEST(ProcfsWalk, AKeptDescriptorNeverReadsAnotherProcessBehindAReusedPid) {
