@@ -33,6 +33,10 @@ void append_uint(std::string& out, uint64_t v) {
 
 // HELP text escapes backslash and newline; label values also the quote.
 void append_escaped(std::string& out, const std::string& s, bool quote) {
+  if (s.find_first_of(quote ? "\\\n\"" : "\\\n") == std::string::npos) {
+    out += s;  // nearly always: nothing to escape
+    return;
+  }
   for (char c : s) {
     switch (c) {
       case '\\':
@@ -66,13 +70,16 @@ void append_labels(std::string& out, const ClientMetric& m) {
   }
 }
 
+// One sample line; `labels` is the metric's label text (append_labels),
+// rendered once for all of its samples.
 void append_sample(std::string& out, const std::string& name, const char* suffix,
-                   const ClientMetric& m, const char* extra_name, const std::string& extra_value,
-                   double value, bool integer, uint64_t int_value, bool open_metrics) {
+                   const ClientMetric& m, const std::string& labels, const char* extra_name,
+                   const std::string& extra_value, double value, bool integer, uint64_t int_value,
+                   bool open_metrics) {
   out += name;
   out += suffix;
   const size_t before = out.size();
-  append_labels(out, m);
+  out += labels;
   if (extra_name != nullptr) {
     out += out.size() == before ? '{' : ',';
     out += extra_name;
@@ -152,34 +159,42 @@ void write_any(const MetricFamily& f, std::string& out, bool om) {
       out += '\n';
     }
   }
+  std::string labels;
   for (const ClientMetric& m : f.metric) {
+    labels.clear();
+    append_labels(labels, m);
     switch (f.type) {
       case MetricType::Counter:
-        append_sample(out, base, total, m, nullptr, {}, m.counter.value, false, 0, om);
+        append_sample(out, base, total, m, labels, nullptr, {}, m.counter.value, false, 0, om);
         break;
       case MetricType::Gauge:
-        append_sample(out, base, "", m, nullptr, {}, m.gauge.value, false, 0, om);
+        append_sample(out, base, "", m, labels, nullptr, {}, m.gauge.value, false, 0, om);
         break;
       case MetricType::Untyped:
-        append_sample(out, base, "", m, nullptr, {}, m.untyped.value, false, 0, om);
+        append_sample(out, base, "", m, labels, nullptr, {}, m.untyped.value, false, 0, om);
         break;
       case MetricType::Summary:
         if (!om) {
-          append_sample(out, base, "_count", m, nullptr, {}, 0, true, m.summary.sample_count, om);
-          append_sample(out, base, "_sum", m, nullptr, {}, m.summary.sample_sum, false, 0, om);
+          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true,
+                        m.summary.sample_count, om);
+          append_sample(out, base, "_sum", m, labels, nullptr, {}, m.summary.sample_sum, false, 0,
+                        om);
         }
         for (const auto& q : m.summary.quantile)
-          append_sample(out, base, "", m, "quantile", le_text(q.quantile), q.value, false, 0, om);
+          append_sample(out, base, "", m, labels, "quantile", le_text(q.quantile), q.value, false,
+                        0, om);
         if (om) {
-          append_sample(out, base, "_count", m, nullptr, {}, 0, true, m.summary.sample_count, om);
-          append_sample(out, base, "_sum", m, nullptr, {}, m.summary.sample_sum, false, 0, om);
+          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true,
+                        m.summary.sample_count, om);
+          append_sample(out, base, "_sum", m, labels, nullptr, {}, m.summary.sample_sum, false, 0,
+                        om);
         }
         break;
       case MetricType::Histogram: {
         const auto& h = m.histogram;
         if (!om) {
-          append_sample(out, base, "_count", m, nullptr, {}, 0, true, h.sample_count, om);
-          append_sample(out, base, "_sum", m, nullptr, {}, h.sample_sum, false, 0, om);
+          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true, h.sample_count, om);
+          append_sample(out, base, "_sum", m, labels, nullptr, {}, h.sample_sum, false, 0, om);
         }
         bool same = le_bounds.size() == h.bucket.size();
         for (size_t i = 0; same && i < h.bucket.size(); ++i)
@@ -193,11 +208,11 @@ void write_any(const MetricFamily& f, std::string& out, bool om) {
           }
         }
         for (size_t i = 0; i < h.bucket.size(); ++i)
-          append_sample(out, base, "_bucket", m, "le", le[i], 0, true, h.bucket[i].cumulative_count,
-                        om);
+          append_sample(out, base, "_bucket", m, labels, "le", le[i], 0, true,
+                        h.bucket[i].cumulative_count, om);
         if (om) {
-          append_sample(out, base, "_count", m, nullptr, {}, 0, true, h.sample_count, om);
-          append_sample(out, base, "_sum", m, nullptr, {}, h.sample_sum, false, 0, om);
+          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true, h.sample_count, om);
+          append_sample(out, base, "_sum", m, labels, nullptr, {}, h.sample_sum, false, 0, om);
         }
         break;
       }
