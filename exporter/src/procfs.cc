@@ -552,6 +552,11 @@ bool ProcessTable::walk(const std::vector<pid_t>& roots, TreeFiles& files, bool 
   return true;
 }
 
+bool ProcessTable::walk_or_scan(const std::optional<std::vector<pid_t>>& roots,
+                                TreeFiles& walk_files, StatFiles& scan_files, bool descend) {
+  return (roots && walk(*roots, walk_files, descend)) || scan(&scan_files);
+}
+
 bool ProcessTable::scan(StatFiles* files) {
   processes_.clear();
   index_.clear();

@@ -181,6 +181,12 @@ class ProcessTable {
   // while its parent's children are read may hide a sibling from that walk (the kernel's list is
   // walked by position then), as a scan misses a process born behind its listing.
   bool walk(const std::vector<pid_t>& roots, TreeFiles& files, bool descend = true);
+  // The per-server collectors' read: a walk from `roots` when there are
+  // roots to walk from (nullopt: a match target needs every process) and
+  // the walk can be made, else a scan. False when the scan could not list
+  // the proc root.
+  bool walk_or_scan(const std::optional<std::vector<pid_t>>& roots, TreeFiles& walk_files,
+                    StatFiles& scan_files, bool descend = true);
   const ProcStat* find(pid_t pid) const;
   // The process `pid` if it is the one that started at `start_ticks`.
   const ProcStat* find(pid_t pid, uint64_t start_ticks) const;

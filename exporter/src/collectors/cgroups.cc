@@ -87,9 +87,7 @@ void CgroupCollector::sample() {
   procfs::ProcessTable table(config_.proc_root);
   // Only the roots are needed. A proc root that cannot be listed is the
   // memory collector's to count.
-  if (const std::optional<std::vector<pid_t>> roots = trees_.prepare();
-      !(roots && table.walk(*roots, tree_files_, false)))
-    table.scan(&stat_files_);
+  table.walk_or_scan(trees_.prepare(), tree_files_, stat_files_, false);
   std::map<std::string, ServerCgroup> next;
   for (const ServerTrees::Server& s : trees_.resolve(table)) {
     if (s.root == nullptr) continue;

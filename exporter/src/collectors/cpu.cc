@@ -63,9 +63,7 @@ CpuCollector::~CpuCollector() {
 void CpuCollector::sample() {
   procfs::ProcessTable table(config_.proc_root);
   // A proc root that cannot be listed is the memory collector's to count.
-  if (const std::optional<std::vector<pid_t>> seeds = processes_.prepare();
-      !(seeds && table.walk(*seeds, tree_files_)))
-    table.scan(&stat_files_);
+  table.walk_or_scan(processes_.prepare(), tree_files_, stat_files_);
   std::vector<ServerCpu> servers;
   const auto now = std::chrono::steady_clock::now();
   for (const ServerProcesses::Tree& t : processes_.sample(table, now)) {

@@ -228,8 +228,7 @@ std::optional<procfs::MemInfo> MemoryCollector::read_host() {
 void MemoryCollector::sample() {
   const auto started = std::chrono::steady_clock::now();
   procfs::ProcessTable table(config_.proc_root);
-  const std::optional<std::vector<pid_t>> seeds = processes_.prepare();
-  if (!(seeds && table.walk(*seeds, tree_files_)) && !table.scan(&stat_files_))
+  if (!table.walk_or_scan(processes_.prepare(), tree_files_, stat_files_))
     count_error("proc", "cannot list " + config_.proc_root);
   std::optional<procfs::MemInfo> host = read_host();
   const bool pss_due =
