@@ -460,14 +460,18 @@ TEST(ExporterProcess, SighupReloadsAGoodFileAndKeepsTheRunningConfigOnABadOne) {
 
     std::ofstream(cfg) << "registry:\n  dir: " << dir_b << "\n";
     ::kill(ex.pid(), SIGHUP);
+    // The new registry shows before the reload is counted (the count follows
+    // the switch): wait for both.
     bool switched = false;
+    std::string out;
     for (int i = 0; i < 300 && !switched; ++i) {
-      switched =
-          http(ex.port(), "GET", "/metrics").body.find("limit_name=\"b\"") != std::string::npos;
+      out = http(ex.port(), "GET", "/metrics").body;
+      switched = out.find("limit_name=\"b\"") != std::string::npos &&
+                 sample(out, "gym_exporter_config_reloads_total{result=\"success\"}") == 1;
       if (!switched) std::this_thread::sleep_for(10ms);
     }
     EXPECT_TRUE(switched) << ex.log();
-    std::string out = http(ex.port(), "GET", "/metrics").body;
+    out = http(ex.port(), "GET", "/metrics").body;
     EXPECT_EQ(sample(out, "gym_exporter_config_reloads_total{result=\"success\"}"), 1);
     EXPECT_EQ(sample(out, "gym_exporter_config_last_reload_successful"), 1);
 
