@@ -15,6 +15,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <concepts>
+#include <cstdint>
 #include <condition_variable>
 #include <functional>
 #include <memory>
@@ -30,8 +32,35 @@ namespace gym::exporter {
 class YamlReader;
 struct Config;
 
-// Receives one family at a time; the family need not outlive the call.
-using Emit = std::function<void(const prometheus::MetricFamily&)>;
+// What a family's samples carry that prometheus-cpp's types have no field
+// for, by the index of the sample in the family.
+struct FamilyExtras {
+  // Native histograms (gym/native_histogram.h): the counts of the zero bucket,
+  // then one per key, not cumulative; empty for a sample without them.
+  std::vector<std::vector<uint64_t>> native;
+};
+
+// Receives one family at a time, with its extras when it has any; neither
+// need outlive the call. Made from a callable of the family alone (what most
+// callers want: the extras are dropped) or of both.
+class Emit {
+ public:
+  using Full = std::function<void(const prometheus::MetricFamily&, const FamilyExtras*)>;
+  template <class F>
+    requires std::invocable<F&, const prometheus::MetricFamily&>
+  Emit(F f)  // NOLINT(google-explicit-constructor): a callable is an Emit
+      : fn_([f = std::move(f)](const prometheus::MetricFamily& m, const FamilyExtras*) mutable {
+          f(m);
+        }) {}
+  static Emit full(Full fn) { return Emit(std::move(fn), 0); }
+  void operator()(const prometheus::MetricFamily& f, const FamilyExtras* extras = nullptr) const {
+    fn_(f, extras);
+  }
+
+ private:
+  Emit(Full fn, int) : fn_(std::move(fn)) {}
+  Full fn_;
+};
 using Log = std::function<void(const std::string&)>;
 
 class Collector {

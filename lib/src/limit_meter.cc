@@ -62,7 +62,7 @@ LimitMeter::LimitMeter(int64_t limit, Component component, std::string_view limi
     if (i == size_t(WaitOutcome::kTimeout) && !has_admission_timeout) continue;
     l.back().value = kWaitOutcomes[i];
     waits_duration_[i] = writer.histogram(family::kConcurrencyWaitDuration, l, kOperationBoundsNs,
-                                          double(kNanosPerSecond));
+                                          double(kNanosPerSecond), /*native=*/true);
   }
 }
 

@@ -94,6 +94,7 @@ struct RegistryReader::Segment {
     SeriesKind kind;
     uint8_t shards;
     uint8_t bound_count;
+    uint16_t native_words;
     uint32_t scratch;  // first word in the copied values
     uint32_t last;     // first word in `last`
   };
@@ -252,6 +253,7 @@ void RegistryReader::load_totals(bool adopt_folded) {
                      ? uint8_t{segment::kHistogramShards}
                      : uint8_t{1};
     rec.unit_divisor = s.unit_divisor;
+    rec.native_words = s.native_words;
     std::copy(s.bounds.begin(), s.bounds.end(), rec.bounds);
     rec.text_bytes = static_cast<uint16_t>(s.text.size());
     std::memcpy(rec.text, s.text.data(), s.text.size());
@@ -266,7 +268,7 @@ void RegistryReader::load_totals(bool adopt_folded) {
     acc.counter = sat_add(acc.counter, s.counter);
     acc.sum = segment::wrapping_add(acc.sum, s.sum);
     if (rec.kind == static_cast<uint8_t>(SeriesKind::kHistogram) &&
-        s.buckets.size() == s.bounds.size() + 1) {
+        s.buckets.size() == s.bounds.size() + 1 + s.native_words) {
       acc.buckets.resize(s.buckets.size());
       for (size_t b = 0; b < s.buckets.size(); ++b)
         acc.buckets[b] = sat_add(acc.buckets[b], s.buckets[b]);
@@ -300,6 +302,7 @@ void RegistryReader::persist_totals() {
     s.kind = static_cast<uint8_t>(info.kind);
     s.unit_divisor = info.unit_divisor;
     s.bounds = info.bounds;
+    s.native_words = info.native_words;
     s.text = info.family;
     s.text.push_back('\0');
     for (const auto& [k, v] : info.labels) {
@@ -585,6 +588,8 @@ int32_t RegistryReader::intern(const Record& rec, std::string* why) {
       (shards == 0 || shards > segment::kMaxShards || (shards & (shards - 1)) != 0))
     return invalid("bad shard count");
   if (!(rec.unit_divisor > 0) || !std::isfinite(rec.unit_divisor)) return invalid("bad divisor");
+  if (rec.native_words != 0 && (kind != SeriesKind::kHistogram || rec.native_words != native::kWords))
+    return invalid("bad native bucket count");
   for (uint32_t i = 1; i < rec.bound_count; ++i)
     if (rec.bounds[i] <= rec.bounds[i - 1]) return invalid("bounds not increasing");
 
@@ -614,6 +619,7 @@ int32_t RegistryReader::intern(const Record& rec, std::string* why) {
   key.append(rec.text, rec.text_bytes);
   key.append(reinterpret_cast<const char*>(rec.bounds), sizeof(int64_t) * rec.bound_count);
   key.append(reinterpret_cast<const char*>(&rec.unit_divisor), sizeof rec.unit_divisor);
+  key.append(reinterpret_cast<const char*>(&rec.native_words), sizeof rec.native_words);
   auto it = series_ids_.find(key);
   if (it != series_ids_.end()) return static_cast<int32_t>(it->second);
 
@@ -621,11 +627,12 @@ int32_t RegistryReader::intern(const Record& rec, std::string* why) {
   std::string family(parts[0]);
   auto fam = families_.find(family);
   if (fam != families_.end() && (fam->second.kind != kind || fam->second.bounds != bounds ||
-                                 fam->second.unit_divisor != rec.unit_divisor))
+                                 fam->second.unit_divisor != rec.unit_divisor ||
+                                 fam->second.native_words != rec.native_words))
     return invalid("conflicts with the kind or buckets of its family");
   if (live_series_ >= options_.max_series) return kOverLimit;
   if (fam == families_.end())
-    families_.emplace(family, FamilyShape{kind, bounds, rec.unit_divisor});
+    families_.emplace(family, FamilyShape{kind, bounds, rec.unit_divisor, rec.native_words});
   auto info = std::make_unique<SeriesInfo>();
   info->kind = kind;
   info->family = std::move(family);
@@ -633,6 +640,7 @@ int32_t RegistryReader::intern(const Record& rec, std::string* why) {
     info->labels.emplace_back(std::string(parts[1 + 2 * i]), std::string(parts[2 + 2 * i]));
   info->bounds = std::move(bounds);
   info->unit_divisor = rec.unit_divisor;
+  info->native_words = rec.native_words;
   uint32_t id;
   if (!free_ids_.empty()) {
     id = free_ids_.back();
@@ -676,7 +684,8 @@ void RegistryReader::parse_new_records(Segment& s, uint32_t count) {
       const uint32_t shards = rec.kind == uint8_t(SeriesKind::kHistogram) ? rec.shards : 1;
       const uint32_t lines =
           rec.bound_count <= segment::kMaxBounds
-              ? segment::value_lines_for(static_cast<SeriesKind>(rec.kind), rec.bound_count, shards)
+              ? segment::value_lines_for(static_cast<SeriesKind>(rec.kind), rec.bound_count, shards,
+                                         rec.native_words)
               : 0;
       if (uint64_t{rec.value_line} + lines > s.value_lines) {
         why = "value out of range";
@@ -706,13 +715,15 @@ void RegistryReader::parse_new_records(Segment& s, uint32_t count) {
     e.kind = static_cast<SeriesKind>(rec.kind);
     e.shards = e.kind == SeriesKind::kHistogram ? rec.shards : 1;
     e.bound_count = rec.bound_count;
+    e.native_words = rec.native_words;
     e.scratch = s.scratch_words;
     e.last = static_cast<uint32_t>(s.last.size());
-    s.scratch_words += e.kind == SeriesKind::kHistogram ? e.shards * (e.bound_count + 2u)
+    const uint32_t hist_words = segment::shard_words(e.bound_count, e.native_words);
+    s.scratch_words += e.kind == SeriesKind::kHistogram ? e.shards * hist_words
                        : e.kind == SeriesKind::kAges    ? segment::kAgeWords
                                                         : 1u;
     if (e.kind == SeriesKind::kCounter || e.kind == SeriesKind::kAges) s.last.push_back(0);
-    if (e.kind == SeriesKind::kHistogram) s.last.resize(s.last.size() + e.bound_count + 2u, 0);
+    if (e.kind == SeriesKind::kHistogram) s.last.resize(s.last.size() + hist_words, 0);
     ++refs_[e.id];
     s.entries.push_back(e);
   }
@@ -756,8 +767,9 @@ bool RegistryReader::read_values(Segment& s, uint32_t* count) {
         *to = segment::load_relaxed(line);
         continue;
       }
-      const uint32_t words = e.bound_count + 2u;
-      const uint32_t stride = segment::shard_lines(e.bound_count) * segment::kLineBytes / 8;
+      const uint32_t words = segment::shard_words(e.bound_count, e.native_words);
+      const uint32_t stride =
+          segment::shard_lines(e.bound_count, e.native_words) * segment::kLineBytes / 8;
       for (uint32_t k = 0; k < e.shards; ++k, line += stride)
         for (uint32_t w = 0; w < words; ++w) *to++ = segment::load_relaxed(&line[w]);
     }
@@ -765,15 +777,15 @@ bool RegistryReader::read_values(Segment& s, uint32_t* count) {
 }
 
 namespace {
-// Adds a counter's or histogram's words (counter: 1; histogram: buckets, then
-// the sum) into an accumulator.
+// Adds a counter's or histogram's words (counter: 1; histogram: buckets and
+// native buckets, then the sum) into an accumulator.
 void add_words(std::vector<uint64_t>& buckets, uint64_t& counter, int64_t& sum, SeriesKind kind,
-               const uint64_t* words, uint32_t bound_count) {
+               const uint64_t* words, uint32_t bound_count, uint32_t native_words) {
   if (kind != SeriesKind::kHistogram) {  // a counter, or an ages record's count of beginnings
     counter = sat_add(counter, words[0]);
     return;
   }
-  const size_t n = size_t{bound_count} + 1;
+  const size_t n = segment::shard_words(bound_count, native_words) - 1;
   if (buckets.size() != n) buckets.assign(n, 0);
   for (size_t b = 0; b < n; ++b) buckets[b] = sat_add(buckets[b], words[b]);
   sum = segment::wrapping_add(sum, static_cast<int64_t>(words[n]));
@@ -787,7 +799,8 @@ void RegistryReader::fold_last(Segment& s) {
   for (const Segment::Entry& e : s.entries) {
     if (e.kind == SeriesKind::kGauge) continue;
     Accumulator& acc = retired_[e.id];
-    add_words(acc.buckets, acc.counter, acc.sum, e.kind, s.last.data() + e.last, e.bound_count);
+    add_words(acc.buckets, acc.counter, acc.sum, e.kind, s.last.data() + e.last, e.bound_count,
+              e.native_words);
     acc.present = true;
     last_change_[e.id] = now;
   }
@@ -888,7 +901,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
       continue;
     }
     uint64_t* last = s.last.data() + e.last;
-    uint64_t folded[segment::kMaxBounds + 2];
+    uint64_t folded[segment::kMaxBounds + 2 + native::kWords];
     uint32_t words = 1;
     if (e.kind == SeriesKind::kCounter) {
       folded[0] = cur[0];
@@ -896,7 +909,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
       folded[0] = ages_begun;
     } else {
       // The shards' buckets and sums added up.
-      words = e.bound_count + 2u;
+      words = segment::shard_words(e.bound_count, e.native_words);
       std::fill(folded, folded + words, 0);
       for (uint32_t k = 0; k < e.shards; ++k) {
         const uint64_t* shard = cur + k * words;
@@ -909,14 +922,14 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
       went_down |= folded[w] < last[w];
     if (went_down) {
       Accumulator& ret = retired_[e.id];
-      add_words(ret.buckets, ret.counter, ret.sum, e.kind, last, e.bound_count);
+      add_words(ret.buckets, ret.counter, ret.sum, e.kind, last, e.bound_count, e.native_words);
       ret.present = true;
       ++snapshot_.stats.counter_resets_total;
       totals_dirty_ = true;
       last_change_[e.id] = now;
     }
     std::copy(folded, folded + words, last);
-    add_words(acc.buckets, acc.counter, acc.sum, e.kind, folded, e.bound_count);
+    add_words(acc.buckets, acc.counter, acc.sum, e.kind, folded, e.bound_count, e.native_words);
     acc.present = true;
     if (!into_retired) last_change_[e.id] = now;
   }
@@ -1089,8 +1102,15 @@ void RegistryReader::build_output() {
         running = sat_add(running, b < ret.buckets.size() ? ret.buckets[b] : 0);
         out.cumulative_buckets[b] = running;
       }
+      out.native.resize(info.native_words);
+      for (size_t w = 0; w < info.native_words; ++w) {
+        const size_t b = buckets + w;
+        out.native[w] = sat_add(b < live.buckets.size() ? live.buckets[b] : 0,
+                                b < ret.buckets.size() ? ret.buckets[b] : 0);
+      }
     } else {
       out.cumulative_buckets.clear();
+      out.native.clear();
     }
   }
   snapshot_.series.resize(n);

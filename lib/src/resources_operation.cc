@@ -50,7 +50,7 @@ const OperationMetrics::Cell& OperationMetrics::register_cell(Slot& s, Operation
   if (server) labels.push_back({label::kServerName, server->name});
   Cell& c = *owned_.emplace_back(std::make_unique<Cell>());
   c.queue_duration = writer_.histogram(family::kOperationQueueDuration, labels, kOperationBoundsNs,
-                                       double(kNanosPerSecond));
+                                       double(kNanosPerSecond), /*native=*/true);
   c.queued = writer_.gauge(family::kOperationQueued, labels);
   c.active = writer_.gauge(family::kOperationActive, labels);
   c.queued_ages = writer_.ages(family::kOperationOldestQueued, labels);
@@ -59,7 +59,7 @@ const OperationMetrics::Cell& OperationMetrics::register_cell(Slot& s, Operation
   for (size_t i = 0; i < kOutcomes.size(); ++i) {
     labels.back().value = kOutcomes[i];
     c.duration[i] = writer_.histogram(family::kOperationDuration, labels, kOperationBoundsNs,
-                                      double(kNanosPerSecond));
+                                      double(kNanosPerSecond), /*native=*/true);
   }
   s.cell.store(&c, std::memory_order_release);
   return c;

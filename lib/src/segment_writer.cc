@@ -54,7 +54,7 @@ unsigned char* line_of(unsigned char* base, uint32_t line) {
 // handle being moved may still write them).
 void zero_values(Record* r, unsigned char* base) {
   const uint32_t words =
-      segment::value_lines_for(static_cast<SeriesKind>(r->kind), 0, 1) * segment::kLineBytes / 8;
+      segment::value_lines_for(static_cast<SeriesKind>(r->kind), 0, 1, 0) * segment::kLineBytes / 8;
   auto* w = reinterpret_cast<int64_t*>(line_of(base, r->value_line));
   for (uint32_t i = 0; i < words; ++i) segment::store_relaxed(&w[i], int64_t{0});
 }
@@ -577,7 +577,7 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
       if (r->kind != static_cast<uint8_t>(SeriesKind::kGauge) &&
           r->kind != static_cast<uint8_t>(SeriesKind::kAges))
         continue;
-      const uint32_t lines = segment::value_lines_for(static_cast<SeriesKind>(r->kind), 0, 1);
+      const uint32_t lines = segment::value_lines_for(static_cast<SeriesKind>(r->kind), 0, 1, 0);
       if (r->value_line + lines > segment::kValueLines) continue;
       std::memcpy(line_of(base, r->value_line), line_of(base_, r->value_line),
                   uint64_t{lines} * segment::kLineBytes);
@@ -664,7 +664,8 @@ void SegmentWriter::count_drop_locked() {
 int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_view family,
                                                  std::span<const Label> labels,
                                                  std::span<const int64_t> bounds,
-                                                 double unit_divisor, bool reuse_released) {
+                                                 double unit_divisor, bool reuse_released,
+                                                 uint16_t native_words) {
   // Canonical text: family, then labels sorted by name.
   std::string text;
   if (!detail::valid_metric_name(family) || labels.size() > segment::kMaxLabels ||
@@ -708,6 +709,7 @@ int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_vi
   key.append(text);
   key.append(reinterpret_cast<const char*>(bounds.data()), bounds.size_bytes());
   key.append(reinterpret_cast<const char*>(&unit_divisor), sizeof unit_divisor);
+  key.append(reinterpret_cast<const char*>(&native_words), sizeof native_words);
 
   if (!reuse_released) {
     auto it = series_.find(key);
@@ -731,7 +733,7 @@ int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_vi
   const uint32_t index = segment::load_relaxed(&h->record_count);
   const uint32_t shards = kind == SeriesKind::kHistogram ? segment::kHistogramShards : 1;
   const uint32_t lines =
-      segment::value_lines_for(kind, static_cast<uint32_t>(bounds.size()), shards);
+      segment::value_lines_for(kind, static_cast<uint32_t>(bounds.size()), shards, native_words);
   if (index >= segment::kMaxRecords || next_line_ + lines > segment::kValueLines ||
       !reserve_locked(fd_, index + 1, next_line_ + lines)) {
     count_drop_locked();
@@ -744,6 +746,7 @@ int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_vi
   r->shards = static_cast<uint8_t>(shards);
   r->value_line = next_line_;
   r->text_bytes = static_cast<uint16_t>(text.size());
+  r->native_words = native_words;
   r->unit_divisor = unit_divisor;
   std::copy(bounds.begin(), bounds.end(), r->bounds);
   std::memcpy(r->text, text.data(), text.size());
@@ -768,17 +771,22 @@ Counter SegmentWriter::counter(std::string_view family, std::span<const Label> l
 }
 
 Histogram SegmentWriter::histogram(std::string_view family, std::span<const Label> labels,
-                                   std::span<const int64_t> bounds, double unit_divisor) {
+                                   std::span<const int64_t> bounds, double unit_divisor,
+                                   bool native) {
   std::lock_guard<std::mutex> lock(mu_);
   Histogram hist;
   int32_t index = find_or_add_record_locked(SeriesKind::kHistogram, family, labels, bounds,
-                                            unit_divisor, false);
+                                            unit_divisor, false,
+                                            native ? uint16_t{native::kWords} : uint16_t{0});
   if (index < 0) return hist;
   Record* r = record_of(base_, static_cast<uint32_t>(index));
   hist.buckets_ = reinterpret_cast<uint64_t*>(line_of(base_, r->value_line));
   hist.shard_mask_ = r->shards - 1;
-  hist.shard_words_ = segment::shard_lines(r->bound_count) * segment::kLineBytes / 8;
-  hist.sum_index_ = r->bound_count + 1u;
+  hist.shard_words_ =
+      segment::shard_lines(r->bound_count, r->native_words) * segment::kLineBytes / 8;
+  hist.native_base_ = r->native_words != 0 ? r->bound_count + 1u : 0;
+  hist.sum_index_ = r->bound_count + 1u + r->native_words;
+  hist.unit_scale_ = 1.0 / unit_divisor;
   std::fill(std::begin(hist.bounds_), std::end(hist.bounds_), INT64_MAX);
   std::copy(bounds.begin(), bounds.end(), hist.bounds_);
   return hist;

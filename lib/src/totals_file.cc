@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "gym/native_histogram.h"
 #include "gym/segment_format.h"
 
 namespace gym::detail {
@@ -89,6 +90,7 @@ std::string encode_totals(const Totals& t) {
     put_num(out, s.sum);
     put_num(out, s.buckets.size());
     for (uint64_t b : s.buckets) put_num(out, b);
+    put_num(out, unsigned{s.native_words});  // a field older readers do not have
     out.push_back('\n');
   }
   out += "end\n";
@@ -146,11 +148,19 @@ bool decode_totals(std::string_view text, Totals& out, std::string* why) {
       if (!get_num(f[i++], s.last_change_ns) || !get_num(f[i++], s.counter) ||
           !get_num(f[i++], s.sum) || !get_num(f[i++], nbuckets))
         return bad("bad value");
-      if (nbuckets > segment::kMaxBounds + 1 || f.size() != i + nbuckets)
+      if (nbuckets > segment::kMaxBounds + 1 + native::kWords || f.size() < i + nbuckets ||
+          f.size() > i + nbuckets + 1)
         return bad("bad bucket count");
       s.buckets.resize(nbuckets);
       for (size_t b = 0; b < nbuckets; ++b)
         if (!get_num(f[i++], s.buckets[b])) return bad("bad bucket");
+      if (i < f.size()) {  // native words (absent in files of version 3 and older exporters)
+        unsigned words = 0;
+        if (!get_num(f[i++], words) || (words != 0 && words != native::kWords) ||
+            (words != 0 && kind != 3))
+          return bad("bad native bucket count");
+        s.native_words = static_cast<uint16_t>(words);
+      }
       out.series.push_back(std::move(s));
     } else {
       return bad("unknown line");

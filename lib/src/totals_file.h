@@ -23,7 +23,9 @@ struct TotalsSeries {
   int64_t last_change_ns = 0;
   uint64_t counter = 0;
   int64_t sum = 0;
-  std::vector<uint64_t> buckets;  // histograms: bounds + 1, not cumulative
+  // Histograms: bounds + 1, then native_words native buckets; not cumulative.
+  std::vector<uint64_t> buckets;
+  uint16_t native_words = 0;  // histograms: native::kWords when native, else 0
 };
 
 struct Totals {

@@ -289,9 +289,28 @@ def fields(buf):
         yield field, value
 
 
+def unzigzag(v):
+    return (v >> 1) ^ -(v & 1)
+
+
+def native_buckets(spans, deltas):
+    """Keys and counts of native buckets from spans and count deltas."""
+    out, key, count, d = {}, 0, 0, iter(deltas)
+    for n, (offset, length) in enumerate(spans):
+        key = offset if n == 0 else key + offset
+        for _ in range(length):
+            count += next(d)
+            assert count >= 0, "a bucket's count below zero"
+            out[key] = count
+            key += 1
+    assert next(d, None) is None, "more deltas than buckets"
+    return out
+
+
 def decode_delimited(body):
     """MetricFamily messages, each as a dict."""
     out, i = [], 0
+    spans, deltas = [], []
     while i < len(body):
         n, i = varint(body, i)
         msg = body[i:i + n]
@@ -308,7 +327,8 @@ def decode_delimited(body):
             elif f == 5:
                 fam["unit"] = v.decode()
             elif f == 4:
-                m = {"labels": [], "value": None, "buckets": [], "count": None, "sum": None}
+                m = {"labels": [], "value": None, "buckets": [], "count": None, "sum": None,
+                     "schema": None, "zero_threshold": None, "zero_count": None, "native": None}
                 for g, w in fields(v):
                     if g == 1:
                         pair = dict(fields(w))
@@ -324,6 +344,23 @@ def decode_delimited(body):
                             elif h == 3:
                                 b = dict(fields(x))
                                 m["buckets"].append((b.get(2, 0.0), b.get(1, 0)))
+                            elif h == 5:
+                                m["schema"] = unzigzag(x)
+                            elif h == 6:
+                                m["zero_threshold"] = x
+                            elif h == 7:
+                                m["zero_count"] = x
+                            elif h == 12:
+                                span = dict(fields(x))
+                                spans.append((unzigzag(span.get(1, 0)), span.get(2, 0)))
+                            elif h == 13:
+                                j = 0
+                                while j < len(x):
+                                    d, j = varint(x, j)
+                                    deltas.append(unzigzag(d))
+                        if spans:  # native buckets: key -> count
+                            m["native"] = native_buckets(spans, deltas)
+                        spans, deltas = [], []
                 fam["metrics"].append(m)
         out.append(fam)
     return out
@@ -357,6 +394,7 @@ def test_protobuf_is_negotiated_and_decodes_to_the_texts_samples(exporter):
         m = SAMPLE.match(line)
         text_keys.add(normal((m.group(1), tuple(LABEL_PAIR.findall(m.group(2) or "")))))
     proto_keys = set()
+    natives = 0
     for fam in families:
         name, kind = fam["name"], TYPES[fam["type"]]
         assert types[name] == kind, name
@@ -368,6 +406,14 @@ def test_protobuf_is_negotiated_and_decodes_to_the_texts_samples(exporter):
                 counts = [c for _, c in m["buckets"]]
                 assert bounds == sorted(bounds) and bounds[-1] == math.inf, name
                 assert counts == sorted(counts) and counts[-1] == m["count"], name
+                if name in NATIVE_FAMILIES:
+                    # Native buckets too, holding the same observations.
+                    assert m["native"] is not None and m["schema"] == 3, name
+                    assert m["zero_threshold"] == 2 ** -10, name
+                    assert m["zero_count"] + sum(m["native"].values()) == m["count"], name
+                    natives += m["count"] > 0
+                else:
+                    assert m["native"] is None, name
                 for b, _ in m["buckets"]:
                     proto_keys.add((name + "_bucket", labels + (("le", b),)))
                 proto_keys.add((name + "_count", labels))
@@ -377,21 +423,23 @@ def test_protobuf_is_negotiated_and_decodes_to_the_texts_samples(exporter):
     requests = {k for k in proto_keys | text_keys if "http_requests" in k[0]}
     assert proto_keys - requests == text_keys - requests
     assert any(f["unit"] == "seconds" for f in families)
+    assert natives > 0, "the demo's native histograms have observations"
 
 
-def test_prometheus_with_native_histograms_scrapes_protobuf(exporter, tmp_path):
-    """Debian's Prometheus with --enable-feature=native-histograms asks for
-    protobuf first: it ingests what we send (classic histograms included),
-    and names counters' metadata as the protobuf families are named (with
-    _total; from OpenMetrics it would be without)."""
+NATIVE_FAMILIES = {"gym_resources_operation_duration_seconds",
+                   "gym_resources_operation_queue_duration_seconds",
+                   "gym_concurrency_wait_duration_seconds"}
+
+
+def start_prometheus(tmp_path, target):
+    """Debian's Prometheus with native histograms, scraping `target` every
+    second; returns (process, query(expr) -> result list)."""
     import json
     prom_port = free_port()
     cfg = tmp_path / "prometheus.yml"
     cfg.write_text("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
                    "scrape_configs:\n  - job_name: gym\n    static_configs:\n"
-                   f"      - targets: ['127.0.0.1:{exporter}']\n")
-    with open(EXPORTER_LOG) as f:
-        before = sum(1 for line in f if 'msg="scrape"' in line)
+                   f"      - targets: ['127.0.0.1:{target}']\n")
     prom = subprocess.Popen([shutil.which("prometheus") or "/usr/bin/prometheus",
                              f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{prom_port}",
@@ -399,30 +447,47 @@ def test_prometheus_with_native_histograms_scrapes_protobuf(exporter, tmp_path):
                             stderr=open(tmp_path / "prometheus.log", "w"))
     api = f"http://127.0.0.1:{prom_port}/api/v1"
 
-    def query(expr):
-        url = f"{api}/query?" + urllib.parse.urlencode({"query": expr})
+    def query(expr, path="query"):
+        url = f"{api}/{path}?" + urllib.parse.urlencode(
+            {"query": expr} if path == "query" else {"metric": expr})
         with urllib.request.urlopen(url, timeout=10) as r:
-            return json.loads(r.read())["data"]["result"]
+            return json.loads(r.read())["data"]
+    return prom, query
 
+
+def wait_for(tmp_path, what, deadline=60):
+    end = time.time() + deadline
+    while True:
+        try:
+            got = what()
+            if got:
+                return got
+        except OSError:
+            pass
+        assert time.time() < end, (tmp_path / "prometheus.log").read_text()[-2000:]
+        time.sleep(0.5)
+
+
+def test_prometheus_with_native_histograms_scrapes_protobuf(exporter, tmp_path):
+    """Debian's Prometheus with --enable-feature=native-histograms asks for
+    protobuf first: it stores the operation histograms as native histograms
+    (Prometheus 2.42 then drops their classic buckets; 2.45 and later keep
+    both with scrape_classic_histograms), and names counters' metadata as the
+    protobuf families are named (with _total; from OpenMetrics it would be
+    without)."""
+    with open(EXPORTER_LOG) as f:
+        before = sum(1 for line in f if 'msg="scrape"' in line)
+    prom, query = start_prometheus(tmp_path, exporter)
     try:
-        deadline = time.time() + 60
-        quantile = "histogram_quantile(0.99, sum by (le) " \
-                   "(rate(gym_resources_operation_duration_seconds_bucket[10s])))"
-        while True:
-            try:
-                if query('up{job="gym"} == 1') and query(quantile):
-                    break
-            except OSError:
-                pass
-            assert time.time() < deadline, (tmp_path / "prometheus.log").read_text()[-2000:]
-            time.sleep(0.5)
-        value = float(query(quantile)[0]["value"][1])
+        quantile = "histogram_quantile(0.99, sum(rate(gym_resources_operation_duration_seconds[10s])))"
+        wait_for(tmp_path, lambda: query('up{job="gym"} == 1')["result"] and
+                 query(quantile)["result"])
+        value = float(query(quantile)["result"][0]["value"][1])
         assert 0 < value <= 1800, value
-        assert query("gym_concurrency_admissions_total"), "counters ingested"
-        url = f"{api}/metadata?" + urllib.parse.urlencode(
-            {"metric": "gym_concurrency_admissions_total"})
-        with urllib.request.urlopen(url, timeout=10) as r:
-            meta = json.loads(r.read())["data"]
+        stored = query("gym_resources_operation_duration_seconds")["result"]
+        assert stored and all("histogram" in r for r in stored), "stored as native histograms"
+        assert query("gym_concurrency_admissions_total")["result"], "counters ingested"
+        meta = query("gym_concurrency_admissions_total", path="metadata")
         assert meta.get("gym_concurrency_admissions_total", [{}])[0].get("type") == "counter", \
             f"not scraped as protobuf: {meta}"
         # Its scrapes, as the exporter logged them: protobuf only.
@@ -432,3 +497,52 @@ def test_prometheus_with_native_histograms_scrapes_protobuf(exporter, tmp_path):
     finally:
         prom.send_signal(signal.SIGTERM)
         prom.wait()
+
+
+NATIVE_BASE = 2 ** (1 / 8)  # schema 3: the ratio of a bucket's bounds
+
+
+def test_native_histogram_quantiles_are_within_the_schema_bound_of_the_observed(tmp_path):
+    """A writer observes 20,000 known durations (log-normal, median 50 ms)
+    into the operation histogram and logs them; Prometheus scrapes the
+    exporter beside it as protobuf and stores a native histogram, whose
+    count is the writer's, and whose histogram_quantile for 0.5, 0.9, 0.99
+    and 0.999 lies within the schema's bound (a factor 2^(1/8)) of the
+    quantile of the logged observations (the value at rank ceil(q*n))."""
+    d = tempfile.mkdtemp(prefix="gym-native-", dir="/dev/shm")
+    registry = os.path.join(d, "registry")
+    log = tmp_path / "observed.txt"
+    n = 20000
+    procs = []
+    prom = None
+    try:
+        writer = subprocess.Popen([f"{BUILD}/tests/gym_observe_durations", str(log), str(n), "7"],
+                                  env=dict(os.environ, GYM_METRICS_DIR=registry),
+                                  stdout=subprocess.PIPE, text=True)
+        procs.append(writer)
+        assert writer.stdout.readline().strip() == "observed"
+        observed = sorted(float(x) for x in log.read_text().split())
+        assert len(observed) == n
+        port = free_port()
+        procs.append(subprocess.Popen(
+            [f"{BUILD}/exporter/gym-exporter", f"--registry.dir={registry}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stderr=open(tmp_path / "exporter.log", "w")))
+        prom, query = start_prometheus(tmp_path, port)
+        series = "gym_resources_operation_duration_seconds"
+        count = wait_for(tmp_path, lambda: query(f"histogram_count({series})")["result"])
+        assert float(count[0]["value"][1]) == n
+        for q in (0.5, 0.9, 0.99, 0.999):
+            got = float(query(f"histogram_quantile({q}, {series})")["result"][0]["value"][1])
+            true = observed[math.ceil(q * n) - 1]
+            print(f"q={q}: native {got:.6f} s, observed {true:.6f} s, ratio {got / true:.4f}")
+            assert true / NATIVE_BASE * (1 - 1e-9) <= got <= true * NATIVE_BASE * (1 + 1e-9), \
+                (q, got, true)
+    finally:
+        if prom is not None:
+            prom.send_signal(signal.SIGTERM)
+            prom.wait()
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+            p.wait()
+        shutil.rmtree(d, ignore_errors=True)

@@ -125,7 +125,9 @@ TEST(ExporterProcess, OnceServesTheWritersSeriesAndPromtoolAcceptsIt) {
                             server + "}"),
             4);
   EXPECT_EQ(sample(out, "gym_resources_operation_active{" + op + "," + server + "}"), 0);
-  EXPECT_EQ(sample(out, "gym_exporter_registry_segments{format_version=\"3\"}"), 2);
+  EXPECT_EQ(sample(out, "gym_exporter_registry_segments{format_version=\"" +
+                            std::to_string(segment::kFormatVersion) + "\"}"),
+            2);
   EXPECT_NE(out.find("# HELP gym_concurrency_limit "), std::string::npos);
   EXPECT_NE(out.find("# TYPE gym_resources_operation_duration_seconds histogram"),
             std::string::npos);

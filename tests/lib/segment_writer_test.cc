@@ -256,15 +256,16 @@ TEST(SegmentWriter, ValueCacheLinesRunningOutCountsDroppedSeries) {
   SegmentWriter writer(tmp.path());
   std::vector<int64_t> bounds(segment::kMaxBounds);
   for (size_t i = 0; i < bounds.size(); ++i) bounds[i] = int64_t(i);
-  const uint32_t lines = segment::value_lines_for(segment::SeriesKind::kHistogram,
-                                                  segment::kMaxBounds, segment::kHistogramShards);
+  const uint32_t lines =
+      segment::value_lines_for(segment::SeriesKind::kHistogram, segment::kMaxBounds,
+                               segment::kHistogramShards, native::kWords);
   const uint32_t fit = segment::kValueLines / lines;
   ASSERT_LT(fit, segment::kMaxRecords) << "lines run out before records do";
   uint32_t made = 0;
   for (uint32_t i = 0; i < fit + 10; ++i) {
     std::string v = std::to_string(i);
     Label l[] = {{"i", v}};
-    made += writer.histogram("wide", l, bounds, 1.0).registered();
+    made += writer.histogram("wide", l, bounds, 1.0, /*native=*/true).registered();
   }
   EXPECT_EQ(made, fit);
   EXPECT_EQ(writer.dropped_series(), 10u);

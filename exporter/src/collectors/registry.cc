@@ -49,7 +49,13 @@ class RegistryCollector : public Collector {
   uint64_t served_epoch_ = UINT64_MAX;     // the snapshot epoch served_ is from
   std::vector<size_t> served_index_;       // index in snapshot.series
   Families model_;
-  std::vector<std::pair<ClientMetric*, size_t>> slots_;  // metric, served index
+  std::vector<FamilyExtras> extras_;  // by family of model_: native buckets
+  struct Slot {
+    ClientMetric* metric;
+    size_t served;                  // index into served_
+    std::vector<uint64_t>* native;  // its native buckets, or null
+  };
+  std::vector<Slot> slots_;
   // Per limit, indexes into served_ (-1: none): free = the available gauge
   // (format 3 writers keep the limit there) - the holds in progress (the
   // holds' ages record), and gym_concurrency_active = limit - free.
@@ -80,6 +86,7 @@ bool RegistryCollector::served_family(const std::string& family) {
 
 void RegistryCollector::rebuild() {
   model_.clear();
+  extras_.clear();
   slots_.clear();
   active_slots_.clear();
   active_ = MetricFamily{};
@@ -93,6 +100,7 @@ void RegistryCollector::rebuild() {
     family = &info->family;
   }
   model_.reserve(families);
+  extras_.reserve(families);
   family = nullptr;
   for (size_t i = 0; i < served_.size(); ++i) {
     const SeriesInfo& info = *served_[i];
@@ -103,7 +111,12 @@ void RegistryCollector::rebuild() {
       size_t n = 0;
       for (size_t j = i; j < served_.size() && served_[j]->family == info.family; ++j) ++n;
       model_.back().metric.reserve(n);
+      extras_.emplace_back();
+      if (info.native_words != 0) extras_.back().native.resize(n);
     }
+    std::vector<uint64_t>* native = nullptr;
+    if (info.native_words != 0 && !extras_.back().native.empty())
+      native = &extras_.back().native[model_.back().metric.size()];
     ClientMetric& m = add_metric(model_.back(), info.labels);
     if (info.kind == segment::SeriesKind::kHistogram) {
       for (size_t b = 0; b <= info.bounds.size(); ++b) {
@@ -114,7 +127,7 @@ void RegistryCollector::rebuild() {
         m.histogram.bucket.push_back(bucket);
       }
     }
-    slots_.emplace_back(&m, i);
+    slots_.push_back({&m, i, native});
   }
   // active = limit - free, for every label set that has a limit.
   struct Indexes {
@@ -144,7 +157,7 @@ void RegistryCollector::rebuild() {
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {
-  for (auto& [metric, i] : slots_) {
+  for (auto& [metric, i, native] : slots_) {
     const SeriesSample& s = snap.series[served_index_[i]];
     switch (s.info->kind) {
       case segment::SeriesKind::kCounter:
@@ -162,6 +175,7 @@ void RegistryCollector::update_values(const Snapshot& snap) {
         metric->histogram.sample_sum = static_cast<double>(s.sum) / s.info->unit_divisor;
         for (size_t b = 0; b < s.cumulative_buckets.size(); ++b)
           metric->histogram.bucket[b].cumulative_count = s.cumulative_buckets[b];
+        if (native != nullptr) *native = s.native;
         break;
     }
   }
@@ -172,7 +186,7 @@ void RegistryCollector::update_values(const Snapshot& snap) {
     if (a.available >= 0) {
       available =
           segment::wrapping_sub(snap.series[served_index_[size_t(a.available)]].gauge, holds);
-      slots_[size_t(a.available)].first->gauge.value = static_cast<double>(available);
+      slots_[size_t(a.available)].metric->gauge.value = static_cast<double>(available);
     }
     a.metric->gauge.value = static_cast<double>(segment::wrapping_sub(limit, available));
   }
@@ -235,7 +249,8 @@ void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
     rebuild();
   }
   update_values(snap);
-  for (const MetricFamily& f : model_) emit(f);
+  for (size_t k = 0; k < model_.size(); ++k)
+    emit(model_[k], extras_[k].native.empty() ? nullptr : &extras_[k]);
   if (!active_.metric.empty()) emit(active_);
   if (!admissions_.metric.empty()) emit(admissions_);
   emit_stats(snap, emit);

@@ -55,7 +55,7 @@ std::string Exposition::render(const Encoder& encoder, const std::set<std::strin
   const auto start = std::chrono::steady_clock::now();
   std::string out;
   out.reserve(last_size_ + last_size_ / 8);
-  const Emit emit = [&](const prometheus::MetricFamily& f) {
+  const Emit emit = Emit::full([&](const prometheus::MetricFamily& f, const FamilyExtras* extras) {
     // A family with no row is a programming error, and a family with rows
     // is the common case: check the row first, the samples' labels always.
     if (std::string why = contract_violation(f); !why.empty()) {
@@ -63,15 +63,15 @@ std::string Exposition::render(const Encoder& encoder, const std::set<std::strin
       if (reported_.insert(f.name).second && log_) log_(why + ": not served");
       return;
     }
-    if (asked_for(f, names)) encoder.family(f, out);
-  };
+    if (asked_for(f, names)) encoder.family(f, extras, out);
+  });
   for (auto& c : collectors_) c->collect(emit);
   Families own;
   add_simple(own, "gym_exporter_contract_violations_total", double(violations_));
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   add_simple(own, "gym_exporter_scrape_duration_seconds", took.count());
   for (const auto& f : own)
-    if (asked_for(f, names)) encoder.family(f, out);
+    if (asked_for(f, names)) encoder.family(f, nullptr, out);
   encoder.finish(out);
   last_size_ = out.size();
   return out;

@@ -27,7 +27,10 @@ class Encoder {
   virtual std::string_view content_type() const = 0;
   // A short name for logs ("text", "openmetrics", "protobuf").
   virtual std::string_view name() const = 0;
-  virtual void family(const prometheus::MetricFamily& f, std::string& out) const = 0;
+  // `extras`: null when the family has none; an encoder without a place for
+  // them ignores them.
+  virtual void family(const prometheus::MetricFamily& f, const FamilyExtras* extras,
+                      std::string& out) const = 0;
   virtual void finish(std::string& /*out*/) const {}
 };
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "gym/families.h"
+#include "gym/native_histogram.h"
 
 namespace gym::exporter {
 
@@ -39,6 +40,10 @@ void double_field(std::string& out, uint32_t field, double v) {
   for (int i = 0; i < 8; ++i) out += char(uint8_t(bits >> (8 * i)));
 }
 
+uint64_t zigzag(int64_t v) {
+  return (uint64_t(v) << 1) ^ uint64_t(v >> 63);
+}
+
 void bytes_field(std::string& out, uint32_t field, std::string_view v) {
   tag(out, field, kBytes);
   varint(out, v.size());
@@ -69,8 +74,52 @@ uint64_t type_number(MetricType t) {
   }
 }
 
+// The native part of a Histogram message (fields 5..13 of
+// io.prometheus.client.Histogram): schema, zero bucket, and the positive
+// buckets as spans of consecutive keys with each count as the difference
+// from the one before.
+void write_native(const std::vector<uint64_t>& counts, std::string& out, std::string& scratch) {
+  tag(out, 5, kVarint);
+  varint(out, zigzag(native::kSchema));
+  double_field(out, 6, native::kZeroThreshold);
+  uint_field(out, 7, counts[0]);
+  std::string deltas;
+  int64_t previous_count = 0;
+  int32_t previous_end = 0;  // one past the last key of the previous span
+  bool first = true;
+  for (uint32_t w = 1; w < counts.size();) {
+    if (counts[w] == 0) {
+      ++w;
+      continue;
+    }
+    uint32_t end = w;
+    while (end < counts.size() && counts[end] != 0) ++end;
+    const int32_t key = native::key_of(w);
+    message_field(out, 12, scratch, [&](std::string& b) {  // BucketSpan
+      tag(b, 1, kVarint);
+      varint(b, zigzag(first ? key : key - previous_end));
+      uint_field(b, 2, end - w);
+    });
+    for (uint32_t i = w; i < end; ++i) {
+      const auto c = static_cast<int64_t>(counts[i]);
+      varint(deltas, zigzag(c - previous_count));
+      previous_count = c;
+    }
+    previous_end = native::key_of(end);
+    first = false;
+    w = end;
+  }
+  if (first) {
+    // No bucket in use: a span of no buckets says "native" all the same.
+    message_field(out, 12, scratch, [](std::string& b) { uint_field(b, 2, 0); });
+  } else {
+    bytes_field(out, 13, deltas);  // packed sint64
+  }
+}
+
 // One Metric message.
-void write_metric(const MetricFamily& f, const ClientMetric& m, std::string& out) {
+void write_metric(const MetricFamily& f, const ClientMetric& m,
+                  const std::vector<uint64_t>* native_counts, std::string& out) {
   std::string inner, deeper;
   for (const auto& l : m.label)
     message_field(out, 1, inner, [&](std::string& b) {  // LabelPair
@@ -104,6 +153,8 @@ void write_metric(const MetricFamily& f, const ClientMetric& m, std::string& out
             uint_field(c, 1, bucket.cumulative_count);
             double_field(c, 2, bucket.upper_bound);
           });
+        if (native_counts != nullptr && native_counts->size() == native::kWords)
+          write_native(*native_counts, b, deeper);
       });
       break;
     default:
@@ -115,14 +166,15 @@ void write_metric(const MetricFamily& f, const ClientMetric& m, std::string& out
 
 }  // namespace
 
-void write_family_protobuf(const MetricFamily& f, std::string& out) {
+void write_family_protobuf(const MetricFamily& f, const FamilyExtras* extras, std::string& out) {
   std::string family, metric;
   bytes_field(family, 1, f.name);
   if (!f.help.empty()) bytes_field(family, 2, f.help);
   uint_field(family, 3, type_number(f.type));
-  for (const ClientMetric& m : f.metric) {
+  for (size_t i = 0; i < f.metric.size(); ++i) {
+    const bool native = extras != nullptr && i < extras->native.size();
     metric.clear();
-    write_metric(f, m, metric);
+    write_metric(f, f.metric[i], native ? &extras->native[i] : nullptr, metric);
     bytes_field(family, 4, metric);
   }
   if (const FamilySpec* spec = find_family(f.name); spec != nullptr && !spec->unit.empty())

@@ -16,8 +16,10 @@
 
 namespace gym::exporter {
 
-// Appends one family, length-delimited.
-void write_family_protobuf(const prometheus::MetricFamily& family, std::string& out);
+// Appends one family, length-delimited; histograms with native buckets in
+// `extras` (may be null) carry them as native histograms too.
+void write_family_protobuf(const prometheus::MetricFamily& family, const FamilyExtras* extras,
+                           std::string& out);
 
 class ProtobufEncoder : public Encoder {
  public:
@@ -26,8 +28,9 @@ class ProtobufEncoder : public Encoder {
            "encoding=delimited";
   }
   std::string_view name() const override { return "protobuf"; }
-  void family(const prometheus::MetricFamily& f, std::string& out) const override {
-    write_family_protobuf(f, out);
+  void family(const prometheus::MetricFamily& f, const FamilyExtras* extras,
+              std::string& out) const override {
+    write_family_protobuf(f, extras, out);
   }
 };
 

@@ -26,7 +26,8 @@ class TextEncoder : public Encoder {
     return "text/plain; version=0.0.4; charset=utf-8";
   }
   std::string_view name() const override { return "text"; }
-  void family(const prometheus::MetricFamily& f, std::string& out) const override {
+  void family(const prometheus::MetricFamily& f, const FamilyExtras*,
+              std::string& out) const override {
     write_family(f, out);
   }
 };
@@ -40,7 +41,8 @@ class OpenMetricsEncoder : public Encoder {
     return "application/openmetrics-text; version=1.0.0; charset=utf-8";
   }
   std::string_view name() const override { return "openmetrics"; }
-  void family(const prometheus::MetricFamily& f, std::string& out) const override {
+  void family(const prometheus::MetricFamily& f, const FamilyExtras*,
+              std::string& out) const override {
     write_family_openmetrics(f, out);
   }
   void finish(std::string& out) const override { out += "# EOF\n"; }

@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "gym/native_histogram.h"
 #include "gym/segment_format.h"
 
 namespace gym {
@@ -52,6 +53,8 @@ struct SeriesInfo {
   std::vector<std::pair<std::string, std::string>> labels;  // sorted by name
   std::vector<int64_t> bounds;                              // raw, histograms only
   double unit_divisor = 1.0;                                // exposed value = raw / unit_divisor
+  // Histograms that also count native buckets: native::kWords; else 0.
+  uint16_t native_words = 0;
 };
 
 struct SeriesSample {
@@ -64,6 +67,9 @@ struct SeriesSample {
   // Histograms: cumulative counts per bound, then +Inf (which is the count).
   std::vector<uint64_t> cumulative_buckets;
   int64_t sum = 0;  // histograms, raw units
+  // Native histograms: native::kWords counts (the zero bucket, then one per
+  // key; not cumulative); empty for the others.
+  std::vector<uint64_t> native;
   uint64_t count() const { return cumulative_buckets.empty() ? 0 : cumulative_buckets.back(); }
 };
 
@@ -184,7 +190,7 @@ class RegistryReader {
     int64_t gauge = 0;
     int64_t oldest = 0;  // ages
     int64_t sum = 0;
-    std::vector<uint64_t> buckets;  // not cumulative
+    std::vector<uint64_t> buckets;  // not cumulative: the classic ones, then the native ones
   };
 
   bool open_dir();
@@ -238,6 +244,7 @@ class RegistryReader {
     segment::SeriesKind kind;
     std::vector<int64_t> bounds;
     double unit_divisor;
+    uint16_t native_words;
   };
   std::unordered_map<std::string, FamilyShape> families_;
   std::vector<uint32_t> order_;  // ids sorted by family, labels

@@ -49,7 +49,8 @@
 //        7    1 shards           histograms: kHistogramShards; otherwise 1
 //        8    4 value_line       first value cache line of this series
 //       12    2 text_bytes       bytes of `text` in use
-//       14    2 (zero)
+//       14    2 native_words     (v4) histograms: native::kWords when the
+//                                series also counts native buckets; else 0
 //       16    8 unit_divisor     double: exposed value = raw / unit_divisor
 //                                (histogram sum and bounds; 1 otherwise)
 //       24    8 (zero)
@@ -70,9 +71,11 @@
 //                In progress now: word 0 plus the slots in use; the oldest
 //                started at the smallest ticket with its low bits cleared;
 //                begun (a counter): the sum of the lanes.
-//     histogram  `shards` shards, each ceil((n + 2) * 8 / 64) lines: uint64
-//                bucket[n + 1] (not cumulative; the last is the +Inf
-//                overflow), then int64 sum of raw observations. A thread
+//     histogram  `shards` shards, each ceil((n + 2 + native_words) * 8 / 64)
+//                lines: uint64 bucket[n + 1] (not cumulative; the last is the
+//                +Inf overflow), then (v4) native_words uint64 native bucket
+//                counts (gym/native_histogram.h: the zero bucket, then one
+//                per key), then int64 sum of raw observations. A thread
 //                updates one shard (so threads do not bounce one line); the
 //                reader adds them up. The count is the sum of the buckets, so
 //                a reader's +Inf bucket always equals its count.
@@ -117,8 +120,9 @@
 // exported as in progress, as for gauges, but what the child begins in it is counted).
 //
 // Versions. 2 added kRecordInherited and the reservation rule; the layout is
-// that of 1. 3 added kAges records. A reader accepts all three
-// (kMinFormatVersion..kFormatVersion).
+// that of 1. 3 added kAges records. 4 added native buckets to histograms
+// (native_words) and made the value area 16,384 lines. A reader accepts all
+// four (kMinFormatVersion..kFormatVersion).
 #pragma once
 
 #include <atomic>
@@ -135,7 +139,7 @@ inline uint64_t magic_word() {
   __builtin_memcpy(&w, kMagic, sizeof w);
   return w;
 }
-inline constexpr uint32_t kFormatVersion = 3;
+inline constexpr uint32_t kFormatVersion = 4;
 inline constexpr uint32_t kMinFormatVersion = 1;
 // Reservations (fallocate) are made in whole pages.
 inline constexpr uint64_t kPageBytes = 4096;
@@ -145,7 +149,7 @@ inline constexpr uint32_t kLineBytes = 64;
 
 // Limits. Exceeding any of them makes the registration a counted drop.
 inline constexpr uint32_t kMaxRecords = 1024;    // series per segment
-inline constexpr uint32_t kValueLines = 4096;    // 256 KiB of values
+inline constexpr uint32_t kValueLines = 16384;   // 1 MiB of values (sparse)
 inline constexpr uint32_t kMaxLabels = 8;        // labels per series
 inline constexpr uint32_t kMaxNameBytes = 64;    // a family or label name
 inline constexpr uint32_t kMaxValueBytes = 128;  // a label value
@@ -208,7 +212,7 @@ struct Record {
   uint8_t shards;
   uint32_t value_line;
   uint16_t text_bytes;
-  uint16_t reserved1;
+  uint16_t native_words;  // v4
   double unit_divisor;
   uint64_t reserved2;
   int64_t bounds[kBoundSlots];  // bound_count used, the rest zero
@@ -227,15 +231,21 @@ inline constexpr uint64_t kTotalBytes = kValuesOffset + uint64_t{kValueLines} * 
 inline constexpr uint32_t kHistogramShards = 4;
 inline constexpr uint32_t kMaxShards = 64;
 
+// Words of one histogram shard that a reader copies: the buckets, the native
+// buckets, the sum.
+constexpr uint32_t shard_words(uint32_t bound_count, uint32_t native_words) {
+  return bound_count + 2 + native_words;
+}
 // Value cache lines of one histogram shard.
-constexpr uint32_t shard_lines(uint32_t bound_count) {
-  return ((bound_count + 2) * 8 + kLineBytes - 1) / kLineBytes;
+constexpr uint32_t shard_lines(uint32_t bound_count, uint32_t native_words) {
+  return (shard_words(bound_count, native_words) * 8 + kLineBytes - 1) / kLineBytes;
 }
 // Value cache lines a series occupies.
-constexpr uint32_t value_lines_for(SeriesKind kind, uint32_t bound_count, uint32_t shards) {
+constexpr uint32_t value_lines_for(SeriesKind kind, uint32_t bound_count, uint32_t shards,
+                                   uint32_t native_words) {
   if (kind == SeriesKind::kAges) return kAgeLines;
   if (kind != SeriesKind::kHistogram) return 1;
-  return shards * shard_lines(bound_count);
+  return shards * shard_lines(bound_count, native_words);
 }
 
 // Atomic access to fields of a mapping (the struct fields are plain integers

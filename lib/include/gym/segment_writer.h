@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "gym/contract.h"
+#include "gym/native_histogram.h"
 #include "gym/segment_format.h"
 
 namespace gym {
@@ -166,9 +167,11 @@ class AgeSlots {
   int64_t* words_ = nullptr;
 };
 
-// Counts observations into fixed buckets. Values are raw integers (for
-// durations: nanoseconds); the exposition divides by the unit divisor given at
-// registration. Cheap to copy; valid while its SegmentWriter lives.
+// Counts observations into fixed buckets and, when registered with native
+// buckets, into the native schema's (gym/native_histogram.h) too. Values are
+// raw integers (for durations: nanoseconds); the exposition divides by the
+// unit divisor given at registration. Cheap to copy; valid while its
+// SegmentWriter lives.
 class Histogram {
  public:
   Histogram() = default;
@@ -183,6 +186,9 @@ class Histogram {
     i += bounds_[i] < v ? 1 : 0;
     uint64_t* shard = buckets_ + (detail::thread_shard() & shard_mask_) * shard_words_;
     segment::add_relaxed(&shard[i], uint64_t{1});
+    if (native_base_ != 0)
+      segment::add_relaxed(&shard[native_base_ + native::word_of(double(v) * unit_scale_)],
+                           uint64_t{1});
     segment::add_relaxed(reinterpret_cast<int64_t*>(shard + sum_index_), v);
   }
   bool registered() const noexcept { return buckets_ != nullptr; }
@@ -193,6 +199,8 @@ class Histogram {
   uint32_t shard_mask_ = 0;
   uint32_t shard_words_ = 0;  // uint64 words from one shard to the next
   uint32_t sum_index_ = 0;    // the sum's word within a shard
+  uint32_t native_base_ = 0;  // the native zero bucket's word within a shard; 0: none
+  double unit_scale_ = 1.0;   // 1 / the unit divisor: a raw value in the exposed unit
   int64_t bounds_[segment::kBoundSlots] = {};
 };
 
@@ -216,8 +224,10 @@ class SegmentWriter {
 
   // Get-or-create by family and labels (label order does not matter).
   Counter counter(std::string_view family, std::span<const Label> labels);
+  // With `native`, it also counts native buckets (of values in the exposed
+  // unit, seconds for durations). A family is native or not in every series.
   Histogram histogram(std::string_view family, std::span<const Label> labels,
-                      std::span<const int64_t> bounds, double unit_divisor);
+                      std::span<const int64_t> bounds, double unit_divisor, bool native = false);
   // A new slot for one instance.
   Gauge gauge(std::string_view family, std::span<const Label> labels);
   // A new ages record for one instance.
@@ -241,7 +251,8 @@ class SegmentWriter {
   bool create_segment_locked(bool after_fork);
   int32_t find_or_add_record_locked(segment::SeriesKind kind, std::string_view family,
                                     std::span<const Label> labels, std::span<const int64_t> bounds,
-                                    double unit_divisor, bool reuse_released);
+                                    double unit_divisor, bool reuse_released,
+                                    uint16_t native_words = 0);
   void count_drop_locked();
   bool reserve_locked(int fd, uint32_t records, uint32_t lines);
   void mark_unmetered_locked() noexcept;
