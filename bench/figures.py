@@ -106,11 +106,15 @@ def main():
     hist = Figure("histogram observe, 2 threads", "ns", ["prometheus-cpp"],
                   "no collisions below the shard count (<= 1x prometheus-cpp)",
                   ratio_goal={"prometheus-cpp": 1.0})
+    native = {threads: Figure(f"histogram observe with native buckets, {threads} thread"
+                              f"{'s' if threads > 1 else ''}", "ns", ["classic buckets only"],
+                              "<= 1.5x classic only", ratio_goal={"classic buckets only": 1.5})
+              for threads in (1, 2)}
     abi = Figure("C ABI operation scope (by kind), 1 thread", "ns", ["prometheus-cpp"],
                  "<= 0.5x prometheus-cpp", ratio_goal={"prometheus-cpp": 0.5})
     py = Figure("Python resources_operation", "ns", ["bare async with"],
                 "<= 3x a bare async with", ratio_goal={"bare async with": 3.0})
-    figures = [plain, gzip, private, sem, hist, abi, py]
+    figures = [plain, gzip, private, sem, hist, native[1], native[2], abi, py]
 
     for r in range(a.rounds):
         print(f"round {r + 1} of {a.rounds} ...", file=sys.stderr, flush=True)
@@ -127,9 +131,12 @@ def main():
                        t["semaphore2_counting_semaphore/threads:2"]})
         abi.add(t["operation_scope_abikind/threads:1"],
                 **{"prometheus-cpp": t["operation_scope_prometheus_cpp/threads:1"]})
-        t = gbench(f"{a.build}/bench/registry_bench", "histogram_observe.*threads:2")
+        t = gbench(f"{a.build}/bench/registry_bench", "histogram_observe")
         hist.add(t["histogram_observe_registry/threads:2"],
                  **{"prometheus-cpp": t["histogram_observe_prometheus_cpp/threads:2"]})
+        for threads, f in native.items():
+            f.add(t[f"histogram_observe_native/threads:{threads}"],
+                  **{"classic buckets only": t[f"histogram_observe_registry/threads:{threads}"]})
         bare = asyncio.run(pyop.bare(asyncio.Semaphore(4))) * 1e9
         scoped = asyncio.run(pyop.scoped(asyncio.Semaphore(4), pyop.gym_metrics.resources_operation))
         py.add(scoped * 1e9, **{"bare async with": bare})

@@ -88,6 +88,12 @@ void histogram_observe_registry(benchmark::State& state) {
   unsigned i = 0;
   for (auto _ : state) h.observe(kDurations.ns[i++ & 1023]);
 }
+// The same with native buckets too (what the operation histograms count).
+void histogram_observe_native(benchmark::State& state) {
+  static gym::Histogram h = writer().histogram("hn_seconds", {}, kBoundsNs, 1e9, /*native=*/true);
+  unsigned i = 0;
+  for (auto _ : state) h.observe(kDurations.ns[i++ & 1023]);
+}
 void histogram_observe_prometheus_cpp(benchmark::State& state) {
   prometheus::Histogram& h = *prom().histogram;
   unsigned i = 0;
@@ -99,6 +105,7 @@ BENCHMARK(counter_add_prometheus_cpp)->Threads(1)->Threads(2);
 BENCHMARK(gauge_add_registry)->Threads(1)->Threads(2);
 BENCHMARK(gauge_add_prometheus_cpp)->Threads(1)->Threads(2);
 BENCHMARK(histogram_observe_registry)->Threads(1)->Threads(2);
+BENCHMARK(histogram_observe_native)->Threads(1)->Threads(2);
 BENCHMARK(histogram_observe_prometheus_cpp)->Threads(1)->Threads(2);
 
 // One snapshot of `segments` live segments of 20 series each (10 counters,

@@ -90,7 +90,6 @@ bool reserve_pages(int fd, uint64_t begin, uint64_t end) {
 namespace {
 // Histogram shards held by a live thread of this process (bit = shard).
 std::atomic<uint32_t> g_shards{0};
-std::atomic<uint32_t> g_shared_next{0};  // when every shard is held
 
 // Hands the thread's shard back when it exits (constructed on first use
 // only, so that the fast path reads a plain initial-exec variable).
@@ -106,16 +105,18 @@ thread_local ShardOwner t_shard_owner;
 
 constinit thread_local uint32_t detail::t_shard_plus_one = 0;
 
-// The lowest shard no live thread holds, so that up to kHistogramShards
-// threads never share one; beyond, threads share them round-robin.
+// The lowest shard of its own no live thread holds, so that up to
+// kHistogramShards threads never share one (the first kHistogramShards - 1
+// each alone in theirs, the next in the shared one); beyond, threads share
+// the last.
 uint32_t detail::assign_thread_shard() noexcept {
-  constexpr uint32_t all = (uint32_t{1} << segment::kHistogramShards) - 1;
+  constexpr uint32_t all = (uint32_t{1} << (segment::kHistogramShards - 1)) - 1;
   uint32_t taken = g_shards.load(std::memory_order_relaxed);
   uint32_t shard = 0;
   for (;;) {
     const uint32_t free = ~taken & all;
     if (free == 0) {
-      shard = g_shared_next.fetch_add(1, std::memory_order_relaxed) % segment::kHistogramShards;
+      shard = segment::kHistogramShards - 1;
       break;
     }
     const auto s = static_cast<uint32_t>(__builtin_ctz(free));
@@ -775,9 +776,9 @@ Histogram SegmentWriter::histogram(std::string_view family, std::span<const Labe
                                    bool native) {
   std::lock_guard<std::mutex> lock(mu_);
   Histogram hist;
-  int32_t index = find_or_add_record_locked(SeriesKind::kHistogram, family, labels, bounds,
-                                            unit_divisor, false,
-                                            native ? uint16_t{native::kWords} : uint16_t{0});
+  int32_t index =
+      find_or_add_record_locked(SeriesKind::kHistogram, family, labels, bounds, unit_divisor, false,
+                                native ? uint16_t{native::kWords} : uint16_t{0});
   if (index < 0) return hist;
   Record* r = record_of(base_, static_cast<uint32_t>(index));
   hist.buckets_ = reinterpret_cast<uint64_t*>(line_of(base_, r->value_line));

@@ -13,17 +13,17 @@
 // kWords consecutive uint64 counts: the zero bucket, then one per key.
 #pragma once
 
+#include <bit>
 #include <cstdint>
-#include <cstring>
 
 namespace gym::native {
 
 inline constexpr int32_t kSchema = 3;
-inline constexpr int32_t kPerOctave = 1 << kSchema;  // buckets per power of two
+inline constexpr int32_t kPerOctave = 1 << kSchema;       // buckets per power of two
 inline constexpr int32_t kMinKey = -10 * kPerOctave + 1;  // (2^-10, 2^(-10+1/8)]
 inline constexpr int32_t kMaxKey = 13 * kPerOctave;       // (.., 2^13]
 inline constexpr uint32_t kBuckets = uint32_t(kMaxKey - kMinKey + 1);
-inline constexpr uint32_t kWords = 1 + kBuckets;    // zero bucket, then the keys
+inline constexpr uint32_t kWords = 1 + kBuckets;      // zero bucket, then the keys
 inline constexpr double kZeroThreshold = 1.0 / 1024;  // 2^-10, the upper bound of the zero bucket
 
 // The upper bounds of the buckets of one octave, as fractions in [0.5, 1):
@@ -32,30 +32,60 @@ inline constexpr double kOctave[kPerOctave - 1] = {
     0.54525386633262884, 0.59460355750136051, 0.64841977732550482, 0.70710678118654757,
     0.77110541270397037, 0.84089641525371450, 0.91700404320467122};
 
-// The word (0 = zero bucket, 1 + key - kMinKey otherwise) that counts `x`.
+namespace detail {
+inline constexpr uint64_t kMantissa = (uint64_t{1} << 52) - 1;
+// A double's mantissa is m in [1, 2); its top 4 bits split [1, 2) into 16
+// equal parts, each holding at most one bucket bound 2^(j/8) (they are at
+// least 0.09 apart). Per part: the bounds below it, and the mantissa bits
+// of the bound inside it (all ones when none).
+struct Part {
+  uint64_t bound;
+  int32_t below;
+};
+struct Parts {
+  Part p[16];
+};
+constexpr Parts make_parts() {
+  Parts t{};
+  // Bound j (j = 0..7) in mantissa bits: 1 = 0, then kOctave's (2^(j/8)/2
+  // has the same mantissa as 2^(j/8)).
+  uint64_t bounds[kPerOctave] = {0};
+  for (int j = 1; j < kPerOctave; ++j)
+    bounds[j] = std::bit_cast<uint64_t>(kOctave[j - 1]) & kMantissa;
+  for (uint64_t part = 0; part < 16; ++part) {
+    const uint64_t lo = part << 48;
+    const uint64_t hi = (part + 1) << 48;
+    t.p[part] = {kMantissa, 0};
+    for (int j = 0; j < kPerOctave; ++j) {
+      if (bounds[j] < lo)
+        ++t.p[part].below;
+      else if (bounds[j] < hi)
+        t.p[part].bound = bounds[j];
+    }
+  }
+  return t;
+}
+inline constexpr Parts kParts = make_parts();
+}  // namespace detail
+
+// The word (0 = zero bucket, 1 + key - kMinKey otherwise) that counts `x`:
+// key = 8 * exponent + the bounds of its octave below its mantissa.
 inline uint32_t word_of(double x) noexcept {
-  if (!(x > kZeroThreshold)) return 0;  // also NaN and negatives
-  // x = frac * 2^exp with frac in [0.5, 1), read from the bits (x is a
-  // normal number here: it exceeds 2^-10).
-  uint64_t bits;
-  std::memcpy(&bits, &x, sizeof bits);
-  const int32_t exp = int32_t((bits >> 52) & 0x7ff) - 1022;
-  const uint64_t frac_bits = (bits & ((uint64_t{1} << 52) - 1)) | (uint64_t{1022} << 52);
-  double frac;
-  std::memcpy(&frac, &frac_bits, sizeof frac);
-  // key = (exp - 1) * 8 + the number of octave bounds below frac; frac ==
-  // 0.5 exactly is the previous octave's last bucket.
-  int32_t sub = 0;
-  sub += kOctave[3] < frac ? 4 : 0;
-  sub += kOctave[sub + 1] < frac ? 2 : 0;
-  sub += kOctave[sub] < frac ? 1 : 0;
-  int32_t key = (exp - 1) * kPerOctave + sub + (frac == 0.5 ? 0 : 1);
-  if (key > kMaxKey) key = kMaxKey;
-  if (key < kMinKey) key = kMinKey;
-  return uint32_t(1 + key - kMinKey);
+  // Without a branch (durations just under and over 1 ms would mispredict
+  // it): the key is computed from the bits whatever they are, then dropped
+  // for the zero bucket (x <= 2^-10, negative or NaN).
+  const auto bits = std::bit_cast<uint64_t>(x);
+  const int32_t exp = int32_t((bits >> 52) & 0x7ff) - 1023;
+  const detail::Part& part = detail::kParts.p[(bits >> 48) & 15];
+  int32_t key = exp * kPerOctave + part.below + ((bits & detail::kMantissa) > part.bound);
+  key = key > kMaxKey ? kMaxKey : key;
+  const auto word = uint32_t(1 + key - kMinKey);
+  return word & (0u - uint32_t(x > kZeroThreshold));
 }
 
 // The key of a bucket word (1..kBuckets).
-constexpr int32_t key_of(uint32_t word) { return int32_t(word) - 1 + kMinKey; }
+constexpr int32_t key_of(uint32_t word) {
+  return int32_t(word) - 1 + kMinKey;
+}
 
 }  // namespace gym::native

@@ -227,7 +227,9 @@ inline constexpr uint64_t kRecordsOffset = kHeaderBytes;
 inline constexpr uint64_t kValuesOffset = kRecordsOffset + uint64_t{kMaxRecords} * kRecordBytes;
 inline constexpr uint64_t kTotalBytes = kValuesOffset + uint64_t{kValueLines} * kLineBytes;
 
-// Shards of a histogram (a power of two).
+// Shards of a histogram (a power of two). Each of the first
+// kHistogramShards - 1 is written by one thread of the owner at a time (with
+// loads and stores); the last by the threads beyond them (atomic adds).
 inline constexpr uint32_t kHistogramShards = 4;
 inline constexpr uint32_t kMaxShards = 64;
 
@@ -270,6 +272,12 @@ inline void store_relaxed(T* p, T v) {
 template <class T>
 inline void add_relaxed(T* p, T v) {
   __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+// An add by the one thread that writes *p (readers only load it): a load and
+// a store, no read-modify-write.
+template <class T>
+inline void add_owned(T* p, T v) {
+  __atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
 }
 
 // The clock of ages' start times: CLOCK_MONOTONIC_COARSE (one tick of

@@ -49,8 +49,9 @@ class SegmentWriter;
 
 namespace detail {
 // Which histogram shard this thread updates, fixed per thread from its first
-// observation: the lowest shard no live thread holds (handed back when the
-// thread exits), or a shared one when all are held. Constant-
+// observation: the lowest of the first kHistogramShards - 1 that no live
+// thread holds (handed back when the thread exits; its holder alone writes
+// it), or the last, shared one when all are held. Constant-
 // initialized and initial-exec, so reading it is one load (no guard, no
 // __tls_get_addr); 0 means not assigned yet.
 extern constinit thread_local uint32_t t_shard_plus_one __attribute__((tls_model("initial-exec")));
@@ -184,12 +185,20 @@ class Histogram {
     i += bounds_[i + 3] < v ? 4 : 0;
     i += bounds_[i + 1] < v ? 2 : 0;
     i += bounds_[i] < v ? 1 : 0;
-    uint64_t* shard = buckets_ + (detail::thread_shard() & shard_mask_) * shard_words_;
-    segment::add_relaxed(&shard[i], uint64_t{1});
-    if (native_base_ != 0)
-      segment::add_relaxed(&shard[native_base_ + native::word_of(double(v) * unit_scale_)],
-                           uint64_t{1});
-    segment::add_relaxed(reinterpret_cast<int64_t*>(shard + sum_index_), v);
+    const uint32_t s = detail::thread_shard() & shard_mask_;
+    uint64_t* shard = buckets_ + s * shard_words_;
+    const uint32_t n =
+        native_base_ != 0 ? native_base_ + native::word_of(double(v) * unit_scale_) : 0;
+    auto* sum = reinterpret_cast<int64_t*>(shard + sum_index_);
+    if (__builtin_expect(s != shard_mask_, 1)) {  // this thread's own shard
+      segment::add_owned(&shard[i], uint64_t{1});
+      if (n != 0) segment::add_owned(&shard[n], uint64_t{1});
+      segment::add_owned(sum, v);
+    } else {  // the shared one
+      segment::add_relaxed(&shard[i], uint64_t{1});
+      if (n != 0) segment::add_relaxed(&shard[n], uint64_t{1});
+      segment::add_relaxed(sum, v);
+    }
   }
   bool registered() const noexcept { return buckets_ != nullptr; }
 

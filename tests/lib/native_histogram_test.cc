@@ -1,0 +1,153 @@
+// Native buckets: the schema's arithmetic checked against logarithms, and
+// the counts through writers (threads, a forked child), the reader, its
+// folded totals and a new reader of those totals.
+#include "gym/native_histogram.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "gym/registry_reader.h"
+#include "gym/segment_writer.h"
+#include "test_support.h"
+
+namespace gym {
+namespace {
+
+using testing::find_series;
+using testing::TempDir;
+
+// The key of x by the definition: the smallest k with x <= 2^(k/8).
+int32_t key_by_log(double x) {
+  return static_cast<int32_t>(std::ceil(std::log2(x) * native::kPerOctave));
+}
+
+TEST(NativeHistogram, AValueFallsInTheBucketWhoseBoundsHoldIt) {
+  std::mt19937_64 rng(1);
+  std::uniform_real_distribution<double> exponent(-12, 15);
+  int checked = 0;
+  for (int i = 0; i < 200000; ++i) {
+    const double x = std::exp2(exponent(rng));
+    const double scaled = std::log2(x) * native::kPerOctave;
+    if (std::abs(scaled - std::round(scaled)) < 1e-9) continue;  // too near a bound to say
+    const uint32_t w = native::word_of(x);
+    if (x <= native::kZeroThreshold) {
+      EXPECT_EQ(w, 0u) << x;
+      continue;
+    }
+    ASSERT_GE(w, 1u) << x;
+    ASSERT_LE(w, native::kBuckets) << x;
+    const int32_t want = std::clamp(key_by_log(x), native::kMinKey, native::kMaxKey);
+    EXPECT_EQ(native::key_of(w), want) << x;
+    ++checked;
+  }
+  EXPECT_GT(checked, 150000);
+}
+
+TEST(NativeHistogram, BoundsBelongToTheBucketTheyClose) {
+  // Powers of two are exact bounds: 2^e closes bucket 8e, the next double
+  // above it opens 8e + 1.
+  for (int e = -9; e <= 13; ++e) {
+    const double x = std::ldexp(1.0, e);
+    EXPECT_EQ(native::key_of(native::word_of(x)), e * native::kPerOctave) << x;
+    if (e < 13) {
+      EXPECT_EQ(native::key_of(native::word_of(std::nextafter(x, 1e300))),
+                e * native::kPerOctave + 1)
+          << x;
+    }
+  }
+  EXPECT_EQ(native::word_of(native::kZeroThreshold), 0u);
+  EXPECT_EQ(native::key_of(native::word_of(std::nextafter(native::kZeroThreshold, 1.0))),
+            native::kMinKey);
+  EXPECT_EQ(native::word_of(0.0), 0u);
+  EXPECT_EQ(native::word_of(-5.0), 0u);
+  EXPECT_EQ(native::word_of(std::numeric_limits<double>::quiet_NaN()), 0u);
+  EXPECT_EQ(native::key_of(native::word_of(1e9)), native::kMaxKey) << "above 2^13 s: the last";
+  EXPECT_EQ(native::key_of(native::word_of(std::numeric_limits<double>::infinity())),
+            native::kMaxKey);
+}
+
+// What the reader must show for values observed in nanoseconds.
+std::vector<uint64_t> expected_counts(const std::vector<int64_t>& ns) {
+  std::vector<uint64_t> want(native::kWords, 0);
+  for (int64_t v : ns) {
+    const double x = double(v) / 1e9;
+    if (x <= native::kZeroThreshold) {
+      ++want[0];
+      continue;
+    }
+    const int32_t key = std::clamp(key_by_log(x), native::kMinKey, native::kMaxKey);
+    ++want[size_t(1 + key - native::kMinKey)];
+  }
+  return want;
+}
+
+TEST(NativeHistogram, ThreadsAForkedChildAndTheFoldedTotalsKeepEveryObservationInItsBucket) {
+  TempDir tmp;
+  const int64_t bounds[] = {1000000, 100000000};  // 1 ms, 100 ms
+  std::vector<int64_t> values;
+  std::mt19937_64 rng(3);
+  std::lognormal_distribution<double> seconds(std::log(0.02), 2.0);
+  for (int i = 0; i < 40000; ++i) {
+    const auto ns = static_cast<int64_t>(seconds(rng) * 1e9);
+    const double scaled = std::log2(double(ns) / 1e9) * native::kPerOctave;
+    if (std::abs(scaled - std::round(scaled)) < 1e-6) continue;  // not at a bound
+    values.push_back(ns);
+  }
+  const size_t half = values.size() / 2;
+  {
+    SegmentWriter writer(tmp.path());
+    Histogram h = writer.histogram("op_seconds", {}, bounds, 1e9, /*native=*/true);
+    Histogram classic = writer.histogram("classic_seconds", {}, bounds, 1e9);
+    ASSERT_TRUE(h.registered());
+    // The first half from eight threads: three in shards of their own
+    // (loads and stores), the rest sharing the last (atomic adds).
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < 8; ++t)
+      threads.emplace_back([&, t] {
+        for (size_t i = t; i < half; i += 8) h.observe(values[i]);
+      });
+    for (auto& t : threads) t.join();
+    classic.observe(5);
+    // The second half from a forked child that then exits: folded.
+    pid_t child = testing::spawn([&] {
+      for (size_t i = half; i < values.size(); ++i) h.observe(values[i]);
+      return 0;
+    });
+    RegistryReader reader(tmp.path());
+    EXPECT_EQ(testing::wait_exit(child), 0);
+    const Snapshot& snap = reader.snapshot();
+    EXPECT_EQ(snap.stats.retired_segments_total, 1u);
+    const SeriesSample* s = find_series(snap, "op_seconds");
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->info->native_words, native::kWords);
+    EXPECT_EQ(s->native, expected_counts(values));
+    EXPECT_EQ(s->count(), values.size());
+    const SeriesSample* c = find_series(snap, "classic_seconds");
+    ASSERT_NE(c, nullptr);
+    EXPECT_TRUE(c->native.empty()) << "a classic histogram has no native buckets";
+    EXPECT_EQ(c->count(), 1u);
+  }
+  // The writer is gone: its counts live in the totals file, which a new
+  // reader loads.
+  {
+    RegistryReader reader(tmp.path());
+    const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->native, expected_counts(values));
+    EXPECT_EQ(s->count(), values.size());
+  }
+  {
+    RegistryReader reader(tmp.path());  // and once more, from what the last one wrote
+    const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->native, expected_counts(values));
+  }
+}
+
+}  // namespace
+}  // namespace gym
