@@ -16,8 +16,8 @@
 #include <atomic>
 #include <chrono>
 #include <concepts>
-#include <cstdint>
 #include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -47,8 +47,8 @@ class Emit {
  public:
   using Full = std::function<void(const prometheus::MetricFamily&, const FamilyExtras*)>;
   template <class F>
-    requires std::invocable<F&, const prometheus::MetricFamily&>
-  Emit(F f)  // NOLINT(google-explicit-constructor): a callable is an Emit
+  requires std::invocable<F&, const prometheus::MetricFamily&> Emit(
+      F f)  // NOLINT(google-explicit-constructor): a callable is an Emit
       : fn_([f = std::move(f)](const prometheus::MetricFamily& m, const FamilyExtras*) mutable {
           f(m);
         }) {}

@@ -588,7 +588,8 @@ int32_t RegistryReader::intern(const Record& rec, std::string* why) {
       (shards == 0 || shards > segment::kMaxShards || (shards & (shards - 1)) != 0))
     return invalid("bad shard count");
   if (!(rec.unit_divisor > 0) || !std::isfinite(rec.unit_divisor)) return invalid("bad divisor");
-  if (rec.native_words != 0 && (kind != SeriesKind::kHistogram || rec.native_words != native::kWords))
+  if (rec.native_words != 0 &&
+      (kind != SeriesKind::kHistogram || rec.native_words != native::kWords))
     return invalid("bad native bucket count");
   for (uint32_t i = 1; i < rec.bound_count; ++i)
     if (rec.bounds[i] <= rec.bounds[i - 1]) return invalid("bounds not increasing");
