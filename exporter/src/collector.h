@@ -38,6 +38,9 @@ struct FamilyExtras {
   // Native histograms (gym/native_histogram.h): the counts of the zero bucket,
   // then one per key, not cumulative; empty for a sample without them.
   std::vector<std::vector<uint64_t>> native;
+  // Counters and histograms: since when the sample counts (Unix seconds), 0
+  // when not known; empty when no sample has one.
+  std::vector<double> created;
 };
 
 // Receives one family at a time, with its extras when it has any; neither

@@ -82,6 +82,7 @@ struct RegistryReader::Segment {
   uint64_t values_offset = 0;
   pid_t pid = 0;
   uint64_t start_ticks = 0;
+  int64_t created_ns = 0;  // the header's created_unix_ns: when its counting began
   uint8_t boot_id[16] = {};
   uint64_t dropped = 0;  // the header's dropped_series, last read
   uint32_t parsed = 0;   // records [0, parsed) examined
@@ -273,6 +274,7 @@ void RegistryReader::load_totals(bool adopt_folded) {
       for (size_t b = 0; b < s.buckets.size(); ++b)
         acc.buckets[b] = sat_add(acc.buckets[b], s.buckets[b]);
     }
+    acc.note_created(s.created_ns);
     last_change_[size_t(id)] = s.last_change_ns;
   }
   if (adopt_folded) {
@@ -313,6 +315,7 @@ void RegistryReader::persist_totals() {
     s.counter = acc.counter;
     s.sum = acc.sum;
     s.buckets = acc.buckets;
+    s.created_ns = acc.created_unknown ? 0 : acc.created_ns;
     t.series.push_back(std::move(s));
   }
   const std::string text = detail::encode_totals(t);
@@ -440,6 +443,7 @@ void RegistryReader::open_segment(const std::string& name, ino_t ino) {
   seg->values_offset = h.values_offset;
   seg->pid = h.owner_pid;
   seg->start_ticks = h.owner_start_ticks;
+  seg->created_ns = h.created_unix_ns > uint64_t(INT64_MAX) ? 0 : int64_t(h.created_unix_ns);
   std::memcpy(seg->boot_id, h.owner_boot_id, sizeof seg->boot_id);
   seg->listed = true;
   rejected_.erase(name);
@@ -802,6 +806,7 @@ void RegistryReader::fold_last(Segment& s) {
     Accumulator& acc = retired_[e.id];
     add_words(acc.buckets, acc.counter, acc.sum, e.kind, s.last.data() + e.last, e.bound_count,
               e.native_words);
+    acc.note_created(s.created_ns);
     acc.present = true;
     last_change_[e.id] = now;
   }
@@ -848,6 +853,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
         if (*last != 0) {
           Accumulator& ret = retired_[e.id];
           ret.counter = sat_add(ret.counter, *last);
+          ret.note_created(s.created_ns);
           ret.present = true;
           *last = 0;
           totals_dirty_ = true;
@@ -924,6 +930,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
     if (went_down) {
       Accumulator& ret = retired_[e.id];
       add_words(ret.buckets, ret.counter, ret.sum, e.kind, last, e.bound_count, e.native_words);
+      ret.note_created(s.created_ns);
       ret.present = true;
       ++snapshot_.stats.counter_resets_total;
       totals_dirty_ = true;
@@ -931,6 +938,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
     }
     std::copy(folded, folded + words, last);
     add_words(acc.buckets, acc.counter, acc.sum, e.kind, folded, e.bound_count, e.native_words);
+    acc.note_created(s.created_ns);
     acc.present = true;
     if (!into_retired) last_change_[e.id] = now;
   }
@@ -1037,6 +1045,8 @@ const Snapshot& RegistryReader::snapshot() {
     acc.gauge = 0;
     acc.oldest = 0;
     acc.sum = 0;
+    acc.created_ns = 0;
+    acc.created_unknown = false;
     std::fill(acc.buckets.begin(), acc.buckets.end(), 0);
   }
   uint64_t live = 0;
@@ -1094,6 +1104,13 @@ void RegistryReader::build_output() {
     out.gauge = live.gauge;
     out.oldest_start = live.oldest;
     out.sum = segment::wrapping_add(live.sum, ret.sum);
+    out.created_unix_ns = 0;
+    if (info.kind != SeriesKind::kGauge && !(live.present && live.created_unknown) &&
+        !(ret.present && ret.created_unknown)) {
+      const int64_t a = live.present ? live.created_ns : 0;
+      const int64_t b = ret.present ? ret.created_ns : 0;
+      out.created_unix_ns = a == 0 ? b : b == 0 ? a : std::min(a, b);
+    }
     if (info.kind == SeriesKind::kHistogram) {
       const size_t buckets = info.bounds.size() + 1;
       out.cumulative_buckets.resize(buckets);

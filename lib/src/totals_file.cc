@@ -90,7 +90,8 @@ std::string encode_totals(const Totals& t) {
     put_num(out, s.sum);
     put_num(out, s.buckets.size());
     for (uint64_t b : s.buckets) put_num(out, b);
-    put_num(out, unsigned{s.native_words});  // a field older readers do not have
+    put_num(out, unsigned{s.native_words});  // fields older readers do not have
+    put_num(out, s.created_ns);
     out.push_back('\n');
   }
   out += "end\n";
@@ -149,7 +150,7 @@ bool decode_totals(std::string_view text, Totals& out, std::string* why) {
           !get_num(f[i++], s.sum) || !get_num(f[i++], nbuckets))
         return bad("bad value");
       if (nbuckets > segment::kMaxBounds + 1 + native::kWords || f.size() < i + nbuckets ||
-          f.size() > i + nbuckets + 1)
+          f.size() > i + nbuckets + 2)
         return bad("bad bucket count");
       s.buckets.resize(nbuckets);
       for (size_t b = 0; b < nbuckets; ++b)
@@ -161,6 +162,8 @@ bool decode_totals(std::string_view text, Totals& out, std::string* why) {
           return bad("bad native bucket count");
         s.native_words = static_cast<uint16_t>(words);
       }
+      if (i < f.size() && (!get_num(f[i++], s.created_ns) || s.created_ns < 0))
+        return bad("bad created time");
       out.series.push_back(std::move(s));
     } else {
       return bad("unknown line");

@@ -26,6 +26,7 @@ struct TotalsSeries {
   // Histograms: bounds + 1, then native_words native buckets; not cumulative.
   std::vector<uint64_t> buckets;
   uint16_t native_words = 0;  // histograms: native::kWords when native, else 0
+  int64_t created_ns = 0;     // since when it counts (Unix ns); 0: not known
 };
 
 struct Totals {

@@ -162,6 +162,8 @@ def exporter():
     d = tempfile.mkdtemp(prefix="gym-om-", dir="/dev/shm")
     registry = os.path.join(d, "registry")
     port = free_port()
+    global DEMO_STARTED
+    DEMO_STARTED = time.time()
     # Its own session, so that its process group can be paused (frozen()).
     procs = [subprocess.Popen([f"{BUILD}/demo/gym-demo", f"--registry.dir={registry}"],
                               stderr=subprocess.DEVNULL, start_new_session=True)]
@@ -218,7 +220,8 @@ def test_both_formats_carry_the_same_samples(exporter):
     with frozen():
         _, om = get(exporter, PROMETHEUS_2)
         _, text = get(exporter)
-    om_keys = set(check_openmetrics(om))
+    om_samples = check_openmetrics(om)
+    om_keys = {k for k in om_samples if not k[0].endswith("_created")}
     text_keys = set()
     for line in text.splitlines():
         if line.startswith("#"):
@@ -230,6 +233,46 @@ def test_both_formats_carry_the_same_samples(exporter):
     assert om_keys - text_keys <= {k for k in om_keys if "http_requests" in k[0]}
     assert text_keys - om_keys <= {k for k in text_keys if "http_requests" in k[0]}
     assert len(om_keys) > 100
+
+
+REGISTRY_FAMILIES = ("gym_concurrency_", "gym_resources_")
+
+
+def test_counters_and_histograms_say_since_when_they_count(exporter):
+    """Every counter and histogram from the registry has a _created sample in
+    OpenMetrics and a created_timestamp in protobuf, the same: the start of
+    the earliest writer (or folded totals) it adds up, so after the demo
+    started and before now."""
+    with frozen():
+        _, om = get(exporter, PROMETHEUS_2)
+        _, body = get_bytes(exporter, PROTOBUF)
+    now = time.time()
+    samples = check_openmetrics(om)
+    types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", om, re.M))
+    created = {}
+    for (name, labels), value in samples.items():
+        if name.endswith("_created"):
+            created[(name[:-len("_created")], labels)] = value
+    wanted = 0
+    for (name, labels) in samples:
+        base = re.sub(r"_(total|bucket|count|sum|created)$", "", name)
+        if not base.startswith(REGISTRY_FAMILIES) or types.get(base) not in ("counter",
+                                                                          "histogram"):
+            continue
+        key = (base, tuple(kv for kv in labels if kv[0] != "le"))
+        assert key in created, key
+        assert DEMO_STARTED - 1 <= created[key] <= now, (key, created[key], DEMO_STARTED)
+        wanted += 1
+    assert wanted > 20
+    proto = {}
+    for fam in decode_delimited(body):
+        base = fam["name"][:-len("_total")] if fam["name"].endswith("_total") else fam["name"]
+        for m in fam["metrics"]:
+            if m["created"] is not None:
+                proto[(base, tuple(m["labels"]))] = m["created"]
+    assert set(proto) == set(created)
+    for key, value in created.items():
+        assert abs(proto[key] - value) < 1e-6, key
 
 
 def test_the_checker_refuses_what_breaks_the_grammar():
@@ -289,6 +332,12 @@ def fields(buf):
         yield field, value
 
 
+def timestamp(buf):
+    """A google.protobuf.Timestamp as Unix seconds."""
+    t = dict(fields(buf))
+    return t.get(1, 0) + t.get(2, 0) / 1e9
+
+
 def unzigzag(v):
     return (v >> 1) ^ -(v & 1)
 
@@ -328,13 +377,17 @@ def decode_delimited(body):
                 fam["unit"] = v.decode()
             elif f == 4:
                 m = {"labels": [], "value": None, "buckets": [], "count": None, "sum": None,
-                     "schema": None, "zero_threshold": None, "zero_count": None, "native": None}
+                     "schema": None, "zero_threshold": None, "zero_count": None, "native": None,
+                     "created": None}
                 for g, w in fields(v):
                     if g == 1:
                         pair = dict(fields(w))
                         m["labels"].append((pair[1].decode(), pair.get(2, b"").decode()))
                     elif g in (2, 3, 5):  # gauge, counter, untyped: value = 1
-                        m["value"] = dict(fields(w)).get(1, 0.0)
+                        inner = dict(fields(w))
+                        m["value"] = inner.get(1, 0.0)
+                        if g == 3 and 3 in inner:  # Counter.created_timestamp
+                            m["created"] = timestamp(inner[3])
                     elif g == 7:
                         for h, x in fields(w):
                             if h == 1:
@@ -344,6 +397,8 @@ def decode_delimited(body):
                             elif h == 3:
                                 b = dict(fields(x))
                                 m["buckets"].append((b.get(2, 0.0), b.get(1, 0)))
+                            elif h == 15:  # Histogram.created_timestamp
+                                m["created"] = timestamp(x)
                             elif h == 5:
                                 m["schema"] = unzigzag(x)
                             elif h == 6:

@@ -49,11 +49,12 @@ class RegistryCollector : public Collector {
   uint64_t served_epoch_ = UINT64_MAX;     // the snapshot epoch served_ is from
   std::vector<size_t> served_index_;       // index in snapshot.series
   Families model_;
-  std::vector<FamilyExtras> extras_;  // by family of model_: native buckets
+  std::vector<FamilyExtras> extras_;  // by family of model_: native buckets, created times
   struct Slot {
     ClientMetric* metric;
     size_t served;                  // index into served_
     std::vector<uint64_t>* native;  // its native buckets, or null
+    double* created;                // its created time, or null (gauges)
   };
   std::vector<Slot> slots_;
   // Per limit, indexes into served_ (-1: none): free = the available gauge
@@ -70,6 +71,7 @@ class RegistryCollector : public Collector {
   // gym_concurrency_admissions_total: the holds begun, as the holds' ages
   // record counts them (metric, index into served_).
   MetricFamily admissions_;
+  FamilyExtras admissions_extras_;  // their created times
   std::vector<std::pair<ClientMetric*, size_t>> admission_slots_;
   std::vector<size_t> scratch_index_;
   std::vector<const SeriesInfo*> scratch_infos_;
@@ -113,10 +115,13 @@ void RegistryCollector::rebuild() {
       model_.back().metric.reserve(n);
       extras_.emplace_back();
       if (info.native_words != 0) extras_.back().native.resize(n);
+      if (info.kind != segment::SeriesKind::kGauge && info.kind != segment::SeriesKind::kAges)
+        extras_.back().created.resize(n);
     }
-    std::vector<uint64_t>* native = nullptr;
-    if (info.native_words != 0 && !extras_.back().native.empty())
-      native = &extras_.back().native[model_.back().metric.size()];
+    const size_t k = model_.back().metric.size();
+    FamilyExtras& x = extras_.back();
+    std::vector<uint64_t>* native = k < x.native.size() ? &x.native[k] : nullptr;
+    double* created = k < x.created.size() ? &x.created[k] : nullptr;
     ClientMetric& m = add_metric(model_.back(), info.labels);
     if (info.kind == segment::SeriesKind::kHistogram) {
       for (size_t b = 0; b <= info.bounds.size(); ++b) {
@@ -127,7 +132,7 @@ void RegistryCollector::rebuild() {
         m.histogram.bucket.push_back(bucket);
       }
     }
-    slots_.push_back({&m, i, native});
+    slots_.push_back({&m, i, native, created});
   }
   // active = limit - free, for every label set that has a limit.
   struct Indexes {
@@ -151,14 +156,16 @@ void RegistryCollector::rebuild() {
   Families two;
   admissions_ = std::move(add_family(two, family::kConcurrencyAdmissions));
   admissions_.metric.reserve(limits.size());
+  admissions_extras_ = FamilyExtras{};
   for (const auto& [labels, idx] : limits)
     if (idx.holds != 0)
       admission_slots_.emplace_back(&add_metric(admissions_, labels), size_t(idx.holds - 1));
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {
-  for (auto& [metric, i, native] : slots_) {
+  for (auto& [metric, i, native, created] : slots_) {
     const SeriesSample& s = snap.series[served_index_[i]];
+    if (created != nullptr) *created = double(s.created_unix_ns) / 1e9;
     switch (s.info->kind) {
       case segment::SeriesKind::kCounter:
         metric->counter.value = static_cast<double>(s.counter);
@@ -190,8 +197,12 @@ void RegistryCollector::update_values(const Snapshot& snap) {
     }
     a.metric->gauge.value = static_cast<double>(segment::wrapping_sub(limit, available));
   }
-  for (auto& [metric, i] : admission_slots_)
-    metric->counter.value = static_cast<double>(snap.series[served_index_[i]].counter);
+  admissions_extras_.created.resize(admission_slots_.size());
+  for (size_t k = 0; k < admission_slots_.size(); ++k) {
+    const SeriesSample& s = snap.series[served_index_[admission_slots_[k].second]];
+    admission_slots_[k].first->counter.value = static_cast<double>(s.counter);
+    admissions_extras_.created[k] = double(s.created_unix_ns) / 1e9;
+  }
 }
 
 void RegistryCollector::collect(const Emit& emit) {
@@ -250,9 +261,10 @@ void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
   }
   update_values(snap);
   for (size_t k = 0; k < model_.size(); ++k)
-    emit(model_[k], extras_[k].native.empty() ? nullptr : &extras_[k]);
+    emit(model_[k],
+         extras_[k].native.empty() && extras_[k].created.empty() ? nullptr : &extras_[k]);
   if (!active_.metric.empty()) emit(active_);
-  if (!admissions_.metric.empty()) emit(admissions_);
+  if (!admissions_.metric.empty()) emit(admissions_, &admissions_extras_);
   emit_stats(snap, emit);
 }
 

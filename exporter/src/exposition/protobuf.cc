@@ -1,5 +1,7 @@
 #include "exposition/protobuf.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -117,9 +119,19 @@ void write_native(const std::vector<uint64_t>& counts, std::string& out, std::st
   }
 }
 
+// A google.protobuf.Timestamp field from Unix seconds.
+void timestamp_field(std::string& out, uint32_t field, double unix_seconds, std::string& scratch) {
+  const double whole = std::floor(unix_seconds);
+  message_field(out, field, scratch, [&](std::string& b) {
+    uint_field(b, 1, uint64_t(int64_t(whole)));
+    const auto nanos = int64_t((unix_seconds - whole) * 1e9);
+    if (nanos > 0) uint_field(b, 2, uint64_t(std::min<int64_t>(nanos, 999999999)));
+  });
+}
+
 // One Metric message.
 void write_metric(const MetricFamily& f, const ClientMetric& m,
-                  const std::vector<uint64_t>* native_counts, std::string& out) {
+                  const std::vector<uint64_t>* native_counts, double created, std::string& out) {
   std::string inner, deeper;
   for (const auto& l : m.label)
     message_field(out, 1, inner, [&](std::string& b) {  // LabelPair
@@ -131,7 +143,10 @@ void write_metric(const MetricFamily& f, const ClientMetric& m,
       message_field(out, 2, inner, [&](std::string& b) { double_field(b, 1, m.gauge.value); });
       break;
     case MetricType::Counter:
-      message_field(out, 3, inner, [&](std::string& b) { double_field(b, 1, m.counter.value); });
+      message_field(out, 3, inner, [&](std::string& b) {
+        double_field(b, 1, m.counter.value);
+        if (created > 0) timestamp_field(b, 3, created, deeper);  // created_timestamp
+      });
       break;
     case MetricType::Summary:
       message_field(out, 4, inner, [&](std::string& b) {
@@ -153,6 +168,7 @@ void write_metric(const MetricFamily& f, const ClientMetric& m,
             uint_field(c, 1, bucket.cumulative_count);
             double_field(c, 2, bucket.upper_bound);
           });
+        if (created > 0) timestamp_field(b, 15, created, deeper);  // created_timestamp
         if (native_counts != nullptr && native_counts->size() == native::kWords)
           write_native(*native_counts, b, deeper);
       });
@@ -173,8 +189,10 @@ void write_family_protobuf(const MetricFamily& f, const FamilyExtras* extras, st
   uint_field(family, 3, type_number(f.type));
   for (size_t i = 0; i < f.metric.size(); ++i) {
     const bool native = extras != nullptr && i < extras->native.size();
+    const double created =
+        extras != nullptr && i < extras->created.size() ? extras->created[i] : 0.0;
     metric.clear();
-    write_metric(f, f.metric[i], native ? &extras->native[i] : nullptr, metric);
+    write_metric(f, f.metric[i], native ? &extras->native[i] : nullptr, created, metric);
     bytes_field(family, 4, metric);
   }
   if (const FamilySpec* spec = find_family(f.name); spec != nullptr && !spec->unit.empty())

@@ -128,7 +128,7 @@ std::string le_text(double bound) {
 // family name has no _total (its samples do), # UNIT when the name ends in
 // the contract's unit, quotes escaped in HELP, "unknown" for untyped,
 // histogram buckets before _count and _sum, timestamps in seconds.
-void write_any(const MetricFamily& f, std::string& out, bool om) {
+void write_any(const MetricFamily& f, const FamilyExtras* extras, std::string& out, bool om) {
   // Bucket bounds as text, remade only when the bounds change.
   std::vector<double> le_bounds;
   std::vector<std::string> le;
@@ -160,12 +160,20 @@ void write_any(const MetricFamily& f, std::string& out, bool om) {
     }
   }
   std::string labels;
-  for (const ClientMetric& m : f.metric) {
+  // OpenMetrics: a counter's or histogram's _created sample, where known.
+  auto created = [&](const ClientMetric& m, size_t i) {
+    if (!om || extras == nullptr || i >= extras->created.size() || !(extras->created[i] > 0))
+      return;
+    append_sample(out, base, "_created", m, labels, nullptr, {}, extras->created[i], false, 0, om);
+  };
+  for (size_t i = 0; i < f.metric.size(); ++i) {
+    const ClientMetric& m = f.metric[i];
     labels.clear();
     append_labels(labels, m);
     switch (f.type) {
       case MetricType::Counter:
         append_sample(out, base, total, m, labels, nullptr, {}, m.counter.value, false, 0, om);
+        created(m, i);
         break;
       case MetricType::Gauge:
         append_sample(out, base, "", m, labels, nullptr, {}, m.gauge.value, false, 0, om);
@@ -213,6 +221,7 @@ void write_any(const MetricFamily& f, std::string& out, bool om) {
         if (om) {
           append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true, h.sample_count, om);
           append_sample(out, base, "_sum", m, labels, nullptr, {}, h.sample_sum, false, 0, om);
+          created(m, i);
         }
         break;
       }
@@ -229,11 +238,11 @@ void write_text(const std::vector<MetricFamily>& families, std::string& out) {
 }
 
 void write_family(const MetricFamily& f, std::string& out) {
-  write_any(f, out, false);
+  write_any(f, nullptr, out, false);
 }
 
-void write_family_openmetrics(const MetricFamily& f, std::string& out) {
-  write_any(f, out, true);
+void write_family_openmetrics(const MetricFamily& f, const FamilyExtras* extras, std::string& out) {
+  write_any(f, extras, out, true);
 }
 
 }  // namespace gym::exporter

@@ -32,8 +32,10 @@ class TextEncoder : public Encoder {
   }
 };
 
-// Appends one family in OpenMetrics 1.0.0 text.
-void write_family_openmetrics(const prometheus::MetricFamily& family, std::string& out);
+// Appends one family in OpenMetrics 1.0.0 text, with _created samples where
+// `extras` (may be null) knows them.
+void write_family_openmetrics(const prometheus::MetricFamily& family, const FamilyExtras* extras,
+                              std::string& out);
 
 class OpenMetricsEncoder : public Encoder {
  public:
@@ -41,9 +43,9 @@ class OpenMetricsEncoder : public Encoder {
     return "application/openmetrics-text; version=1.0.0; charset=utf-8";
   }
   std::string_view name() const override { return "openmetrics"; }
-  void family(const prometheus::MetricFamily& f, const FamilyExtras*,
+  void family(const prometheus::MetricFamily& f, const FamilyExtras* extras,
               std::string& out) const override {
-    write_family_openmetrics(f, out);
+    write_family_openmetrics(f, extras, out);
   }
   void finish(std::string& out) const override { out += "# EOF\n"; }
 };

@@ -70,6 +70,10 @@ struct SeriesSample {
   // Native histograms: native::kWords counts (the zero bucket, then one per
   // key; not cumulative); empty for the others.
   std::vector<uint64_t> native;
+  // Counters, histograms and ages' beginnings: since when the value counts
+  // (Unix ns): the earliest start of the writers and folded totals it adds
+  // up; 0 when one of them has no known start (totals of an older exporter).
+  int64_t created_unix_ns = 0;
   uint64_t count() const { return cumulative_buckets.empty() ? 0 : cumulative_buckets.back(); }
 };
 
@@ -191,6 +195,14 @@ class RegistryReader {
     int64_t oldest = 0;  // ages
     int64_t sum = 0;
     std::vector<uint64_t> buckets;  // not cumulative: the classic ones, then the native ones
+    int64_t created_ns = 0;         // the earliest start of what it adds up
+    bool created_unknown = false;   // something it adds up has no known start
+    void note_created(int64_t ns) {
+      if (ns <= 0)
+        created_unknown = true;
+      else if (created_ns == 0 || ns < created_ns)
+        created_ns = ns;
+    }
   };
 
   bool open_dir();
