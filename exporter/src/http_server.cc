@@ -426,7 +426,9 @@ int HttpServer::serve(mg_connection* conn, const mg_request_info* req, const std
     return 405;
   }
   if (uri == self->options_.telemetry_path) {
-    const Encoder& encoder = encoder_for(negotiate(mg_get_header(conn, "Accept")));
+    const char* accept = mg_get_header(conn, "Accept");
+    const Format format = negotiate(accept);
+    const Encoder& encoder = encoder_for(format, utf8_names(accept, format));
     const std::string content_type(encoder.content_type());
     std::string body = self->exposition_->render(encoder, requested_names(req->query_string));
     const bool gzip = accepts_gzip(mg_get_header(conn, "Accept-Encoding"));

@@ -41,6 +41,41 @@ ESCAPED = r'(?:[^"\\\n]|\\\\|\\n|\\")*'
 SAMPLE = re.compile(rf'^({NAME})(\{{(?:{LABEL}="{ESCAPED}"(?:,{LABEL}="{ESCAPED}")*)?\}})?'
                     rf" ({NUMBER})(?: ({NUMBER}))?$")
 LABEL_PAIR = re.compile(rf'({LABEL})="({ESCAPED})"')
+# With UTF-8 names (escaping=allow-utf-8): a name that is not a legacy one is
+# quoted, a metric's first inside the braces: {"a.b",c="d","e.f"="g"} 1.
+QUOTED = rf'"{ESCAPED}"'
+ANY_LABEL = rf"(?:{LABEL}|{QUOTED})"
+UTF8_LABEL_PAIR = re.compile(rf'({LABEL}|{QUOTED})="({ESCAPED})"')
+
+
+def unquote(name):
+    if name.startswith('"'):
+        return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), name[1:-1])
+    return name
+
+
+def parse_sample(line):
+    """(name, [(label, value)], value, timestamp) of a sample line, names
+    unquoted; None when it is not one. Legacy names, or quoted UTF-8 ones."""
+    m = SAMPLE.match(line)
+    if m:
+        name, labels, value, ts = m.groups()
+        return name, LABEL_PAIR.findall(labels or ""), value, ts
+    m = re.match(rf'^\{{({QUOTED})((?:,{ANY_LABEL}="{ESCAPED}")*)\}} ({NUMBER})(?: ({NUMBER}))?$',
+                 line)
+    if m is None:
+        m2 = re.match(rf'^({NAME})\{{({ANY_LABEL}="{ESCAPED}"(?:,{ANY_LABEL}="{ESCAPED}")*)\}}'
+                      rf" ({NUMBER})(?: ({NUMBER}))?$", line)
+        if m2 is None:
+            return None
+        name, labels, value, ts = m2.groups()
+    else:
+        name, labels, value, ts = m.groups()
+        name = unquote(name)
+    pairs = [(unquote(k), v) for k, v in UTF8_LABEL_PAIR.findall(labels or "")]
+    return name, pairs, value, ts
+
+
 SUFFIXES = {"counter": ("_total", "_created"), "gauge": ("",), "unknown": ("",),
             "histogram": ("_bucket", "_count", "_sum", "_created"),
             "summary": ("", "_count", "_sum", "_created"), "info": ("_info",),
@@ -61,9 +96,10 @@ def check_openmetrics(text):
         where = f"line {n}: {line!r}"
         assert line, f"{where}: empty line"
         if line.startswith("#"):
-            m = re.match(rf"^# (HELP|TYPE|UNIT) ({NAME}) ?(.*)$", line)
+            m = re.match(rf"^# (HELP|TYPE|UNIT) ({NAME}|{QUOTED}) ?(.*)$", line)
             assert m, f"{where}: not HELP, TYPE or UNIT"
             kind, name, rest = m.groups()
+            name = unquote(name)
             if name != current:
                 assert name not in done, f"{where}: family {name} interleaved"
                 if current:
@@ -85,15 +121,14 @@ def check_openmetrics(text):
             else:
                 assert re.fullmatch(ESCAPED, rest), f"{where}: bad HELP escape"
             continue
-        m = SAMPLE.match(line)
-        assert m, f"{where}: not a sample"
-        name, labels, value, timestamp = m.groups()
+        parsed = parse_sample(line)
+        assert parsed, f"{where}: not a sample"
+        name, pairs, value, timestamp = parsed
         assert current and name.startswith(current), f"{where}: outside its family"
         fam = families[current]
         suffix = name[len(current):]
         assert suffix in SUFFIXES[fam["type"]], f"{where}: {suffix!r} in a {fam['type']}"
         fam["samples"] = True
-        pairs = LABEL_PAIR.findall(labels or "")
         names = [k for k, _ in pairs]
         assert len(names) == len(set(names)), f"{where}: a label twice"
         key = (name, tuple(pairs))
@@ -199,13 +234,17 @@ def exporter():
 @pytest.mark.parametrize("accept", [PROMETHEUS_2, PROMETHEUS_3])
 def test_prometheus_gets_openmetrics_that_a_strict_parser_accepts(exporter, accept):
     headers, text = get(exporter, accept, "gzip")
-    assert headers["Content-Type"] == OM_TYPE
     assert headers["Vary"] == "Accept, Accept-Encoding"
     samples = check_openmetrics(text)
+    assert "# TYPE gym_exporter_http_requests counter\n" in text
+    if accept == PROMETHEUS_3:  # UTF-8 names: the OpenTelemetry ones (below)
+        assert headers["Content-Type"] == OM_TYPE + "; escaping=allow-utf-8"
+        assert any(k[0] == "gym.concurrency.admissions_total" for k in samples)
+        return
+    assert headers["Content-Type"] == OM_TYPE
     assert any(k[0] == "gym_concurrency_admissions_total" for k in samples)
     assert "# TYPE gym_resources_operation_duration_seconds histogram\n" in text
     assert "# UNIT gym_resources_operation_duration_seconds seconds\n" in text
-    assert "# TYPE gym_exporter_http_requests counter\n" in text
 
 
 @pytest.mark.parametrize("accept", [None, "*/*", "text/plain", "application/json"])
@@ -236,6 +275,81 @@ def test_both_formats_carry_the_same_samples(exporter):
 
 
 REGISTRY_FAMILIES = ("gym_concurrency_", "gym_resources_")
+
+# The seeds' OpenTelemetry names (concurrency.txt, resources_operations.txt),
+# and those the later families take in their image.
+OTEL_FAMILIES = {
+    "gym.concurrency.limit": "gym_concurrency_limit",
+    "gym.concurrency.active": "gym_concurrency_active",
+    "gym.concurrency.available": "gym_concurrency_available",
+    "gym.concurrency.queue_depth": "gym_concurrency_queue_depth",
+    "gym.concurrency.admission_timeouts": "gym_concurrency_admission_timeouts",
+    "gym.concurrency.admission_cancelled": "gym_concurrency_admission_cancelled",
+    "gym.concurrency.admissions": "gym_concurrency_admissions",
+    "gym.concurrency.wait_duration": "gym_concurrency_wait_duration_seconds",
+    "gym.concurrency.oldest_wait": "gym_concurrency_oldest_wait_seconds",
+    "gym.concurrency.oldest_hold": "gym_concurrency_oldest_hold_seconds",
+    "gym.resources.operation.queue_duration": "gym_resources_operation_queue_duration_seconds",
+    "gym.resources.operation.duration": "gym_resources_operation_duration_seconds",
+    "gym.resources.operation.queued": "gym_resources_operation_queued",
+    "gym.resources.operation.active": "gym_resources_operation_active",
+    "gym.resources.operation.oldest_queued": "gym_resources_operation_oldest_queued_seconds",
+    "gym.resources.operation.oldest_active": "gym_resources_operation_oldest_active_seconds",
+}
+OTEL_LABELS = {
+    "nemo.gym.concurrency.component": "nemo_gym_concurrency_component",
+    "nemo.gym.concurrency.limit_name": "nemo_gym_concurrency_limit_name",
+    "nemo.gym.server.name": "nemo_gym_server_name",
+    "nemo.gym.server.type": "nemo_gym_server_type",
+    "nemo.gym.resources.operation": "nemo_gym_resources_operation",
+    "nemo.gym.resources.executor": "nemo_gym_resources_executor",
+    "nemo.gym.resources.operation.outcome": "nemo_gym_resources_operation_outcome",
+    "nemo.gym.concurrency.wait_outcome": "nemo_gym_concurrency_wait_outcome",
+}
+
+
+def to_prometheus(key):
+    """A sample key with OpenTelemetry names, in today's underscore names."""
+    name, labels = key
+    for otel, prom in OTEL_FAMILIES.items():
+        if name.startswith(otel) and name[len(otel):] in ("", "_total", "_bucket", "_count",
+                                                           "_sum", "_created"):
+            name = prom + name[len(otel):]
+            break
+    return name, tuple((OTEL_LABELS.get(k, k), v) for k, v in labels)
+
+
+def test_prometheus_3_gets_the_opentelemetry_names_and_the_same_samples(exporter):
+    """Prometheus 3 accepts UTF-8 names (escaping=allow-utf-8): it gets the
+    seeds' dotted names, quoted, in OpenMetrics that the checker accepts, and
+    they are the samples Prometheus 2 gets under today's names. Protobuf
+    with escaping=allow-utf-8 carries the same names."""
+    with frozen():
+        h3, om3 = get(exporter, PROMETHEUS_3)
+        h2, om2 = get(exporter, PROMETHEUS_2)
+        hp, body = get_bytes(exporter, "application/vnd.google.protobuf;proto=io.prometheus."
+                             "client.MetricFamily;encoding=delimited;escaping=allow-utf-8")
+    assert h3["Content-Type"] == OM_TYPE + "; escaping=allow-utf-8"
+    assert h2["Content-Type"] == OM_TYPE
+    assert hp["Content-Type"].endswith("encoding=delimited; escaping=allow-utf-8")
+    utf8, legacy = check_openmetrics(om3), check_openmetrics(om2)
+    assert '# TYPE "gym.concurrency.limit" gauge' in om3
+    assert '# TYPE "gym.concurrency.admission_cancelled" counter' in om3
+    assert '# TYPE "gym.resources.operation.duration" histogram' in om3
+    assert re.search(r'^\{"gym\.concurrency\.queue_depth","nemo\.gym\.concurrency\.component"=',
+                     om3, re.M)
+    assert "gym_concurrency_limit" not in om3 and "nemo_gym_" not in om3
+    mapped = {to_prometheus(k): v for k, v in utf8.items()}
+    requests = {k for k in set(mapped) | set(legacy) if "http_requests" in k[0]}
+    assert set(mapped) - requests == set(legacy) - requests
+    for k in set(legacy) - requests:
+        # The registry's series, but ages: they grow while the demo is paused.
+        if k[0].startswith(REGISTRY_FAMILIES) and "oldest" not in k[0]:
+            assert mapped[k] == legacy[k], k
+    names = {f["name"] for f in decode_delimited(body)}
+    assert {"gym.concurrency.limit", "gym.concurrency.admission_cancelled_total",
+            "gym.resources.operation.duration"} <= names
+    assert not any(n.startswith(REGISTRY_FAMILIES) for n in names)
 
 
 def test_counters_and_histograms_say_since_when_they_count(exporter):

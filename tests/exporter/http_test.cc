@@ -1,7 +1,12 @@
 // The HTTP server's pure parts: content type and coding negotiation.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string_view>
+
+#include "exposition/exposition.h"
 #include "exposition/negotiate.h"
+#include "gym/families.h"
 #include "http_server.h"
 
 namespace gym::exporter {
@@ -71,6 +76,74 @@ TEST(Accept, PrometheusGetsOpenMetricsAndEveryoneElseText) {
   EXPECT_EQ(negotiate("application/openmetrics-text;q=x"), Format::kText);
   EXPECT_EQ(negotiate("application/json"), Format::kText);
   EXPECT_EQ(negotiate(",,;;,=;q"), Format::kText);
+}
+
+TEST(Accept, OpenTelemetryNamesOnlyWhereTheChosenFormatAllowsUtf8) {
+  const char* prometheus3 =
+      "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
+      "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;"
+      "escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1";
+  EXPECT_TRUE(utf8_names(prometheus3, negotiate(prometheus3)));
+  const char* prometheus2 =
+      "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
+      "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+  EXPECT_FALSE(utf8_names(prometheus2, negotiate(prometheus2)));
+  // Prometheus 3 with native histograms (protobuf first, UTF-8 allowed).
+  const char* proto3 =
+      "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+      "encoding=delimited;escaping=allow-utf-8,application/openmetrics-text;version=1.0.0;"
+      "escaping=allow-utf-8;q=0.8,text/plain;version=0.0.4;q=0.2";
+  EXPECT_EQ(negotiate(proto3), Format::kProtobuf);
+  EXPECT_TRUE(utf8_names(proto3, Format::kProtobuf));
+  // Text: only version 1.0.0 takes UTF-8 names, and only when asked for by
+  // its best range.
+  EXPECT_TRUE(utf8_names("text/plain;version=1.0.0;escaping=allow-utf-8", Format::kText));
+  EXPECT_FALSE(utf8_names("text/plain;version=0.0.4;escaping=allow-utf-8", Format::kText));
+  EXPECT_FALSE(utf8_names("text/plain;version=1.0.0;escaping=underscores", Format::kText));
+  EXPECT_FALSE(
+      utf8_names("text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,"
+                 "text/plain;version=0.0.4;q=0.5",
+                 Format::kText))
+      << "the legacy names are preferred";
+  EXPECT_FALSE(utf8_names("*/*", Format::kText));
+  EXPECT_FALSE(utf8_names(nullptr, Format::kText));
+  EXPECT_FALSE(utf8_names("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0",
+                          Format::kOpenMetrics));
+  // The Content-Type says so.
+  EXPECT_EQ(encoder_for(Format::kOpenMetrics, true).content_type(),
+            "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=allow-utf-8");
+  EXPECT_EQ(encoder_for(Format::kText, true).content_type(),
+            "text/plain; version=1.0.0; charset=utf-8; escaping=allow-utf-8");
+  EXPECT_EQ(encoder_for(Format::kText, false).content_type(),
+            "text/plain; version=0.0.4; charset=utf-8");
+}
+
+TEST(OtelNames, EveryRegistryFamilyAndLabelHasOneBothWaysAndNoTwoShareIt) {
+  std::set<std::string_view> otel_families, otel_labels;
+  for (const FamilySpec& f : kFamilies) {
+    const std::string_view otel = otel_family_name(f.name);
+    if (f.source == Source::kRegistry) {
+      EXPECT_NE(otel, f.name) << f.name;
+      EXPECT_TRUE(otel.starts_with("gym.")) << otel;
+      EXPECT_EQ(otel.ends_with("_total"), f.name.ends_with("_total")) << otel;
+      EXPECT_FALSE(otel.ends_with("seconds")) << "OpenTelemetry names carry no unit: " << otel;
+      for (std::string_view l : f.labels) {
+        if (l.empty()) continue;
+        EXPECT_NE(otel_label_name(l), l) << l;
+        EXPECT_EQ(prometheus_label_name(otel_label_name(l)), l);
+        otel_labels.insert(otel_label_name(l));
+      }
+    }
+    EXPECT_EQ(prometheus_family_name(otel), f.name) << "back again";
+    EXPECT_TRUE(otel_families.insert(otel).second) << "two families named " << otel;
+  }
+  EXPECT_EQ(std::size(kOtelFamilyNames), 16u);
+  EXPECT_EQ(otel_family_name(family::kConcurrencyLimit), "gym.concurrency.limit");
+  EXPECT_EQ(otel_family_name(family::kOperationDuration), "gym.resources.operation.duration");
+  EXPECT_EQ(otel_label_name(label::kLimitName), "nemo.gym.concurrency.limit_name");
+  EXPECT_EQ(otel_label_name(label::kOutcome), "nemo.gym.resources.operation.outcome");
+  EXPECT_EQ(otel_family_name("gym_server_memory_bytes"), "gym_server_memory_bytes")
+      << "not in the seeds: its name";
 }
 
 TEST(Accept, HeaderListsKeepParametersAndQualities) {

@@ -4,6 +4,7 @@
 
 #include "exposition/families.h"
 #include "exposition/text.h"
+#include "gym/families.h"
 
 namespace gym::exporter {
 
@@ -40,6 +41,13 @@ std::string Exposition::render() {
 }
 
 namespace {
+// The family with its OpenTelemetry name and its labels'.
+void to_otel_names(prometheus::MetricFamily& f) {
+  f.name = std::string(otel_family_name(f.name));
+  for (auto& m : f.metric)
+    for (auto& l : m.label) l.name = std::string(otel_label_name(l.name));
+}
+
 // Whether `f` is asked for: by its name, or a histogram by a sample's name.
 bool asked_for(const prometheus::MetricFamily& f, const std::set<std::string>& names) {
   if (names.empty() || names.contains(f.name)) return true;
@@ -55,6 +63,7 @@ std::string Exposition::render(const Encoder& encoder, const std::set<std::strin
   const auto start = std::chrono::steady_clock::now();
   std::string out;
   out.reserve(last_size_ + last_size_ / 8);
+  prometheus::MetricFamily renamed;
   const Emit emit = Emit::full([&](const prometheus::MetricFamily& f, const FamilyExtras* extras) {
     // A family with no row is a programming error, and a family with rows
     // is the common case: check the row first, the samples' labels always.
@@ -63,7 +72,11 @@ std::string Exposition::render(const Encoder& encoder, const std::set<std::strin
       if (reported_.insert(f.name).second && log_) log_(why + ": not served");
       return;
     }
-    if (asked_for(f, names)) encoder.family(f, extras, out);
+    if (!asked_for(f, names)) return;
+    if (!encoder.utf8_names()) return encoder.family(f, extras, out);
+    renamed = f;
+    to_otel_names(renamed);
+    encoder.family(renamed, extras, out);
   });
   for (auto& c : collectors_) c->collect(emit);
   Families own;

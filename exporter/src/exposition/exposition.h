@@ -32,6 +32,9 @@ class Encoder {
   virtual void family(const prometheus::MetricFamily& f, const FamilyExtras* extras,
                       std::string& out) const = 0;
   virtual void finish(std::string& /*out*/) const {}
+  // Whether it serves the OpenTelemetry names (gym/families.h): the
+  // exposition renames families and labels for it.
+  virtual bool utf8_names() const { return false; }
 };
 
 class Exposition {

@@ -118,17 +118,49 @@ Format negotiate(const char* accept) {
   return open_metrics > 0 && open_metrics > text ? Format::kOpenMetrics : Format::kText;
 }
 
-const Encoder& encoder_for(Format format) {
+bool utf8_names(const char* accept, Format format) {
+  if (accept == nullptr) return false;
+  double utf8 = 0;
+  double other = 0;
+  for (const HeaderItem& r : parse_header_list(accept)) {
+    const std::string_view version = r.param("version");
+    bool offers = false;  // the range names the format (a wildcard never asks for UTF-8)
+    switch (format) {
+      case Format::kText:
+        offers = r.value == "text/plain";
+        break;
+      case Format::kOpenMetrics:
+        offers =
+            r.value == "application/openmetrics-text" && (version.empty() || version == "1.0.0");
+        break;
+      case Format::kProtobuf:
+        offers = r.value == "application/vnd.google.protobuf" &&
+                 r.param("proto") == "io.prometheus.client.MetricFamily" &&
+                 r.param("encoding") == "delimited";
+        break;
+    }
+    if (!offers) continue;
+    const bool asks =
+        r.param("escaping") == "allow-utf-8" && (format != Format::kText || version == "1.0.0");
+    (asks ? utf8 : other) = std::max(asks ? utf8 : other, r.q);
+  }
+  return utf8 > 0 && utf8 >= other;
+}
+
+const Encoder& encoder_for(Format format, bool utf8) {
   static const TextEncoder text;
+  static const TextEncoder text_utf8(true);
   static const OpenMetricsEncoder open_metrics;
+  static const OpenMetricsEncoder open_metrics_utf8(true);
   static const ProtobufEncoder protobuf;
+  static const ProtobufEncoder protobuf_utf8(true);
   switch (format) {
     case Format::kOpenMetrics:
-      return open_metrics;
+      return utf8 ? open_metrics_utf8 : open_metrics;
     case Format::kProtobuf:
-      return protobuf;
+      return utf8 ? protobuf_utf8 : protobuf;
     default:
-      return text;
+      return utf8 ? text_utf8 : text;
   }
 }
 

@@ -27,14 +27,21 @@ enum class Format { kText, kOpenMetrics, kProtobuf };
 
 // The format that answers `accept` (null: no header): the one the client
 // prefers by q-value among text 0.0.4 (also for text/plain version 1.0.0,
-// the same format with underscore names), OpenMetrics 1.0.0 and delimited
+// the same format; see utf8_names()), OpenMetrics 1.0.0 and delimited
 // protobuf (named with its proto and encoding: never for a wildcard); text,
 // then OpenMetrics, on a tie (curl's */*), and text when nothing offered is
 // acceptable, as client_golang does.
 Format negotiate(const char* accept);
 
+// Whether the client takes UTF-8 names in `format` (what negotiate() chose):
+// the range it gives that format the highest q says escaping=allow-utf-8
+// (for text, only text/plain version 1.0.0 can), as Prometheus 3 does.
+bool utf8_names(const char* accept, Format format);
+
 class Encoder;
-// The encoder of a format (one of each, shared).
-const Encoder& encoder_for(Format format);
+// The encoder of a format (one of each, shared); with `utf8`, one that
+// serves the OpenTelemetry names (gym/families.h) and says so in its
+// Content-Type (text then is version 1.0.0).
+const Encoder& encoder_for(Format format, bool utf8 = false);
 
 }  // namespace gym::exporter

@@ -23,15 +23,22 @@ void write_family_protobuf(const prometheus::MetricFamily& family, const FamilyE
 
 class ProtobufEncoder : public Encoder {
  public:
+  explicit ProtobufEncoder(bool utf8 = false) : utf8_(utf8) {}
   std::string_view content_type() const override {
-    return "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
-           "encoding=delimited";
+    return utf8_ ? "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
+                   "encoding=delimited; escaping=allow-utf-8"
+                 : "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
+                   "encoding=delimited";
   }
+  bool utf8_names() const override { return utf8_; }
   std::string_view name() const override { return "protobuf"; }
   void family(const prometheus::MetricFamily& f, const FamilyExtras* extras,
               std::string& out) const override {
     write_family_protobuf(f, extras, out);
   }
+
+ private:
+  bool utf8_;
 };
 
 }  // namespace gym::exporter

@@ -57,13 +57,39 @@ void append_escaped(std::string& out, const std::string& s, bool quote) {
   }
 }
 
+// Whether a name needs no quotes: the legacy metric ([a-zA-Z_:][a-zA-Z0-9_:]*)
+// or label ([a-zA-Z_][a-zA-Z0-9_]*) name syntax. Others (the OpenTelemetry
+// names, served under escaping=allow-utf-8) are quoted, as the text 1.0.0
+// and OpenMetrics formats with UTF-8 names have them.
+bool legacy_name(std::string_view s, bool metric) {
+  if (s.empty()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
+                    (metric && c == ':') || (i > 0 && c >= '0' && c <= '9');
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// A name as is, or quoted when it is not a legacy one.
+void append_name(std::string& out, const std::string& name, bool metric) {
+  if (legacy_name(name, metric)) {
+    out += name;
+    return;
+  }
+  out += '"';
+  append_escaped(out, name, true);
+  out += '"';
+}
+
 // `{a="x",b="y"` without the closing brace; empty when there are no labels.
 void append_labels(std::string& out, const ClientMetric& m) {
   bool first = true;
   for (const auto& l : m.label) {
     out += first ? '{' : ',';
     first = false;
-    out += l.name;
+    append_name(out, l.name, false);
     out += "=\"";
     append_escaped(out, l.value, true);
     out += '"';
@@ -75,11 +101,25 @@ void append_labels(std::string& out, const ClientMetric& m) {
 void append_sample(std::string& out, const std::string& name, const char* suffix,
                    const ClientMetric& m, const std::string& labels, const char* extra_name,
                    const std::string& extra_value, double value, bool integer, uint64_t int_value,
-                   bool open_metrics) {
-  out += name;
-  out += suffix;
-  const size_t before = out.size();
-  out += labels;
+                   bool open_metrics, bool quoted_name = false) {
+  size_t before;
+  if (!quoted_name) {
+    out += name;
+    out += suffix;
+    before = out.size();
+    out += labels;
+  } else {
+    // {"name"...}: the name first inside the braces, then the labels.
+    out += "{\"";
+    append_escaped(out, name, true);
+    out += suffix;
+    out += '"';
+    before = out.size() - 1;  // a brace is open
+    if (!labels.empty()) {
+      out += ',';
+      out.append(labels, 1);
+    }
+  }
   if (extra_name != nullptr) {
     out += out.size() == before ? '{' : ',';
     out += extra_name;
@@ -135,16 +175,17 @@ void write_any(const MetricFamily& f, const FamilyExtras* extras, std::string& o
   std::string_view family = f.name;
   if (om && f.type == MetricType::Counter && family.ends_with("_total")) family.remove_suffix(6);
   const std::string base(family);
+  const bool quoted = !legacy_name(base, true);
   const char* const total = om && f.type == MetricType::Counter ? "_total" : "";
   if (!f.help.empty()) {
     out += "# HELP ";
-    out += base;
+    append_name(out, base, true);
     out += ' ';
     append_escaped(out, f.help, om);
     out += '\n';
   }
   out += "# TYPE ";
-  out += base;
+  append_name(out, base, true);
   out += ' ';
   out += type_name(f.type, om);
   out += '\n';
@@ -153,7 +194,7 @@ void write_any(const MetricFamily& f, const FamilyExtras* extras, std::string& o
     if (spec != nullptr && !spec->unit.empty() && family.size() > spec->unit.size() &&
         family.ends_with(spec->unit) && family[family.size() - spec->unit.size() - 1] == '_') {
       out += "# UNIT ";
-      out += base;
+      append_name(out, base, true);
       out += ' ';
       out += spec->unit;
       out += '\n';
@@ -164,7 +205,8 @@ void write_any(const MetricFamily& f, const FamilyExtras* extras, std::string& o
   auto created = [&](const ClientMetric& m, size_t i) {
     if (!om || extras == nullptr || i >= extras->created.size() || !(extras->created[i] > 0))
       return;
-    append_sample(out, base, "_created", m, labels, nullptr, {}, extras->created[i], false, 0, om);
+    append_sample(out, base, "_created", m, labels, nullptr, {}, extras->created[i], false, 0, om,
+                  quoted);
   };
   for (size_t i = 0; i < f.metric.size(); ++i) {
     const ClientMetric& m = f.metric[i];
@@ -172,37 +214,40 @@ void write_any(const MetricFamily& f, const FamilyExtras* extras, std::string& o
     append_labels(labels, m);
     switch (f.type) {
       case MetricType::Counter:
-        append_sample(out, base, total, m, labels, nullptr, {}, m.counter.value, false, 0, om);
+        append_sample(out, base, total, m, labels, nullptr, {}, m.counter.value, false, 0, om,
+                      quoted);
         created(m, i);
         break;
       case MetricType::Gauge:
-        append_sample(out, base, "", m, labels, nullptr, {}, m.gauge.value, false, 0, om);
+        append_sample(out, base, "", m, labels, nullptr, {}, m.gauge.value, false, 0, om, quoted);
         break;
       case MetricType::Untyped:
-        append_sample(out, base, "", m, labels, nullptr, {}, m.untyped.value, false, 0, om);
+        append_sample(out, base, "", m, labels, nullptr, {}, m.untyped.value, false, 0, om, quoted);
         break;
       case MetricType::Summary:
         if (!om) {
           append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true,
-                        m.summary.sample_count, om);
+                        m.summary.sample_count, om, quoted);
           append_sample(out, base, "_sum", m, labels, nullptr, {}, m.summary.sample_sum, false, 0,
-                        om);
+                        om, quoted);
         }
         for (const auto& q : m.summary.quantile)
           append_sample(out, base, "", m, labels, "quantile", le_text(q.quantile), q.value, false,
-                        0, om);
+                        0, om, quoted);
         if (om) {
           append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true,
-                        m.summary.sample_count, om);
+                        m.summary.sample_count, om, quoted);
           append_sample(out, base, "_sum", m, labels, nullptr, {}, m.summary.sample_sum, false, 0,
-                        om);
+                        om, quoted);
         }
         break;
       case MetricType::Histogram: {
         const auto& h = m.histogram;
         if (!om) {
-          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true, h.sample_count, om);
-          append_sample(out, base, "_sum", m, labels, nullptr, {}, h.sample_sum, false, 0, om);
+          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true, h.sample_count, om,
+                        quoted);
+          append_sample(out, base, "_sum", m, labels, nullptr, {}, h.sample_sum, false, 0, om,
+                        quoted);
         }
         bool same = le_bounds.size() == h.bucket.size();
         for (size_t i = 0; same && i < h.bucket.size(); ++i)
@@ -217,10 +262,12 @@ void write_any(const MetricFamily& f, const FamilyExtras* extras, std::string& o
         }
         for (size_t i = 0; i < h.bucket.size(); ++i)
           append_sample(out, base, "_bucket", m, labels, "le", le[i], 0, true,
-                        h.bucket[i].cumulative_count, om);
+                        h.bucket[i].cumulative_count, om, quoted);
         if (om) {
-          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true, h.sample_count, om);
-          append_sample(out, base, "_sum", m, labels, nullptr, {}, h.sample_sum, false, 0, om);
+          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true, h.sample_count, om,
+                        quoted);
+          append_sample(out, base, "_sum", m, labels, nullptr, {}, h.sample_sum, false, 0, om,
+                        quoted);
           created(m, i);
         }
         break;

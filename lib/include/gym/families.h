@@ -501,4 +501,66 @@ constexpr const FamilySpec* find_family(std::string_view name) {
   return nullptr;
 }
 
+// OpenTelemetry names: what a scraper that accepts UTF-8 names
+// (escaping=allow-utf-8) gets instead, the seeds' dotted instrument and
+// attribute names. Not mechanical (dots are not all underscores, and an
+// OpenTelemetry name carries no unit), so written out: a family or label not
+// listed keeps its name. Families: counters keep _total, as the seeds name
+// them; durations lose _seconds (their unit is metadata).
+struct OtelName {
+  std::string_view prometheus;
+  std::string_view otel;
+};
+inline constexpr OtelName kOtelFamilyNames[] = {
+    {family::kConcurrencyLimit, "gym.concurrency.limit"},
+    {family::kConcurrencyActive, "gym.concurrency.active"},
+    {family::kConcurrencyAvailable, "gym.concurrency.available"},
+    {family::kConcurrencyQueueDepth, "gym.concurrency.queue_depth"},
+    {family::kAdmissionTimeouts, "gym.concurrency.admission_timeouts_total"},
+    {family::kAdmissionCancelled, "gym.concurrency.admission_cancelled_total"},
+    {family::kConcurrencyAdmissions, "gym.concurrency.admissions_total"},
+    {family::kConcurrencyWaitDuration, "gym.concurrency.wait_duration"},
+    {family::kConcurrencyOldestWait, "gym.concurrency.oldest_wait"},
+    {family::kConcurrencyOldestHold, "gym.concurrency.oldest_hold"},
+    {family::kOperationQueueDuration, "gym.resources.operation.queue_duration"},
+    {family::kOperationDuration, "gym.resources.operation.duration"},
+    {family::kOperationQueued, "gym.resources.operation.queued"},
+    {family::kOperationActive, "gym.resources.operation.active"},
+    {family::kOperationOldestQueued, "gym.resources.operation.oldest_queued"},
+    {family::kOperationOldestActive, "gym.resources.operation.oldest_active"},
+};
+inline constexpr OtelName kOtelLabelNames[] = {
+    {label::kComponent, "nemo.gym.concurrency.component"},
+    {label::kLimitName, "nemo.gym.concurrency.limit_name"},
+    {label::kServerName, "nemo.gym.server.name"},
+    {label::kServerType, "nemo.gym.server.type"},
+    {label::kOperation, "nemo.gym.resources.operation"},
+    {label::kExecutor, "nemo.gym.resources.executor"},
+    {label::kOutcome, "nemo.gym.resources.operation.outcome"},
+    {label::kWaitOutcome, "nemo.gym.concurrency.wait_outcome"},
+};
+
+// A family's or label's OpenTelemetry name, or `name` itself when it has none.
+constexpr std::string_view otel_family_name(std::string_view name) {
+  for (const OtelName& n : kOtelFamilyNames)
+    if (n.prometheus == name) return n.otel;
+  return name;
+}
+constexpr std::string_view otel_label_name(std::string_view name) {
+  for (const OtelName& n : kOtelLabelNames)
+    if (n.prometheus == name) return n.otel;
+  return name;
+}
+// Back: the Prometheus name of an OpenTelemetry name, or `name` itself.
+constexpr std::string_view prometheus_family_name(std::string_view name) {
+  for (const OtelName& n : kOtelFamilyNames)
+    if (n.otel == name) return n.prometheus;
+  return name;
+}
+constexpr std::string_view prometheus_label_name(std::string_view name) {
+  for (const OtelName& n : kOtelLabelNames)
+    if (n.otel == name) return n.prometheus;
+  return name;
+}
+
 }  // namespace gym
