@@ -1,5 +1,7 @@
 #include "collector.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <tuple>
 
@@ -95,6 +97,29 @@ void IntervalCollector::stop() {
   cv_.notify_all();
   if (thread.joinable()) thread.join();
   sample();  // the final sample
+}
+
+double unix_now_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_REALTIME, &ts);
+  return double(ts.tv_sec) + double(ts.tv_nsec) / 1e9;
+}
+
+namespace {
+const double g_exporter_started = unix_now_seconds();
+}  // namespace
+
+double exporter_start_unix_seconds() {
+  return g_exporter_started;
+}
+
+void emit_since(const Emit& emit, const prometheus::MetricFamily& f, double since) {
+  if (!(since > 0) ||
+      (f.type != prometheus::MetricType::Counter && f.type != prometheus::MetricType::Histogram))
+    return emit(f);
+  FamilyExtras extras;
+  extras.created.assign(f.metric.size(), since);
+  emit(f, &extras);
 }
 
 }  // namespace gym::exporter

@@ -108,6 +108,14 @@ class IntervalCollector : public Collector {
   std::thread thread_;
 };
 
+// Unix seconds now, and when this exporter process started (taken before
+// main): the start of the counters that count from then.
+double unix_now_seconds();
+double exporter_start_unix_seconds();
+// Emits `f` with every sample created at `since` (Unix seconds) when it is a
+// counter or histogram and `since` is known (> 0); as it is otherwise.
+void emit_since(const Emit& emit, const prometheus::MetricFamily& f, double since);
+
 // What a collector's configuration section reads into (a subclass of its own).
 class CollectorSettings {
  public:

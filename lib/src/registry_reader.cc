@@ -128,6 +128,7 @@ RegistryReader::RegistryReader(std::string dir, ReaderOptions options)
       options_(std::move(options)),
       default_trust_(options_.trusted_uids.empty()) {
   detail::install_fault_handler();
+  snapshot_.reader_started_unix_ns = now_ns();
 }
 
 RegistryReader::~RegistryReader() {

@@ -378,6 +378,20 @@ def test_counters_and_histograms_say_since_when_they_count(exporter):
         assert DEMO_STARTED - 1 <= created[key] <= now, (key, created[key], DEMO_STARTED)
         wanted += 1
     assert wanted > 20
+    # The rest: the exporter's own counters count from its start, its CPU
+    # from its process's start, a server's CPU from its root's start, the
+    # host's OOM kills from the boot.
+    def since(family):
+        return [v for (name, _), v in created.items() if name == family]
+    with open("/proc/stat") as f:
+        boot = int(re.search(r"^btime (\d+)$", f.read(), re.M).group(1))
+    assert since("gym_host_oom_kills") == [boot]
+    assert since("process_cpu_seconds") == [samples[("process_start_time_seconds", ())]]
+    for family in ("gym_exporter_http_requests", "gym_exporter_registry_retired_segments",
+                   "gym_exporter_memory_sample_overruns", "gym_exporter_contract_violations",
+                   "gym_server_cpu_seconds"):
+        assert since(family), family
+        assert all(DEMO_STARTED - 1 <= v <= now for v in since(family)), (family, since(family))
     proto = {}
     for fam in decode_delimited(body):
         base = fam["name"][:-len("_total")] if fam["name"].endswith("_total") else fam["name"]

@@ -169,8 +169,11 @@ void CgroupCollector::collect(const Emit& emit) {
   add_metric(add_family(out, "gym_exporter_cgroup_sample_errors_total"), {}).counter.value =
       double(errors_);
   // Families without samples (no server has a peak file, say) are left out.
+  // The kernel's counts carry no start (a cgroup's creation is not kept):
+  // only this collector's own errors say since when they count.
   for (const MetricFamily& f : out)
-    if (!f.metric.empty()) emit(f);
+    if (!f.metric.empty())
+      emit_since(emit, f, f.name == "gym_exporter_cgroup_sample_errors_total" ? since_ : 0);
 }
 
 }  // namespace gym::exporter

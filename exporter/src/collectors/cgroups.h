@@ -79,6 +79,7 @@ class CgroupCollector : public IntervalCollector {
   mutable std::mutex mu_;  // guards what collect() reads
   std::vector<ServerCgroup> servers_;
   uint64_t errors_ = 0;
+  const double since_ = unix_now_seconds();  // errors_ counts from then
 };
 
 }  // namespace gym::exporter

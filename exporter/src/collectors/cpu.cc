@@ -66,6 +66,10 @@ void CpuCollector::sample() {
   table.walk_or_scan(processes_.prepare(), tree_files_, stat_files_);
   std::vector<ServerCpu> servers;
   const auto now = std::chrono::steady_clock::now();
+  static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
+  if (boot_seconds_ == 0 &&
+      procfs::read_file(table.proc_root() + "/stat", scratch_) == procfs::ReadStatus::kOk)
+    if (const std::optional<uint64_t> btime = procfs::parse_btime(scratch_)) boot_seconds_ = *btime;
   for (const ServerProcesses::Tree& t : processes_.sample(table, now)) {
     ServerCpu c;
     c.name = t.name;
@@ -87,10 +91,13 @@ void CpuCollector::sample() {
           all = false;  // there, but not ours to count
       }
       if (all) c.open_fds = fds;
+      if (st.since == 0 && boot_seconds_ > 0 && st.members.empty())
+        st.since = boot_seconds_ + double(t.root->start_ticks) / ticks_per_second;
       account_cpu(st, t.usage, table);
     }
     c.user_ticks = st.user;
     c.system_ticks = st.system;
+    c.since = st.since;
     servers.push_back(std::move(c));
   }
   for (const std::string& name : processes_.dropped()) cpu_.erase(name);
@@ -161,6 +168,7 @@ void CpuCollector::collect(const Emit& emit) {
   MetricFamily& threads = add_family(out, "gym_server_threads");
   MetricFamily& fds = add_family(out, "gym_server_open_fds");
   static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
+  FamilyExtras cpu_since;
   for (const ServerCpu& s : servers_) {
     const LabelPairs l = server_labels(s.name, s.server_type);
     for (const auto& [mode, ticks] :
@@ -168,12 +176,13 @@ void CpuCollector::collect(const Emit& emit) {
       LabelPairs lc = l;
       lc.emplace_back("mode", mode);
       add_metric(cpu, lc).counter.value = double(ticks) / ticks_per_second;
+      cpu_since.created.push_back(s.since);
     }
     add_metric(threads, l).gauge.value = double(s.threads);
     if (s.open_fds) add_metric(fds, l).gauge.value = double(*s.open_fds);
   }
   for (const MetricFamily& f : out)
-    if (!f.metric.empty()) emit(f);
+    if (!f.metric.empty()) emit(f, &f == &cpu ? &cpu_since : nullptr);
 }
 
 }  // namespace gym::exporter

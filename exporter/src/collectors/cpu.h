@@ -54,6 +54,9 @@ class CpuCollector : public IntervalCollector {
     // Since the exporter first saw the tree, in clock ticks: never falls.
     uint64_t user_ticks = 0;
     uint64_t system_ticks = 0;
+    // Unix seconds they count from: the start of the root first seen (its
+    // tree's CPU time is counted from its start); 0 when not known.
+    double since = 0;
   };
   // The last sample's servers (for tests).
   std::vector<ServerCpu> servers() const;
@@ -72,6 +75,7 @@ class CpuCollector : public IntervalCollector {
     std::map<Member, Times> members;
     std::map<Member, Departed> departed;  // exited, not yet reaped
     uint64_t user = 0, system = 0;        // ticks counted
+    double since = 0;                     // ServerCpu::since
   };
   void account_cpu(CpuState& st, const procfs::TreeUsage& tree, const procfs::ProcessTable& table);
 
@@ -82,6 +86,7 @@ class CpuCollector : public IntervalCollector {
   procfs::StatFiles stat_files_;         // kept between samples (a scan's)
   procfs::TreeFiles tree_files_{procfs::TreeFiles::Detail::kStat};  // (a walk's)
   std::string scratch_;
+  double boot_seconds_ = 0;  // the proc root's boot time (0: not read yet)
 
   mutable std::mutex mu_;  // guards what collect() reads
   std::vector<ServerCpu> servers_;

@@ -190,6 +190,7 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerProcesses::Tr
 
 void MemoryCollector::track_exit(const ServerProcesses::Tree& tree) {
   RootState& r = roots_[tree.name];
+  if (r.since == 0) r.since = unix_now_seconds();
   std::optional<Member> now;
   if (tree.root != nullptr) now = Member{tree.root->pid, tree.root->start_ticks};
   if (r.root && r.root != now) {
@@ -247,10 +248,14 @@ void MemoryCollector::sample() {
     if (auto r = roots_.find(m.name); r != roots_.end()) {
       m.exits = r->second.exits;
       m.oom_kill_exits = r->second.oom_kill_exits;
+      m.exits_since = r->second.since;
     }
   std::optional<uint64_t> host_oom_kills;
   if (procfs::read_file(config_.proc_root + "/vmstat", scratch_) == procfs::ReadStatus::kOk)
     host_oom_kills = cgroup::find_count(scratch_, "oom_kill");  // Linux 4.13 or later
+  if (boot_seconds_ == 0 &&
+      procfs::read_file(config_.proc_root + "/stat", scratch_) == procfs::ReadStatus::kOk)
+    if (const std::optional<uint64_t> btime = procfs::parse_btime(scratch_)) boot_seconds_ = *btime;
   failing_.swap(failing_now_);
   failing_now_.clear();
   if (pss_due) {
@@ -287,6 +292,7 @@ void MemoryCollector::record(std::vector<ServerMemory> servers, std::optional<pr
     host_peak_ = std::max(host_peak_, *host->total - std::min(*host->total, *host->available));
   host_ = host;
   host_oom_kills_ = host_oom_kills;
+  host_oom_since_ = boot_seconds_;
   servers_ = std::move(servers);
   last_duration_ = took;
 }
@@ -297,6 +303,7 @@ std::vector<MemoryCollector::ServerMemory> MemoryCollector::servers() const {
 }
 
 void MemoryCollector::collect(const Emit& emit) {
+  FamilyExtras exits_created;
   Families out;
   out.reserve(20);  // references to families stay valid while others are added
   std::lock_guard<std::mutex> lock(mu_);
@@ -307,6 +314,7 @@ void MemoryCollector::collect(const Emit& emit) {
     MetricFamily& up = add_family(out, "gym_server_up");
     MetricFamily& exits = add_family(out, "gym_server_exits_total");
     MetricFamily& escaped = add_family(out, "gym_server_escaped_processes");
+    exits_created.created.clear();
     for (const ServerMemory& s : servers_) {
       LabelPairs l = server_labels(s.name, s.server_type);
       add_metric(processes, l).gauge.value = double(s.processes);
@@ -322,6 +330,7 @@ void MemoryCollector::collect(const Emit& emit) {
         LabelPairs le = l;
         le.emplace_back("reason", reason);
         add_metric(exits, le).counter.value = double(n);
+        exits_created.created.push_back(s.exits_since);
       }
       l.emplace_back("memory_type", "");
       for (const auto& [type, value] : memory_types(s)) {
@@ -354,7 +363,15 @@ void MemoryCollector::collect(const Emit& emit) {
     add_metric(errors, {{"reason", reason}}).counter.value = double(n);
   add_metric(add_family(out, "gym_exporter_memory_sample_overruns_total"), {}).counter.value =
       double(overruns());
-  for (const MetricFamily& f : out) emit(f);
+  // Since when each counter counts: exits per server from when it was first
+  // tracked, the host's OOM kills from the boot, this collector's own from
+  // its start.
+  for (const MetricFamily& f : out) {
+    if (f.name == "gym_server_exits_total")
+      emit(f, &exits_created);
+    else
+      emit_since(emit, f, f.name == "gym_host_oom_kills_total" ? host_oom_since_ : since_);
+  }
 }
 
 }  // namespace gym::exporter

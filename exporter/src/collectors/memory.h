@@ -79,6 +79,7 @@ class MemoryCollector : public IntervalCollector {
     std::optional<pid_t> root_pid;  // none when the root is gone (gym_server_up 0)
     // Times its root process exited (or was replaced), by reason.
     uint64_t exits = 0, oom_kill_exits = 0;
+    double exits_since = 0;  // Unix seconds the exits count from (0: not known)
   };
   // The last sample's servers (for tests).
   std::vector<ServerMemory> servers() const;
@@ -113,11 +114,14 @@ class MemoryCollector : public IntervalCollector {
     std::optional<cgroup::Place> place;
     std::optional<uint64_t> oom_kills;  // of its cgroup, at the last sample
     uint64_t exits = 0, oom_kill_exits = 0;
+    double since = 0;  // when it was first tracked: its exits count from then
   };
   std::map<std::string, RootState> roots_;
   cgroup::Resolver resolver_;
-  std::string scratch_;           // a buffer for reads
-  procfs::StatFiles stat_files_;  // kept between samples (a scan's)
+  std::string scratch_;                      // a buffer for reads
+  double boot_seconds_ = 0;                  // the proc root's boot time (0: not read yet)
+  const double since_ = unix_now_seconds();  // its own counters count from then
+  procfs::StatFiles stat_files_;             // kept between samples (a scan's)
   procfs::TreeFiles tree_files_{procfs::TreeFiles::Detail::kStatm};  // (a walk's)
   std::set<std::string> failing_, failing_now_;  // details logged, to log each once
   std::chrono::steady_clock::time_point last_pss_{};
@@ -128,6 +132,7 @@ class MemoryCollector : public IntervalCollector {
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> peaks_;
   std::optional<procfs::MemInfo> host_;
   std::optional<uint64_t> host_oom_kills_;
+  double host_oom_since_ = 0;  // the boot: the kernel counts OOM kills from then
   uint64_t host_peak_ = 0;
   std::map<std::string, uint64_t> errors_;
   double last_duration_ = 0;

@@ -21,6 +21,7 @@ class ProcessCollector : public Collector {
     std::optional<procfs::ProcStat> st;
     if (procfs::read_file(proc_ + "/self/stat", text) == procfs::ReadStatus::kOk)
       st = procfs::parse_stat(text);
+    double started = 0;  // the process's start: its CPU counts from then
     if (st) {
       const double ticks = double(::sysconf(_SC_CLK_TCK));
       const double page = double(::sysconf(_SC_PAGESIZE));
@@ -31,9 +32,10 @@ class ProcessCollector : public Collector {
       std::optional<uint64_t> btime;
       if (procfs::read_file(proc_ + "/stat", text) == procfs::ReadStatus::kOk)
         btime = procfs::parse_btime(text);
-      if (btime)
-        add_simple(out, "process_start_time_seconds",
-                   double(*btime) + double(st->start_ticks) / ticks);
+      if (btime) {
+        started = double(*btime) + double(st->start_ticks) / ticks;
+        add_simple(out, "process_start_time_seconds", started);
+      }
     }
     if (DIR* d = ::opendir((proc_ + "/self/fd").c_str())) {
       int n = 0;
@@ -44,7 +46,7 @@ class ProcessCollector : public Collector {
     rlimit lim{};
     if (::getrlimit(RLIMIT_NOFILE, &lim) == 0)
       add_simple(out, "process_max_fds", double(lim.rlim_cur));
-    for (const auto& f : out) emit(f);
+    for (const auto& f : out) emit_since(emit, f, started);
   }
 
  private:

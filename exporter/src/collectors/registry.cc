@@ -319,7 +319,9 @@ void RegistryCollector::emit_stats(const Snapshot& snap, const Emit& emit) {
       {"gym_exporter_registry_unknown_series", double(unknown_series_)},
   };
   for (const auto& [name, value] : simple) add_simple(stats, name, value);
-  for (const MetricFamily& f : stats) emit(f);
+  // The reader's counters count from its start.
+  for (const MetricFamily& f : stats)
+    emit_since(emit, f, double(snap.reader_started_unix_ns) / 1e9);
 }
 
 GYM_REGISTER_COLLECTOR({.name = "registry",

@@ -83,8 +83,11 @@ std::string Exposition::render(const Encoder& encoder, const std::set<std::strin
   add_simple(own, "gym_exporter_contract_violations_total", double(violations_));
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
   add_simple(own, "gym_exporter_scrape_duration_seconds", took.count());
+  FamilyExtras since_start;  // the exporter's own counter counts from its start
+  since_start.created.assign(1, exporter_start_unix_seconds());
   for (const auto& f : own)
-    if (asked_for(f, names)) encoder.family(f, nullptr, out);
+    if (asked_for(f, names))
+      encoder.family(f, f.type == prometheus::MetricType::Counter ? &since_start : nullptr, out);
   encoder.finish(out);
   last_size_ = out.size();
   return out;

@@ -138,6 +138,8 @@ struct Snapshot {
   // kept from a snapshot with another epoch may have been freed (and its
   // address reused).
   uint64_t series_epoch = 0;
+  // When the reader was made (Unix ns): its counts in `stats` start there.
+  int64_t reader_started_unix_ns = 0;
 };
 
 struct ReaderOptions {
