@@ -85,6 +85,10 @@ def main():
     ap.add_argument("--build", default="build-release")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--writers", type=int, default=1000)
+    ap.add_argument("--before", help="a Release build (with benchmarks) of the commit before "
+                    "native buckets: its classic-only observe as a baseline too")
+    ap.add_argument("--only", choices=["all", "observe"], default="all",
+                    help="observe: only the histogram observe figures")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(os.path.abspath(a.build), "python"))
     import python_operation_bench as pyop  # needs gym_metrics, from the build
@@ -106,8 +110,10 @@ def main():
     hist = Figure("histogram observe, 2 threads", "ns", ["prometheus-cpp"],
                   "no collisions below the shard count (<= 1x prometheus-cpp)",
                   ratio_goal={"prometheus-cpp": 1.0})
+    before = "classic only, before native buckets (--before)"
     native = {threads: Figure(f"histogram observe with native buckets, {threads} thread"
-                              f"{'s' if threads > 1 else ''}", "ns", ["classic buckets only"],
+                              f"{'s' if threads > 1 else ''}", "ns",
+                              ["classic buckets only"] + ([before] if a.before else []),
                               "<= 1.5x classic only", ratio_goal={"classic buckets only": 1.5})
               for threads in (1, 2)}
     abi = Figure("C ABI operation scope (by kind), 1 thread", "ns", ["prometheus-cpp"],
@@ -115,9 +121,23 @@ def main():
     py = Figure("Python resources_operation", "ns", ["bare async with"],
                 "<= 3x a bare async with", ratio_goal={"bare async with": 3.0})
     figures = [plain, gzip, private, sem, hist, native[1], native[2], abi, py]
+    if a.only == "observe":
+        figures = [hist, native[1], native[2]]
 
     for r in range(a.rounds):
         print(f"round {r + 1} of {a.rounds} ...", file=sys.stderr, flush=True)
+        t = gbench(f"{a.build}/bench/registry_bench", "histogram_observe")
+        old = gbench(f"{a.before}/bench/registry_bench", "histogram_observe_registry") \
+            if a.before else {}
+        hist.add(t["histogram_observe_registry/threads:2"],
+                 **{"prometheus-cpp": t["histogram_observe_prometheus_cpp/threads:2"]})
+        for threads, f in native.items():
+            base = {"classic buckets only": t[f"histogram_observe_registry/threads:{threads}"]}
+            if a.before:
+                base[before] = old[f"histogram_observe_registry/threads:{threads}"]
+            f.add(t[f"histogram_observe_native/threads:{threads}"], **base)
+        if a.only == "observe":
+            continue
         m = scrape_compare.exporter_memory(a.build, a.writers, scrapes=20)
         client, _ = scrape_compare.python_multiprocess(series, 1)
         plain.add(m["plain"] * 1e3, **{prom_client: client * 1e3})
@@ -131,12 +151,6 @@ def main():
                        t["semaphore2_counting_semaphore/threads:2"]})
         abi.add(t["operation_scope_abikind/threads:1"],
                 **{"prometheus-cpp": t["operation_scope_prometheus_cpp/threads:1"]})
-        t = gbench(f"{a.build}/bench/registry_bench", "histogram_observe")
-        hist.add(t["histogram_observe_registry/threads:2"],
-                 **{"prometheus-cpp": t["histogram_observe_prometheus_cpp/threads:2"]})
-        for threads, f in native.items():
-            f.add(t[f"histogram_observe_native/threads:{threads}"],
-                  **{"classic buckets only": t[f"histogram_observe_registry/threads:{threads}"]})
         bare = asyncio.run(pyop.bare(asyncio.Semaphore(4))) * 1e9
         scoped = asyncio.run(pyop.scoped(asyncio.Semaphore(4), pyop.gym_metrics.resources_operation))
         py.add(scoped * 1e9, **{"bare async with": bare})

@@ -65,7 +65,9 @@ TEST(NativeHistogram, BoundsBelongToTheBucketTheyClose) {
             native::kMinKey);
   EXPECT_EQ(native::word_of(0.0), 0u);
   EXPECT_EQ(native::word_of(-5.0), 0u);
-  EXPECT_EQ(native::word_of(std::numeric_limits<double>::quiet_NaN()), 0u);
+  EXPECT_EQ(native::word_of(-std::numeric_limits<double>::infinity()), 0u);
+  EXPECT_EQ(native::word_of(-1e-300), 0u);
+  EXPECT_EQ(native::word_of(4.9e-324), 0u) << "the smallest subnormal";
   EXPECT_EQ(native::key_of(native::word_of(1e9)), native::kMaxKey) << "above 2^13 s: the last";
   EXPECT_EQ(native::key_of(native::word_of(std::numeric_limits<double>::infinity())),
             native::kMaxKey);

@@ -72,15 +72,17 @@ inline constexpr Parts kParts = make_parts();
 // key = 8 * exponent + the bounds of its octave below its mantissa.
 inline uint32_t word_of(double x) noexcept {
   // Without a branch (durations just under and over 1 ms would mispredict
-  // it): the key is computed from the bits whatever they are, then dropped
-  // for the zero bucket (x <= 2^-10, negative or NaN).
+  // it): the key from the bits, clamped; below 2^-10, zero and negative
+  // values (whose bits, read as a signed number, shift to a very negative
+  // exponent) come out under the first key and go to the zero bucket. (NaN
+  // counts in the last bucket; a count of nanoseconds is never NaN.)
   const auto bits = std::bit_cast<uint64_t>(x);
-  const int32_t exp = int32_t((bits >> 52) & 0x7ff) - 1023;
+  const int32_t exp = int32_t(std::bit_cast<int64_t>(bits) >> 52) - 1023;
   const detail::Part& part = detail::kParts.p[(bits >> 48) & 15];
   int32_t key = exp * kPerOctave + part.below + ((bits & detail::kMantissa) > part.bound);
   key = key > kMaxKey ? kMaxKey : key;
-  const auto word = uint32_t(1 + key - kMinKey);
-  return word & (0u - uint32_t(x > kZeroThreshold));
+  key = key < kMinKey - 1 ? kMinKey - 1 : key;
+  return uint32_t(key - (kMinKey - 1));
 }
 
 // The key of a bucket word (1..kBuckets).
