@@ -517,11 +517,10 @@ def decode_delimited(body):
                         if g == 3 and 3 in inner:  # Counter.created_timestamp
                             m["created"] = timestamp(inner[3])
                     elif g == 7:
+                        plain = {1: "count", 2: "sum", 6: "zero_threshold", 7: "zero_count"}
                         for h, x in fields(w):
-                            if h == 1:
-                                m["count"] = x
-                            elif h == 2:
-                                m["sum"] = x
+                            if h in plain:
+                                m[plain[h]] = x
                             elif h == 3:
                                 b = dict(fields(x))
                                 m["buckets"].append((b.get(2, 0.0), b.get(1, 0)))
@@ -529,10 +528,6 @@ def decode_delimited(body):
                                 m["created"] = timestamp(x)
                             elif h == 5:
                                 m["schema"] = unzigzag(x)
-                            elif h == 6:
-                                m["zero_threshold"] = x
-                            elif h == 7:
-                                m["zero_count"] = x
                             elif h == 12:
                                 span = dict(fields(x))
                                 spans.append((unzigzag(span.get(1, 0)), span.get(2, 0)))

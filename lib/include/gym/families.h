@@ -540,27 +540,27 @@ inline constexpr OtelName kOtelLabelNames[] = {
     {label::kWaitOutcome, "nemo.gym.concurrency.wait_outcome"},
 };
 
-// A family's or label's OpenTelemetry name, or `name` itself when it has none.
-constexpr std::string_view otel_family_name(std::string_view name) {
-  for (const OtelName& n : kOtelFamilyNames)
-    if (n.prometheus == name) return n.otel;
+// `name` looked up in a table of names, one way or the other; itself when
+// it is not there.
+template <size_t N>
+constexpr std::string_view rename(const OtelName (&table)[N], std::string_view name, bool to_otel) {
+  for (const OtelName& n : table)
+    if ((to_otel ? n.prometheus : n.otel) == name) return to_otel ? n.otel : n.prometheus;
   return name;
 }
+// A family's or label's OpenTelemetry name, or `name` itself when it has none.
+constexpr std::string_view otel_family_name(std::string_view name) {
+  return rename(kOtelFamilyNames, name, true);
+}
 constexpr std::string_view otel_label_name(std::string_view name) {
-  for (const OtelName& n : kOtelLabelNames)
-    if (n.prometheus == name) return n.otel;
-  return name;
+  return rename(kOtelLabelNames, name, true);
 }
 // Back: the Prometheus name of an OpenTelemetry name, or `name` itself.
 constexpr std::string_view prometheus_family_name(std::string_view name) {
-  for (const OtelName& n : kOtelFamilyNames)
-    if (n.otel == name) return n.prometheus;
-  return name;
+  return rename(kOtelFamilyNames, name, false);
 }
 constexpr std::string_view prometheus_label_name(std::string_view name) {
-  for (const OtelName& n : kOtelLabelNames)
-    if (n.otel == name) return n.prometheus;
-  return name;
+  return rename(kOtelLabelNames, name, false);
 }
 
 }  // namespace gym
