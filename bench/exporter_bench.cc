@@ -77,8 +77,9 @@ struct Writers {
         gym::Label labels[] = {{gym::label::kOperation, "verify"},
                                {gym::label::kExecutor, "subprocess"},
                                {gym::label::kServerName, l}};
+        // With native buckets, as ResourcesOperation registers it.
         gym::Histogram h = writer->histogram(gym::family::kOperationQueueDuration, labels,
-                                             gym::kOperationBoundsNs, 1e9);
+                                             gym::kOperationBoundsNs, 1e9, /*native=*/true);
         h.observe(int64_t(w) * 1000000);
       }
       writers.push_back(std::move(writer));

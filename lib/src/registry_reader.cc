@@ -776,8 +776,23 @@ bool RegistryReader::read_values(Segment& s, uint32_t* count) {
       const uint32_t words = segment::shard_words(e.bound_count, e.native_words);
       const uint32_t stride =
           segment::shard_lines(e.bound_count, e.native_words) * segment::kLineBytes / 8;
-      for (uint32_t k = 0; k < e.shards; ++k, line += stride)
-        for (uint32_t w = 0; w < words; ++w) *to++ = segment::load_relaxed(&line[w]);
+      const uint32_t classic = e.bound_count + 1u;
+      for (uint32_t k = 0; k < e.shards; ++k, line += stride) {
+        uint64_t observed = 0;
+        for (uint32_t w = 0; w < classic; ++w)
+          observed |= (to[w] = segment::load_relaxed(&line[w]));
+        // A shard with no observation in its classic buckets (most: threads
+        // use one or two shards, and many outcomes never happen) has its
+        // native counts taken as zero, not copied. One that shows later is
+        // read from then on, and a classic count never falls back to zero,
+        // so native counts never fall either.
+        if (e.native_words != 0 && observed == 0)
+          std::fill(to + classic, to + words - 1, uint64_t{0});
+        else
+          for (uint32_t w = classic; w + 1 < words; ++w) to[w] = segment::load_relaxed(&line[w]);
+        to[words - 1] = segment::load_relaxed(&line[words - 1]);  // the sum
+        to += words;
+      }
     }
   });
 }

@@ -652,7 +652,7 @@ TEST(ExporterProcess, GymDemoLimitsAreReportedAsConfiguredDespiteForks) {
   TempDir tmp;
   pid_t demo = testing::spawn([&] {
     const std::string dir = "--registry.dir=" + tmp.path();
-    ::execl(GYM_DEMO_BIN, GYM_DEMO_BIN, dir.c_str(), "--duration=30", nullptr);
+    ::execl(GYM_DEMO_BIN, GYM_DEMO_BIN, dir.c_str(), "--duration=300", nullptr);
     return 127;
   });
   const std::string c = "nemo_gym_concurrency_component=";
@@ -665,12 +665,30 @@ TEST(ExporterProcess, GymDemoLimitsAreReportedAsConfiguredDespiteForks) {
       {"{" + c + "\"resources_server\"" + n + "\"verifiers\"" + s + "\"math_verifier\"}", 4},
       {"{" + c + "\"resources_server\"" + n + "\"verifiers\"" + s + "\"code_sandbox\"}", 8},
   };
-  std::this_thread::sleep_for(1500ms);
+  // The demo's servers have started once every limit shows (a sanitized
+  // build on a loaded machine takes seconds); from then on every round must
+  // show each at its size.
+  auto once = [&] {
+    return shell(exporter() + " --once --registry.dir=" + tmp.path() + " 2>/dev/null");
+  };
+  bool started = false;
+  std::string first;
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (!started && std::chrono::steady_clock::now() < deadline) {
+    first = once().second;
+    started = true;
+    for (const auto& [labels, limit] : limits)
+      started = started && sample(first, "gym_concurrency_limit" + labels) == limit;
+    if (!started) std::this_thread::sleep_for(250ms);
+  }
+  ASSERT_TRUE(started) << first;
   for (int round = 0; round < 5; ++round) {
-    auto [rc, out] = shell(exporter() + " --once --registry.dir=" + tmp.path() + " 2>/dev/null");
+    auto [rc, out] = once();
     ASSERT_EQ(rc, 0);
     for (const auto& [labels, limit] : limits) {
-      EXPECT_EQ(sample(out, "gym_concurrency_limit" + labels), limit) << labels;
+      EXPECT_EQ(sample(out, "gym_concurrency_limit" + labels), limit)
+          << labels << " in round " << round << ":\n"
+          << out.substr(0, 3000);
       const double active = sample(out, "gym_concurrency_active" + labels);
       EXPECT_GE(active, 0) << labels;
       EXPECT_LE(active, limit) << labels;
