@@ -96,8 +96,12 @@ std::atomic<uint32_t> g_shards{0};
 struct ShardOwner {
   uint32_t held_plus_one = 0;  // 0: it shares one
   ~ShardOwner() {
-    if (held_plus_one != 0)
-      g_shards.fetch_and(~(uint32_t{1} << (held_plus_one - 1)), std::memory_order_release);
+    if (held_plus_one == 0) return;
+    // Observations after this (another thread-local's destructor) go to the
+    // shared shard with atomic adds: the one handed back may have a new
+    // owner writing it with plain stores.
+    detail::t_shard_plus_one = segment::kHistogramShards;
+    g_shards.fetch_and(~(uint32_t{1} << (held_plus_one - 1)), std::memory_order_release);
   }
 };
 thread_local ShardOwner t_shard_owner;
