@@ -170,7 +170,7 @@ class Loop:
         url = f"{self.api}/query?" + urllib.parse.urlencode({"query": expr})
         return get_json(url)
 
-    def query_until(self, expr, accept, seconds=20):
+    def query_until(self, expr, accept, seconds=60):
         """The query's result once `accept(result)` holds, or the last one after
         `seconds`: a failed scrape (a slow, sanitized build) briefly marks a
         target's series stale, and instant queries then miss them."""
