@@ -6,6 +6,8 @@
 #include <iostream>
 
 #include "build_info.h"
+#include "collectors/cgroups.h"
+#include "collectors/memory.h"
 #include "landing_page.h"
 #include "logging.h"
 #include "procfs.h"
@@ -48,6 +50,12 @@ std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
                                                         const CollectorContext& base) {
   CollectorContext context = base;
   context.config = &c;
+  // One watcher of the servers for the memory, cpu and cgroup collectors.
+  const MemoryConfig memory = memory_config(c);
+  context.servers = std::make_shared<ServerWatcher>(
+      WatcherConfig{memory.proc_root, memory.targets, memory.gone_server_ttl_seconds,
+                    cgroup_mounts(c)},
+      base.registry);
   std::vector<std::unique_ptr<Collector>> out;
   for (const CollectorKind* kind : collector_kinds()) {
     auto it = c.collectors.find(kind->name);

@@ -31,6 +31,7 @@ namespace gym::exporter {
 
 class YamlReader;
 struct Config;
+class ServerWatcher;
 
 // What a family's samples carry that prometheus-cpp's types have no field
 // for, by the index of the sample in the family.
@@ -133,6 +134,9 @@ struct CollectorContext {
   // collector that shares another's section (the cgroup collector samples
   // the memory section's servers); only for the call of make.
   const Config* config = nullptr;
+  // Which processes are which server (server_tree.h), shared by every
+  // per-server collector; null: each makes its own.
+  std::shared_ptr<ServerWatcher> servers = nullptr;
 };
 
 struct CollectorKind {

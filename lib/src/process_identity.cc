@@ -3,6 +3,7 @@
 #include "gym/proc_stat.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -87,6 +88,21 @@ bool read_boot_id(uint8_t out[16], const char* proc_root) {
     ++nibbles;
   }
   return nibbles == 32;
+}
+
+uint64_t pid_namespace(pid_t pid, const char* proc_root) {
+  char path[256];
+  char* p = append(path, proc_root);
+  p = append(p, "/");
+  if (pid > 0)
+    p = format_decimal(p, static_cast<uint64_t>(pid));
+  else
+    p = append(p, "self");
+  p = append(p, "/ns/pid");
+  *p = '\0';
+  struct stat st {};
+  if (::stat(path, &st) != 0) return 0;
+  return static_cast<uint64_t>(st.st_ino);
 }
 
 bool process_matches(pid_t pid, uint64_t start_ticks, const char* proc_root) {

@@ -21,6 +21,10 @@ std::optional<uint64_t> process_start_ticks(pid_t pid, const char* proc_root = "
 // /proc/sys/kernel/random/boot_id as 16 raw bytes; false if unreadable.
 bool read_boot_id(uint8_t out[16], const char* proc_root = "/proc");
 
+// The inode of <proc_root>/<pid or self>/ns/pid: the identity of a pid
+// namespace (0: unreadable). pid 0 means the calling process.
+uint64_t pid_namespace(pid_t pid = 0, const char* proc_root = "/proc");
+
 // Whether the process `pid` is the one that started at `start_ticks`.
 bool process_matches(pid_t pid, uint64_t start_ticks, const char* proc_root = "/proc");
 

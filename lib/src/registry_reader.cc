@@ -82,6 +82,7 @@ struct RegistryReader::Segment {
   uint64_t values_offset = 0;
   pid_t pid = 0;
   uint64_t start_ticks = 0;
+  uint64_t pid_ns = 0;     // the owner's pid namespace (0: not recorded)
   int64_t created_ns = 0;  // the header's created_unix_ns: when its counting began
   uint8_t boot_id[16] = {};
   uint64_t dropped = 0;  // the header's dropped_series, last read
@@ -444,6 +445,7 @@ void RegistryReader::open_segment(const std::string& name, ino_t ino) {
   seg->values_offset = h.values_offset;
   seg->pid = h.owner_pid;
   seg->start_ticks = h.owner_start_ticks;
+  seg->pid_ns = h.owner_pid_ns;
   seg->created_ns = h.created_unix_ns > uint64_t(INT64_MAX) ? 0 : int64_t(h.created_unix_ns);
   std::memcpy(seg->boot_id, h.owner_boot_id, sizeof seg->boot_id);
   seg->listed = true;
@@ -917,6 +919,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
         if (!server.name.empty()) {
           server.pid = s.pid;
           server.start_ticks = s.start_ticks;
+          server.pid_ns = s.pid_ns;
           snapshot_.servers.push_back(std::move(server));
           declared = true;
         }
@@ -1071,7 +1074,8 @@ const Snapshot& RegistryReader::snapshot() {
     read_segment(*seg, /*gauges=*/!seg->dead);
     dropped = sat_add(dropped, seg->dropped);
     if (seg->dead) continue;
-    snapshot_.writers.push_back({seg->pid, seg->start_ticks, seg->version, seg->damaged});
+    snapshot_.writers.push_back(
+        {seg->pid, seg->start_ticks, seg->version, seg->damaged, seg->pid_ns});
     if (seg->damaged) {
       ++snapshot_.stats.unmetered_writers;
       continue;

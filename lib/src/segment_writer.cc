@@ -566,6 +566,7 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
   h->total_bytes = segment::kTotalBytes;
   h->owner_pid = pid;
   h->owner_start_ticks = ticks;
+  h->owner_pid_ns = detail::pid_namespace();
   detail::read_boot_id(h->owner_boot_id);
   h->created_unix_ns = now_unix_ns();
 

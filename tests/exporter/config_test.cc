@@ -158,7 +158,7 @@ TEST(ExporterConfig, MemoryTargetsAndTheirErrors) {
   EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, pid: 1, pidfile: /p}\n"),
                         "exactly one of pid"));
   EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, match: {comm: a, cmdline: b}}\n"),
-                        "exactly one of comm and cmdline"));
+                        "exactly one of comm, cmdline and ray_actor"));
   EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, match: {cmdline: '(('}}\n"),
                         "not a valid regular expression"));
   // Numbers libstdc++'s regex compiler would overflow on (found by fuzzing),

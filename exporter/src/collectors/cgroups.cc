@@ -42,7 +42,7 @@ GYM_REGISTER_COLLECTOR({.name = "cgroup",
                           config.proc_root = memory.proc_root;
                           config.targets = memory.targets;
                           return std::make_unique<CgroupCollector>(std::move(config), c.registry,
-                                                                   c.warn);
+                                                                   c.warn, c.servers);
                         }});
 
 std::optional<cgroup::Mounts> mounts_of(const CgroupConfig& c) {
@@ -55,6 +55,12 @@ std::optional<cgroup::Mounts> mounts_of(const CgroupConfig& c) {
 
 }  // namespace
 
+std::optional<cgroup::Mounts> cgroup_mounts(const Config& c) {
+  auto it = c.collectors.find("cgroup");
+  if (it == c.collectors.end() || !it->second.settings) return std::nullopt;
+  return mounts_of(static_cast<const CgroupSettings&>(*it->second.settings).config);
+}
+
 void CgroupCollector::Counter::add(std::optional<uint64_t> now) {
   if (!now) return;
   total += last && *now >= *last ? *now - *last : *now;
@@ -62,11 +68,15 @@ void CgroupCollector::Counter::add(std::optional<uint64_t> now) {
 }
 
 CgroupCollector::CgroupCollector(CgroupConfig config, std::shared_ptr<SharedRegistry> registry,
-                                 Log log)
+                                 Log log, std::shared_ptr<ServerWatcher> servers)
     : IntervalCollector(std::chrono::duration<double>(config.interval_seconds)),
       config_(std::move(config)),
-      // Pidfile problems are the memory collector's to count and log.
-      trees_(config_.targets, std::move(registry), [](const std::string&, const std::string&) {}),
+      // Problems of the watcher are the memory collector's to count and log.
+      watcher_(servers
+                   ? std::move(servers)
+                   : std::make_shared<ServerWatcher>(
+                         WatcherConfig{config_.proc_root, config_.targets, 300, mounts_of(config_)},
+                         std::move(registry))),
       resolver_(config_.proc_root, mounts_of(config_)),
       log_(std::move(log)) {}
 
@@ -84,12 +94,11 @@ void CgroupCollector::count_error(const std::string& detail) {
 }
 
 void CgroupCollector::sample() {
-  procfs::ProcessTable table(config_.proc_root);
-  // Only the roots are needed. A proc root that cannot be listed is the
-  // memory collector's to count.
-  table.walk_or_scan(trees_.prepare(), tree_files_, stat_files_, false);
+  const std::shared_ptr<const ServersView> view =
+      watcher_->view(std::chrono::duration<double>(config_.interval_seconds / 2), view_);
+  view_ = view;
   std::map<std::string, ServerCgroup> next;
-  for (const ServerTrees::Server& s : trees_.resolve(table)) {
+  for (const ServerProcesses::Tree& s : view->trees) {
     if (s.root == nullptr) continue;
     std::optional<cgroup::Place> place = resolver_.own(s.root->pid);
     if (!place) continue;

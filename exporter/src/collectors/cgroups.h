@@ -4,7 +4,8 @@
 // pressure (the gym_server_cgroup_* families). cgroup v2 and the v1 memory
 // hierarchy are both read (cgroup.h). Configuration: the `cgroup:` section;
 // the servers are the memory section's (memory.targets and the declared
-// servers) and its proc_root.
+// servers) and its proc_root. A server of several roots (server_tree.h) is
+// reported with the cgroup of its oldest root.
 //
 // The OOM kills and pressure totals are counters that never fall: each
 // cgroup's counts are added as they grow, and a cgroup that is new to a
@@ -27,6 +28,8 @@
 
 namespace gym::exporter {
 
+struct Config;
+
 struct CgroupConfig {
   double interval_seconds = 5;
   // Where the hierarchies are mounted; both empty: as
@@ -39,9 +42,14 @@ struct CgroupConfig {
   bool operator==(const CgroupConfig&) const = default;
 };
 
+// The cgroup mounts a loaded configuration names (nullopt: as mountinfo says).
+std::optional<cgroup::Mounts> cgroup_mounts(const Config& c);
+
 class CgroupCollector : public IntervalCollector {
  public:
-  CgroupCollector(CgroupConfig config, std::shared_ptr<SharedRegistry> registry, Log log);
+  // `servers` is the shared watcher; null: one of its own, of `config`.
+  CgroupCollector(CgroupConfig config, std::shared_ptr<SharedRegistry> registry, Log log,
+                  std::shared_ptr<ServerWatcher> servers = nullptr);
   ~CgroupCollector() override;
 
   void sample() override;
@@ -68,13 +76,12 @@ class CgroupCollector : public IntervalCollector {
   void count_error(const std::string& detail);
 
   CgroupConfig config_;
-  ServerTrees trees_;
+  std::shared_ptr<ServerWatcher> watcher_;
+  std::shared_ptr<const ServersView> view_;  // the last one sampled
   cgroup::Resolver resolver_;
   Log log_;
   std::map<std::string, ServerCgroup> state_;  // the sampling thread's, by server
   std::set<std::string> failing_, failing_now_;
-  procfs::StatFiles stat_files_;  // kept between samples (a scan's)
-  procfs::TreeFiles tree_files_{procfs::TreeFiles::Detail::kStatm};  // (a walk's)
 
   mutable std::mutex mu_;  // guards what collect() reads
   std::vector<ServerCgroup> servers_;

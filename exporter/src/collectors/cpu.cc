@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 
 #include "collectors/memory.h"
 #include "config.h"
@@ -42,18 +43,21 @@ GYM_REGISTER_COLLECTOR({.name = "cpu",
                           config.targets = memory.targets;
                           config.gone_server_ttl_seconds = memory.gone_server_ttl_seconds;
                           return std::make_unique<CpuCollector>(std::move(config), c.registry,
-                                                                c.warn);
+                                                                c.warn, c.servers);
                         }});
 
 }  // namespace
 
-CpuCollector::CpuCollector(CpuConfig config, std::shared_ptr<SharedRegistry> registry, Log log)
+CpuCollector::CpuCollector(CpuConfig config, std::shared_ptr<SharedRegistry> registry, Log log,
+                           std::shared_ptr<ServerWatcher> servers)
     : IntervalCollector(std::chrono::duration<double>(config.interval_seconds)),
       config_(std::move(config)),
-      // Pidfile problems are the memory collector's to count and log.
-      processes_(config_.targets, std::move(registry),
-                 std::chrono::duration<double>(config_.gone_server_ttl_seconds),
-                 [](const std::string&, const std::string&) {}),
+      // Problems of the watcher are the memory collector's to count and log.
+      watcher_(servers ? std::move(servers)
+                       : std::make_shared<ServerWatcher>(
+                             WatcherConfig{config_.proc_root, config_.targets,
+                                           config_.gone_server_ttl_seconds, std::nullopt},
+                             std::move(registry))),
       log_(std::move(log)) {}
 
 CpuCollector::~CpuCollector() {
@@ -61,16 +65,18 @@ CpuCollector::~CpuCollector() {
 }
 
 void CpuCollector::sample() {
-  procfs::ProcessTable table(config_.proc_root);
-  // A proc root that cannot be listed is the memory collector's to count.
-  table.walk_or_scan(processes_.prepare(), tree_files_, stat_files_);
+  const std::shared_ptr<const ServersView> view =
+      watcher_->view(std::chrono::duration<double>(config_.interval_seconds / 2), view_);
+  view_ = view;
+  const procfs::ProcessTable& table = view->table;
   std::vector<ServerCpu> servers;
-  const auto now = std::chrono::steady_clock::now();
   static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
   if (boot_seconds_ == 0 &&
       procfs::read_file(table.proc_root() + "/stat", scratch_) == procfs::ReadStatus::kOk)
     if (const std::optional<uint64_t> btime = procfs::parse_btime(scratch_)) boot_seconds_ = *btime;
-  for (const ServerProcesses::Tree& t : processes_.sample(table, now)) {
+  std::set<std::string> names;
+  for (const ServerProcesses::Tree& t : view->trees) {
+    names.insert(t.name);
     ServerCpu c;
     c.name = t.name;
     c.server_type = t.server_type;
@@ -100,7 +106,8 @@ void CpuCollector::sample() {
     c.since = st.since;
     servers.push_back(std::move(c));
   }
-  for (const std::string& name : processes_.dropped()) cpu_.erase(name);
+  if (view->proc_ok)  // servers that went take their counts
+    std::erase_if(cpu_, [&](const auto& kv) { return !names.contains(kv.first); });
   std::lock_guard<std::mutex> lock(mu_);
   servers_ = std::move(servers);
 }
@@ -115,11 +122,22 @@ void CpuCollector::account_cpu(CpuState& st, const procfs::TreeUsage& tree,
     live[p->pid] = m;
   }
   // Members that left since the last sample: their times go to their
-  // parent's reaped-children times when (if) it reaps them.
+  // parent's reaped-children times when (if) it reaps them. One whose parent
+  // left too was orphaned: its reaper is the nearest subreaper above it (or
+  // init); its nearest ancestor still here, as last seen, stands for it.
+  std::map<pid_t, pid_t> last_parent;
+  for (const auto& [m, t] : st.members) last_parent[m.first] = t.ppid;
   for (const auto& [m, t] : st.members) {
     if (now.contains(m)) continue;
-    auto parent = live.find(t.ppid);
-    if (parent == live.end()) continue;  // orphaned: init reaps it, not the tree
+    pid_t up_pid = t.ppid;
+    auto parent = live.find(up_pid);
+    for (int depth = 0; parent == live.end() && depth < 64; ++depth) {
+      auto above = last_parent.find(up_pid);
+      if (above == last_parent.end() || above->second == up_pid) break;
+      up_pid = above->second;
+      parent = live.find(up_pid);
+    }
+    if (parent == live.end()) continue;  // init reaps it, not the tree
     st.departed[m] = {parent->second, t.user + t.child_user, t.system + t.child_system};
   }
   // Increments of every live member.

@@ -10,8 +10,11 @@
 // reaped children's, counted by increments between samples. A member that
 // leaves the tree (exits) took its times with it, and its parent's
 // cutime/cstime will jump by them when it reaps it: that jump is not counted
-// again. (An orphan that init reaps takes the CPU it used since the last
-// sample with it.)
+// again. A member whose parent left too was orphaned: its reaper is the
+// nearest subreaper above it or init, and its times are taken off the jump
+// of its nearest ancestor still in the tree (the reaper, when the server
+// runs under a subreaper as advised). (An orphan that init reaps takes the
+// CPU it used since the last sample with it.)
 //
 // Thread-safety: collect() may run while the sampling thread samples.
 #pragma once
@@ -40,7 +43,9 @@ struct CpuConfig {
 
 class CpuCollector : public IntervalCollector {
  public:
-  CpuCollector(CpuConfig config, std::shared_ptr<SharedRegistry> registry, Log log);
+  // `servers` is the shared watcher; null: one of its own, of `config`.
+  CpuCollector(CpuConfig config, std::shared_ptr<SharedRegistry> registry, Log log,
+               std::shared_ptr<ServerWatcher> servers = nullptr);
   ~CpuCollector() override;
 
   void sample() override;
@@ -80,11 +85,10 @@ class CpuCollector : public IntervalCollector {
   void account_cpu(CpuState& st, const procfs::TreeUsage& tree, const procfs::ProcessTable& table);
 
   CpuConfig config_;
-  ServerProcesses processes_;
+  std::shared_ptr<ServerWatcher> watcher_;
+  std::shared_ptr<const ServersView> view_;  // the last one sampled
   Log log_;
   std::map<std::string, CpuState> cpu_;  // the sampling thread's, by server
-  procfs::StatFiles stat_files_;         // kept between samples (a scan's)
-  procfs::TreeFiles tree_files_{procfs::TreeFiles::Detail::kStat};  // (a walk's)
   std::string scratch_;
   double boot_seconds_ = 0;  // the proc root's boot time (0: not read yet)
 

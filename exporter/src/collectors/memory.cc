@@ -26,7 +26,8 @@ std::vector<std::pair<const char*, uint64_t>> memory_types(const MemoryCollector
 }
 
 // Error reasons, all reported (0 until they happen).
-const char* const kReasons[] = {"permission", "read", "parse", "pidfile", "proc", "meminfo"};
+const char* const kReasons[] = {"permission", "read",    "parse",  "pidfile",
+                                "proc",       "meminfo", "cgroup", "adoption"};
 
 struct MemorySettings : CollectorSettings {
   MemoryConfig config;
@@ -61,7 +62,8 @@ GYM_REGISTER_COLLECTOR({.name = "memory",
                         .parse = parse_memory,
                         .make = [](const CollectorSettings* s, const CollectorContext& c) {
                           return std::make_unique<MemoryCollector>(
-                              static_cast<const MemorySettings*>(s)->config, c.registry, c.warn);
+                              static_cast<const MemorySettings*>(s)->config, c.registry, c.warn,
+                              c.servers);
                         }});
 
 }  // namespace
@@ -72,17 +74,19 @@ MemoryConfig memory_config(const Config& c) {
   return static_cast<const MemorySettings&>(*it->second.settings).config;
 }
 
+WatcherConfig watcher_config(const MemoryConfig& m, std::optional<cgroup::Mounts> mounts) {
+  return {m.proc_root, m.targets, m.gone_server_ttl_seconds, std::move(mounts)};
+}
+
 MemoryCollector::MemoryCollector(MemoryConfig config, std::shared_ptr<SharedRegistry> registry,
-                                 Log log)
+                                 Log log, std::shared_ptr<ServerWatcher> servers)
     : IntervalCollector(std::chrono::duration<double>(config.interval_seconds)),
       config_(std::move(config)),
-      processes_(config_.targets, std::move(registry),
-                 std::chrono::duration<double>(config_.gone_server_ttl_seconds),
-                 [this](const std::string& reason, const std::string& detail) {
-                   count_error(reason, detail);
-                 }),
+      watcher_(servers ? std::move(servers)
+                       : std::make_shared<ServerWatcher>(watcher_config(config_, std::nullopt),
+                                                         std::move(registry))),
       log_(std::move(log)),
-      resolver_(config_.proc_root) {
+      resolver_(config_.proc_root, watcher_->config().mounts) {
   for (const char* r : kReasons) errors_[r] = 0;
 }
 
@@ -163,6 +167,7 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerProcesses::Tr
     return m;
   }
   m.root_pid = tree.root->pid;
+  for (const procfs::ProcStat* r : tree.roots) m.root_pids.push_back(r->pid);
   m.rss = tree.usage.rss_bytes;
   m.processes = tree.usage.live.size();
   m.escaped = tree.escaped;
@@ -191,26 +196,26 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerProcesses::Tr
 void MemoryCollector::track_exit(const ServerProcesses::Tree& tree) {
   RootState& r = roots_[tree.name];
   if (r.since == 0) r.since = unix_now_seconds();
-  std::optional<Member> now;
-  if (tree.root != nullptr) now = Member{tree.root->pid, tree.root->start_ticks};
-  if (r.root && r.root != now) {
+  std::map<Member, RootTrack> now;
+  for (const procfs::ProcStat* p : tree.roots) now[{p->pid, p->start_ticks}];
+  for (const auto& [root, track] : r.roots) {
+    if (now.contains(root)) continue;
+    // Gone (or a zombie, or exiting): its cgroup's OOM kills since the last
+    // sample say why.
     const std::optional<uint64_t> ooms =
-        r.place ? cgroup::read_oom_kills(*r.place) : std::optional<uint64_t>();
-    if (ooms && r.oom_kills && *ooms > *r.oom_kills)
+        track.place ? cgroup::read_oom_kills(*track.place) : std::optional<uint64_t>();
+    if (ooms && track.oom_kills && *ooms > *track.oom_kills)
       ++r.oom_kill_exits;
     else
       ++r.exits;
-    r.looked = false;
-    r.place.reset();
-    r.oom_kills.reset();
   }
-  r.root = now;
-  if (!now) return;
-  if (!r.looked) {
-    r.place = resolver_.own(now->first);
-    r.looked = true;
+  // The cgroup of each root is looked up at every sample: a server may move
+  // into a cgroup of its own after it started.
+  for (auto& [root, track] : now) {
+    track.place = resolver_.own(root.first);
+    if (track.place) track.oom_kills = cgroup::read_oom_kills(*track.place);
   }
-  if (r.place) r.oom_kills = cgroup::read_oom_kills(*r.place);
+  r.roots = std::move(now);
 }
 
 std::optional<procfs::MemInfo> MemoryCollector::read_host() {
@@ -228,21 +233,33 @@ std::optional<procfs::MemInfo> MemoryCollector::read_host() {
 
 void MemoryCollector::sample() {
   const auto started = std::chrono::steady_clock::now();
-  procfs::ProcessTable table(config_.proc_root);
-  if (!table.walk_or_scan(processes_.prepare(), tree_files_, stat_files_))
-    count_error("proc", "cannot list " + config_.proc_root);
+  const std::shared_ptr<const ServersView> view =
+      watcher_->view(std::chrono::duration<double>(config_.interval_seconds / 2), view_);
+  view_ = view;
+  {  // its problems (a view is never handed to a collector twice)
+    for (const auto& [reason, detail] : view->errors) {
+      if (reason == "namespace") {  // not an error of ours: said once, counted as unseen
+        log_("memory sample: " + detail);
+        continue;
+      }
+      count_error(reason, detail);
+    }
+  }
   std::optional<procfs::MemInfo> host = read_host();
   const bool pss_due =
       !pss_ever_ || config_.pss_interval_seconds <= 0 ||
       std::chrono::duration<double>(started - last_pss_).count() >= config_.pss_interval_seconds;
   std::vector<ServerMemory> servers;
-  for (const ServerProcesses::Tree& t : processes_.sample(table, started)) {
-    servers.push_back(measure(t, table, pss_due));
+  std::set<std::string> names;
+  for (const ServerProcesses::Tree& t : view->trees) {
+    servers.push_back(measure(t, view->table, pss_due));
     track_exit(t);
+    names.insert(t.name);
   }
-  for (const std::string& name : processes_.dropped()) {
-    rollups_.erase(name);
-    roots_.erase(name);
+  // Servers that went (past their TTL, or out of sight) take their state.
+  if (view->proc_ok) {
+    std::erase_if(rollups_, [&](const auto& kv) { return !names.contains(kv.first); });
+    std::erase_if(roots_, [&](const auto& kv) { return !names.contains(kv.first); });
   }
   for (ServerMemory& m : servers)
     if (auto r = roots_.find(m.name); r != roots_.end()) {
@@ -267,10 +284,16 @@ void MemoryCollector::sample() {
   if (log_enabled(spdlog::level::debug))
     log_event(spdlog::level::debug, "memory sample",
               {{"servers", std::to_string(servers.size())},
-               {"processes", std::to_string(table.processes().size())},
+               {"processes", std::to_string(view->table.processes().size())},
                {"pss", pss_due ? "read" : "kept"},
                {"took_seconds", fmt::format("{:.6f}", took)}});
   record(std::move(servers), host, host_oom_kills, took);
+  record_unseen(view->unseen_declarers);
+}
+
+void MemoryCollector::record_unseen(uint64_t unseen) {
+  std::lock_guard<std::mutex> lock(mu_);
+  unseen_ = unseen;
 }
 
 void MemoryCollector::record(std::vector<ServerMemory> servers, std::optional<procfs::MemInfo> host,
@@ -318,9 +341,9 @@ void MemoryCollector::collect(const Emit& emit) {
     for (const ServerMemory& s : servers_) {
       LabelPairs l = server_labels(s.name, s.server_type);
       add_metric(processes, l).gauge.value = double(s.processes);
-      if (s.root_pid) {
+      for (pid_t pid : s.root_pids) {
         LabelPairs li = l;
-        li.emplace_back("process_pid", std::to_string(*s.root_pid));
+        li.emplace_back("process_pid", std::to_string(pid));
         add_metric(info, li).gauge.value = 1;
       }
       add_metric(up, l).gauge.value = s.root_pid ? 1 : 0;
@@ -358,6 +381,7 @@ void MemoryCollector::collect(const Emit& emit) {
         double(*host_oom_kills_);
   }
   add_simple(out, "gym_exporter_memory_sample_duration_seconds", last_duration_);
+  add_simple(out, "gym_exporter_unseen_server_processes", double(unseen_));
   MetricFamily& errors = add_family(out, "gym_exporter_memory_sample_errors_total");
   for (const auto& [reason, n] : errors_)
     add_metric(errors, {{"reason", reason}}).counter.value = double(n);

@@ -59,7 +59,9 @@ MemoryConfig memory_config(const Config& c);
 class MemoryCollector : public IntervalCollector {
  public:
   // `registry` may be null (then only configured targets are sampled).
-  MemoryCollector(MemoryConfig config, std::shared_ptr<SharedRegistry> registry, Log log);
+  // `servers` is the shared watcher; null: one of its own, of `config`.
+  MemoryCollector(MemoryConfig config, std::shared_ptr<SharedRegistry> registry, Log log,
+                  std::shared_ptr<ServerWatcher> servers = nullptr);
   ~MemoryCollector() override;
 
   void sample() override;
@@ -76,7 +78,8 @@ class MemoryCollector : public IntervalCollector {
     uint64_t processes = 0;
     // Of those, the ones that left the tree and are the server's by lineage.
     uint64_t escaped = 0;
-    std::optional<pid_t> root_pid;  // none when the root is gone (gym_server_up 0)
+    std::optional<pid_t> root_pid;  // the oldest root; none when gone (gym_server_up 0)
+    std::vector<pid_t> root_pids;   // every root (one gym_server_info each)
     // Times its root process exited (or was replaced), by reason.
     uint64_t exits = 0, oom_kill_exits = 0;
     double exits_since = 0;  // Unix seconds the exits count from (0: not known)
@@ -92,37 +95,38 @@ class MemoryCollector : public IntervalCollector {
   };
   ServerMemory measure(const ServerProcesses::Tree& tree, const procfs::ProcessTable& table,
                        bool pss_due);
+  void record_unseen(uint64_t unseen);
   std::optional<Rollups> read_rollups(const std::vector<const procfs::ProcStat*>& live,
                                       const procfs::ProcessTable& table);
   std::optional<procfs::MemInfo> read_host();
   void record(std::vector<ServerMemory> servers, std::optional<procfs::MemInfo> host,
               std::optional<uint64_t> host_oom_kills, double took);
   void count_error(const std::string& reason, const std::string& detail);
-  // Counts an exit when the root of `tree` is not the one of the last
-  // sample; an OOM kill when its cgroup's OOM kills grew meanwhile.
+  // Counts an exit for each root of the last sample that is no root now; an
+  // OOM kill when its cgroup's OOM kills grew since that sample.
   void track_exit(const ServerProcesses::Tree& tree);
 
   MemoryConfig config_;
-  ServerProcesses processes_;
+  std::shared_ptr<ServerWatcher> watcher_;
+  std::shared_ptr<const ServersView> view_;  // the last one sampled
   Log log_;
   // The sampling thread's: last smaps_rollup totals by server name.
   std::map<std::string, Rollups> rollups_;
   using Member = std::pair<pid_t, uint64_t>;  // pid, start ticks
+  struct RootTrack {
+    std::optional<cgroup::Place> place;  // its own cgroup at the last sample
+    std::optional<uint64_t> oom_kills;   // that cgroup's OOM kills then
+  };
   struct RootState {
-    std::optional<Member> root;  // the last sample's
-    bool looked = false;         // its cgroup looked up
-    std::optional<cgroup::Place> place;
-    std::optional<uint64_t> oom_kills;  // of its cgroup, at the last sample
+    std::map<Member, RootTrack> roots;  // the last sample's
     uint64_t exits = 0, oom_kill_exits = 0;
     double since = 0;  // when it was first tracked: its exits count from then
   };
   std::map<std::string, RootState> roots_;
   cgroup::Resolver resolver_;
-  std::string scratch_;                      // a buffer for reads
-  double boot_seconds_ = 0;                  // the proc root's boot time (0: not read yet)
-  const double since_ = unix_now_seconds();  // its own counters count from then
-  procfs::StatFiles stat_files_;             // kept between samples (a scan's)
-  procfs::TreeFiles tree_files_{procfs::TreeFiles::Detail::kStatm};  // (a walk's)
+  std::string scratch_;                          // a buffer for reads
+  double boot_seconds_ = 0;                      // the proc root's boot time (0: not read yet)
+  const double since_ = unix_now_seconds();      // its own counters count from then
   std::set<std::string> failing_, failing_now_;  // details logged, to log each once
   std::chrono::steady_clock::time_point last_pss_{};
   bool pss_ever_ = false;
@@ -135,6 +139,7 @@ class MemoryCollector : public IntervalCollector {
   double host_oom_since_ = 0;  // the boot: the kernel counts OOM kills from then
   uint64_t host_peak_ = 0;
   std::map<std::string, uint64_t> errors_;
+  uint64_t unseen_ = 0;  // declarers out of sight (ServersView::unseen_declarers)
   double last_duration_ = 0;
 };
 

@@ -253,6 +253,13 @@ inline constexpr FamilySpec kFamilies[] = {
      "",
      "Failed procfs reads during memory samples, by reason.",
      {"reason"}},
+    {"gym_exporter_unseen_server_processes",
+     MetricType::kGauge,
+     Source::kExporter,
+     "",
+     "Live processes that declared a server from a pid namespace this exporter cannot see; "
+     "servers with no other process in sight have no per-process series.",
+     {}},
     {"gym_exporter_memory_sample_overruns_total",
      MetricType::kCounter,
      Source::kExporter,

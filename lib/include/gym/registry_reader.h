@@ -107,6 +107,9 @@ struct DeclaredServer {
   std::string server_type;
   pid_t pid = 0;
   uint64_t start_ticks = 0;  // the owner's start time (/proc/<pid>/stat field 22)
+  // The owner's pid namespace (segment Header::owner_pid_ns; 0: not
+  // recorded). `pid` is its pid there.
+  uint64_t pid_ns = 0;
 };
 
 // One live writer process seen in the registry.
@@ -115,6 +118,7 @@ struct WriterInfo {
   uint64_t start_ticks = 0;  // the owner's start time (/proc/<pid>/stat field 22)
   uint32_t format_version = 0;
   bool unmetered = false;  // its segment is damaged: its numbers cannot be read
+  uint64_t pid_ns = 0;     // as DeclaredServer::pid_ns
 };
 
 struct Snapshot {

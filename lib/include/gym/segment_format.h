@@ -193,13 +193,19 @@ struct Header {
   uint64_t owner_start_ticks;
   uint8_t owner_boot_id[16];
   uint64_t created_unix_ns;
-  uint8_t reserved1[32];
+  // The owner's pid namespace: the inode of /proc/self/ns/pid (0: unknown,
+  // a writer from before it was recorded). owner_pid is the owner's pid in
+  // that namespace; the exporter finds its pid on the host from it
+  // (owner_start_ticks is the same in every namespace).
+  uint64_t owner_pid_ns;
+  uint8_t reserved1[24];
   alignas(64) uint32_t record_count;
   alignas(64) uint64_t dropped_series;
 };
 static_assert(offsetof(Header, owner_pid) == 56);
 static_assert(offsetof(Header, owner_start_ticks) == 64);
 static_assert(offsetof(Header, created_unix_ns) == 88);
+static_assert(offsetof(Header, owner_pid_ns) == 96);
 static_assert(offsetof(Header, record_count) == 128);
 static_assert(offsetof(Header, dropped_series) == 192);
 static_assert(sizeof(Header) <= kHeaderBytes);

@@ -1,0 +1,96 @@
+#include "pid_namespaces.h"
+
+#include <sys/stat.h>
+
+#include <charconv>
+#include <set>
+
+namespace gym::exporter {
+
+std::optional<pid_t> parse_innermost_nspid(std::string_view status) {
+  static constexpr std::string_view kKey = "NSpid:";
+  size_t at = 0;
+  while (at < status.size()) {
+    size_t end = status.find('\n', at);
+    if (end == std::string_view::npos) end = status.size();
+    std::string_view line = status.substr(at, end - at);
+    at = end + 1;
+    if (!line.starts_with(kKey)) continue;
+    line.remove_prefix(kKey.size());
+    std::optional<pid_t> last;
+    while (!line.empty()) {
+      const size_t b = line.find_first_not_of(" \t");
+      if (b == std::string_view::npos) break;
+      line.remove_prefix(b);
+      const size_t e = std::min(line.find_first_of(" \t"), line.size());
+      pid_t pid = 0;
+      auto [ptr, ec] = std::from_chars(line.data(), line.data() + e, pid);
+      if (ec != std::errc() || ptr != line.data() + e || pid <= 0) return std::nullopt;
+      last = pid;
+      line.remove_prefix(e);
+    }
+    return last;
+  }
+  return std::nullopt;
+}
+
+namespace {
+uint64_t ns_inode(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? uint64_t(st.st_ino) : 0;
+}
+}  // namespace
+
+PidNamespaces::PidNamespaces(std::string proc_root) : root_(std::move(proc_root)) {}
+
+uint64_t PidNamespaces::own() {
+  if (!own_) {
+    // `self` exists only in a proc root of a namespace this process is in;
+    // pid 1 of any proc root is in its namespace.
+    uint64_t ns = ns_inode(root_ + "/self/ns/pid");
+    if (ns == 0) ns = ns_inode(root_ + "/1/ns/pid");
+    if (ns == 0) ns = ns_inode("/proc/self/ns/pid");
+    own_ = ns;
+  }
+  return *own_;
+}
+
+void PidNamespaces::update(const std::vector<Key>& keys) {
+  const std::set<Key> wanted(keys.begin(), keys.end());
+  std::erase_if(found_, [&](const auto& kv) { return !wanted.contains(kv.first); });
+  std::map<uint64_t, std::vector<Key>> by_start;  // the keys new to us, by start time
+  for (const Key& k : wanted)
+    if (!found_.contains(k)) by_start[k.start_ticks].push_back(k);
+  if (by_start.empty()) return;
+  ++scans_;
+  for (const auto& [start, ks] : by_start)
+    for (const Key& k : ks) found_[k] = std::nullopt;
+  procfs::ProcessTable table(root_);
+  if (!table.scan(&stat_files_)) return;
+  stat_files_.sweep();
+  std::string status;
+  for (const procfs::ProcStat& p : table.processes()) {
+    auto it = by_start.find(p.start_ticks);
+    if (it == by_start.end() || p.kernel_thread()) continue;
+    const std::string dir = root_ + "/" + std::to_string(p.pid);
+    const uint64_t ns = ns_inode(dir + "/ns/pid");
+    if (ns == 0) continue;
+    std::optional<pid_t> inner;
+    for (const Key& k : it->second) {
+      if (k.ns != ns) continue;
+      if (!inner) {
+        if (procfs::read_file(dir + "/status", status) != procfs::ReadStatus::kOk) break;
+        inner = parse_innermost_nspid(status);
+        if (!inner) break;
+      }
+      if (*inner == k.pid) found_[k] = p.pid;
+    }
+  }
+}
+
+std::optional<pid_t> PidNamespaces::host_pid(const Key& key) const {
+  auto it = found_.find(key);
+  return it == found_.end() ? std::nullopt : it->second;
+}
+
+}  // namespace gym::exporter
