@@ -590,7 +590,10 @@ std::shared_ptr<const ServersView> ServerWatcher::view(
   auto v = std::make_shared<ServersView>(config_.proc_root);
   v->taken = now;
   errors_.clear();
-  v->proc_ok = v->table.walk_or_scan(processes_.prepare(), tree_files_, stat_files_);
+  // A walk skips roots that are no process: a proc root that is not there
+  // at all must not read as every server gone.
+  v->proc_ok = ::access(config_.proc_root.c_str(), R_OK | X_OK) == 0 &&
+               v->table.walk_or_scan(processes_.prepare(), tree_files_, stat_files_);
   if (v->proc_ok) {
     v->trees = processes_.sample(v->table, now);
   } else {

@@ -15,9 +15,11 @@
 #include <set>
 #include <thread>
 
+#include "app.h"
 #include "cgroup.h"
 #include "collectors/cgroups.h"
 #include "collectors/memory.h"
+#include "config.h"
 #include "exposition/families.h"
 #include "test_support.h"
 
@@ -416,6 +418,132 @@ TEST(RealCgroup, AServerThatExitsOnItsOwnCountsAsExitedOnce) {
     for (const auto& m : f.metric) exits[m.label.at(2).value] = m.counter.value;
   });
   EXPECT_EQ(exits, (std::map<std::string, double>{{"exited", 1}, {"oom_kill", 0}}));
+}
+
+// Waits until `pid` (a child not yet reaped) is a zombie.
+bool wait_zombie(pid_t pid) {
+  for (int i = 0; i < 2000; ++i) {
+    std::string text;
+    if (procfs::read_file("/proc/" + std::to_string(pid) + "/stat", text) ==
+        procfs::ReadStatus::kOk)
+      if (auto st = procfs::parse_stat(text); st && st->zombie()) return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
+// The exit reasons of a memory collector's only server.
+std::pair<uint64_t, uint64_t> exits_of(const MemoryCollector& m) {
+  const auto s = m.servers().at(0);
+  return {s.exits, s.oom_kill_exits};
+}
+
+TEST(RealCgroup, AnOomKilledRootReapedLateIsAnOomKill) {
+  RealMemoryCgroup cg(64u << 20);
+  if (!cg.ok()) GTEST_SKIP() << "no memory cgroup can be made here: " << cg.why();
+  testing::Gate hogs;
+  testing::Ready ready;
+  const pid_t root = testing::spawn([&]() -> int {
+    const bool joined = cg.join();
+    ready.signal();
+    if (!joined) return 2;
+    hogs.wait();
+    hog();
+  });
+  hogs.close_read();
+  ready.wait(1);
+  MemoryConfig mc;
+  mc.targets = {pid_target("verifier", "resources_server", root)};
+  MemoryCollector memory(mc, nullptr, [](const std::string&) {});
+  memory.sample();
+  hogs.open();
+  ASSERT_TRUE(wait_zombie(root));
+  memory.sample();  // dead, not reaped by its launcher yet
+  EXPECT_EQ(testing::wait_exit(root), 128 + SIGKILL);
+  memory.sample();
+  EXPECT_EQ(cg.oom_kills(), 1u);
+  EXPECT_EQ(exits_of(memory), (std::pair<uint64_t, uint64_t>{0, 1}));
+}
+
+TEST(RealCgroup, ARootThatMovesIntoItsOwnCgroupAfterFirstSightCountsItsOomKill) {
+  RealMemoryCgroup cg(64u << 20);
+  if (!cg.ok()) GTEST_SKIP() << "no memory cgroup can be made here: " << cg.why();
+  testing::Gate join, hogs;
+  testing::Ready ready;
+  const pid_t root = testing::spawn([&]() -> int {
+    ready.signal();
+    join.wait();  // first seen in the exporter's cgroup: none of its own
+    const bool joined = cg.join();
+    ready.signal();
+    if (!joined) return 2;
+    hogs.wait();
+    hog();
+  });
+  join.close_read();
+  hogs.close_read();
+  ready.wait(1);
+  MemoryConfig mc;
+  mc.targets = {pid_target("verifier", "resources_server", root)};
+  MemoryCollector memory(mc, nullptr, [](const std::string&) {});
+  memory.sample();
+  join.open();
+  ready.wait(1);
+  memory.sample();  // now in a cgroup of its own
+  hogs.open();
+  EXPECT_EQ(testing::wait_exit(root), 128 + SIGKILL);
+  memory.sample();
+  EXPECT_EQ(cg.oom_kills(), 1u);
+  EXPECT_EQ(exits_of(memory), (std::pair<uint64_t, uint64_t>{0, 1}));
+}
+
+TEST(RealCgroup, ConfiguredMountsAreWhereExitReasonsAreRead) {
+  // The configuration says where the hierarchy is mounted: a directory laid
+  // out as the hierarchy (the cgroups of the test and of the server, each
+  // with its OOM count), which only a collector that reads the configured
+  // mount can see.
+  RealMemoryCgroup cg(64u << 20);
+  if (!cg.ok()) GTEST_SKIP() << "no memory cgroup can be made here: " << cg.why();
+  testing::Gate gate;
+  testing::Ready ready;
+  const pid_t root = testing::spawn([&]() -> int {
+    const bool joined = cg.join();
+    ready.signal();
+    if (!joined) return 2;
+    gate.wait();
+    return 0;
+  });
+  gate.close_read();
+  ready.wait(1);
+  std::string text;
+  ASSERT_EQ(procfs::read_file("/proc/" + std::to_string(root) + "/cgroup", text),
+            procfs::ReadStatus::kOk);
+  const cgroup::Membership who = cgroup::parse_membership(text);
+  const std::string path = cg.version() == 2 ? *who.v2 : *who.v1_memory;
+  TempDir mount;
+  std::filesystem::create_directories(mount.path() + path);
+  const std::string events =
+      mount.path() + path + (cg.version() == 2 ? "/memory.events" : "/memory.oom_control");
+  if (cg.version() == 2) std::ofstream(mount.path() + path + "/memory.current") << "0\n";
+  std::ofstream(events) << "oom_kill 0\n";
+  const std::string key = cg.version() == 2 ? "v2_mount" : "v1_memory_mount";
+  const ConfigResult r = parse_config(
+      "memory:\n  targets:\n    - {name: verifier, server_type: "
+      "resources_server, pid: " +
+          std::to_string(root) + "}\ncgroup:\n  " + key + ": " + mount.path() + "\n",
+      "mounts.yml");
+  ASSERT_TRUE(r.ok()) << r.errors.front();
+  auto collectors = make_collectors(r.config, {nullptr});
+  MemoryCollector* memory = nullptr;
+  for (auto& c : collectors)
+    if (auto* m = dynamic_cast<MemoryCollector*>(c.get())) memory = m;
+  ASSERT_NE(memory, nullptr);
+  memory->sample();
+  std::ofstream(events) << "oom_kill 1\n";  // what the configured hierarchy says
+  ::kill(root, SIGKILL);
+  testing::wait_exit(root);
+  memory->sample();
+  EXPECT_EQ(cg.oom_kills(), 0u) << "the real cgroup saw none";
+  EXPECT_EQ(exits_of(*memory), (std::pair<uint64_t, uint64_t>{0, 1}));
 }
 
 }  // namespace

@@ -22,6 +22,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
+const Log kQuiet = [](const std::string&) {};
+
 MemoryCollector::ServerMemory sample_pid(pid_t pid, bool pss = true, double pss_interval = 0) {
   MemoryConfig c;
   ServerTarget t;
@@ -640,6 +642,209 @@ TEST(CpuCollector, ThreadsAndOpenFdsOfTheTree) {
   EXPECT_EQ(*s.open_fds, listed);
   EXPECT_GE(*s.open_fds, 10u);
   gate.open();
+  testing::wait_exit(root);
+}
+
+ServerTarget target_of(const std::string& name, pid_t pid) {
+  ServerTarget t;
+  t.name = name;
+  t.server_type = "resources_server";
+  t.pid = pid;
+  return t;
+}
+
+// Waits until `pid` (a child not yet reaped) is a zombie.
+void wait_zombie(pid_t pid) {
+  for (int i = 0; i < 1000; ++i) {
+    std::string text;
+    if (procfs::read_file("/proc/" + std::to_string(pid) + "/stat", text) ==
+        procfs::ReadStatus::kOk)
+      if (auto st = procfs::parse_stat(text); st && st->zombie()) return;
+    std::this_thread::sleep_for(5ms);
+  }
+  FAIL() << pid << " never became a zombie";
+}
+
+TEST(MemoryCollector, AKilledRootThatIsNotReapedYetIsDownNotUp) {
+  testing::TempDir tmp;
+  testing::Ready ready;
+  const pid_t declared = testing::spawn([&] {
+    ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
+    declare_server("math_verifier", "resources_server");
+    ready.signal();
+    for (;;) ::pause();
+    return 0;
+  });
+  const pid_t configured = testing::spawn([&] {
+    ready.signal();
+    for (;;) ::pause();
+    return 0;
+  });
+  ready.wait(2);
+  MemoryConfig c;
+  c.targets = {target_of("agent", configured)};
+  MemoryCollector sampler(c, std::make_shared<SharedRegistry>(tmp.path()), kQuiet);
+  sampler.sample();
+  ASSERT_EQ(sampler.servers().size(), 2u);
+  for (const auto& s : sampler.servers()) EXPECT_TRUE(s.root_pid.has_value()) << s.name;
+  // Killed; its launcher has not reaped it (yet): a zombie is no server.
+  ::kill(declared, SIGKILL);
+  ::kill(configured, SIGKILL);
+  wait_zombie(declared);
+  wait_zombie(configured);
+  sampler.sample();
+  const auto servers = sampler.servers();
+  ASSERT_EQ(servers.size(), 2u);
+  for (const auto& s : servers) {
+    EXPECT_FALSE(s.root_pid.has_value()) << s.name << ": down (gym_server_up 0)";
+    EXPECT_TRUE(s.root_pids.empty()) << s.name << ": no gym_server_info";
+    EXPECT_EQ(s.processes, 0u) << s.name;
+    EXPECT_EQ(s.exits, 1u) << s.name;
+  }
+  testing::wait_exit(declared);
+  testing::wait_exit(configured);
+  sampler.sample();
+  for (const auto& s : sampler.servers()) EXPECT_EQ(s.exits, 1u) << s.name << ": counted once";
+}
+
+TEST(MemoryCollector, ANewRootFromAPidfileStartsWithoutTheOldRootsLineage) {
+  testing::TempDir tmp;
+  testing::Gate gate;
+  testing::Ready ready;
+  // The old server, with a worker that leaves its tree when its middle
+  // process exits (kept by lineage while the old root is the root).
+  testing::Gate middle_exits;
+  const pid_t old_root = testing::spawn([&] {
+    middle_exits.close_write();
+    const pid_t middle = testing::spawn([&] {
+      testing::spawn([&] {
+        std::vector<char> held(24 << 20);
+        for (size_t i = 0; i < held.size(); i += 4096) held[i] = 1;
+        ready.signal();
+        gate.wait();
+        return int(held[0]) - 1;
+      });
+      middle_exits.wait();
+      return 0;
+    });
+    testing::wait_exit(middle);
+    gate.wait();
+    return 0;
+  });
+  const pid_t new_root = testing::spawn([&] {
+    middle_exits.close_write();
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(2);
+  const std::string pidfile = tmp.path() + "/server.pid";
+  std::ofstream(pidfile) << old_root << "\n";
+  MemoryConfig c;
+  ServerTarget t;
+  t.name = "agent";
+  t.server_type = "agent_server";
+  t.pidfile = pidfile;
+  c.targets = {t};
+  MemoryCollector sampler(c, nullptr, kQuiet);
+  sampler.sample();
+  EXPECT_EQ(sampler.servers().at(0).processes, 3u);
+  middle_exits.open();
+  std::this_thread::sleep_for(100ms);
+  sampler.sample();
+  EXPECT_EQ(sampler.servers().at(0).processes, 2u) << "the old root and its worker, by lineage";
+  EXPECT_EQ(sampler.servers().at(0).escaped, 1u);
+  // A restart that drains: the pidfile names the new root while the old one
+  // still runs.
+  std::this_thread::sleep_for(20ms);
+  std::ofstream(pidfile) << new_root << "\n";
+  sampler.sample();
+  const auto s = sampler.servers().at(0);
+  EXPECT_EQ(s.root_pid, new_root);
+  EXPECT_EQ(s.processes, 1u) << "the new root's tree only";
+  EXPECT_EQ(s.escaped, 0u);
+  EXPECT_LT(s.rss, uint64_t(24) << 20);
+  gate.open();
+  testing::wait_exit(old_root);
+  testing::wait_exit(new_root);
+}
+
+TEST(MemoryCollector, AProcRootThatCannotBeReadLeavesEveryServerAbsentAndCountsProc) {
+  MemoryConfig c;
+  c.proc_root = "/nonexistent-proc-root";
+  c.targets = {target_of("agent", ::getpid())};
+  std::vector<std::string> logged;
+  MemoryCollector sampler(c, nullptr, [&](const std::string& l) { logged.push_back(l); });
+  sampler.sample();
+  sampler.sample();
+  EXPECT_TRUE(sampler.servers().empty());
+  std::map<std::string, double> got;
+  sampler.collect([&](const prometheus::MetricFamily& f) {
+    if (f.name.starts_with("gym_server_")) got[f.name] = 1;
+    if (f.name == "gym_exporter_memory_sample_errors_total")
+      for (const auto& m : f.metric) got[m.label.at(0).value] = m.counter.value;
+  });
+  EXPECT_EQ(got.count("gym_server_up"), 0u) << "absent, not up 0";
+  EXPECT_EQ(got.count("gym_server_memory_usage_bytes"), 0u);
+  EXPECT_EQ(got["proc"], 2) << "counted at each sample";
+  EXPECT_EQ(std::count_if(logged.begin(), logged.end(),
+                          [](const std::string& l) {
+                            return l.find("cannot list /nonexistent-proc-root") !=
+                                   std::string::npos;
+                          }),
+            1);
+}
+
+TEST(CpuCollector, AnOrphanReapedByASubreaperRootIsCountedOnce) {
+  // R (a subreaper) -> M -> G. G uses CPU; M exits, so G is R's; G exits
+  // and R reaps it: R's cutime takes G's ticks, which were counted while G
+  // ran.
+  testing::Ready ready;
+  testing::Gate m_exits, g_exits, done;
+  const pid_t root = testing::spawn([&] {
+    for (testing::Gate* g : {&m_exits, &g_exits, &done}) g->close_write();
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    testing::spawn([&] {
+      testing::spawn([&] {
+        volatile uint64_t x = 0;
+        const auto until = std::chrono::steady_clock::now() + 500ms;
+        while (std::chrono::steady_clock::now() < until) x = x + 1;
+        ready.signal();
+        g_exits.wait();
+        return 0;
+      });
+      m_exits.wait();
+      return 0;
+    });
+    while (::waitpid(-1, nullptr, 0) > 0) {  // reaps M, then G
+    }
+    ready.signal();
+    done.wait();
+    return 0;
+  });
+  ready.wait(1);
+  CpuConfig c;
+  c.targets = {target_of("verifier", root)};
+  CpuCollector sampler(c, nullptr, kQuiet);
+  sampler.sample();  // G has spun
+  const auto first = sampler.servers().at(0);
+  m_exits.open();
+  std::this_thread::sleep_for(100ms);
+  g_exits.open();
+  ready.wait(1);  // R reaped both
+  sampler.sample();
+  const auto last = sampler.servers().at(0);
+  std::string text;
+  ASSERT_EQ(procfs::read_file("/proc/" + std::to_string(root) + "/stat", text),
+            procfs::ReadStatus::kOk);
+  const auto st = procfs::parse_stat(text);
+  ASSERT_TRUE(st.has_value());
+  const uint64_t truth = st->utime_ticks + st->stime_ticks + st->cutime_ticks + st->cstime_ticks;
+  EXPECT_GE(st->cutime_ticks + st->cstime_ticks, 35u) << "G did spin, and R reaped it";
+  const uint64_t counted = last.user_ticks + last.system_ticks;
+  EXPECT_GE(counted, first.user_ticks + first.system_ticks);
+  EXPECT_NEAR(double(counted), double(truth), 3.0) << "G's ticks once, not twice";
+  done.open();
   testing::wait_exit(root);
 }
 
