@@ -895,6 +895,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
         oldest = segment::ticket_start(oldest);
         if (oldest > 0 && (acc.oldest == 0 || oldest < acc.oldest)) acc.oldest = oldest;
         acc.present = true;
+        acc.in_progress = true;
         last_change_[e.id] = now;
       }
       // Begun: the sum of the lanes, read on as a counter.
@@ -1063,6 +1064,7 @@ const Snapshot& RegistryReader::snapshot() {
     acc.counter = 0;
     acc.gauge = 0;
     acc.oldest = 0;
+    acc.in_progress = false;
     acc.sum = 0;
     acc.created_ns = 0;
     acc.created_unknown = false;
@@ -1123,6 +1125,7 @@ void RegistryReader::build_output() {
     out.counter = sat_add(live.counter, ret.counter);
     out.gauge = live.gauge;
     out.oldest_start = live.oldest;
+    out.in_progress = live.in_progress;
     out.sum = segment::wrapping_add(live.sum, ret.sum);
     out.created_unix_ns = 0;
     if (info.kind != SeriesKind::kGauge && !(live.present && live.created_unknown) &&

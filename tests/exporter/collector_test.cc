@@ -20,6 +20,7 @@
 #include "exposition/families.h"
 #include "exposition/text.h"
 #include "gym/contract.h"
+#include "gym/metered_semaphore.h"
 #include "gym/segment_writer.h"
 #include "http_client.h"
 #include "test_support.h"
@@ -180,6 +181,105 @@ Flags app_flags(const TempDir& tmp) {
   f.config_file = tmp.sub("gym.yml");
   f.web_config_file = tmp.sub("web.yml");
   return f;
+}
+
+TEST(Exposition, NameFilterTakesTheOpenTelemetryNamesTheReplyCarriesToo) {
+  TempDir tmp;
+  SegmentWriter w(tmp.path());
+  const std::vector<Label> labels = {{"nemo_gym_concurrency_component", "agent_server"},
+                                     {"nemo_gym_concurrency_limit_name", "x"}};
+  Gauge depth = w.gauge("gym_concurrency_queue_depth", labels);
+  depth.add(3);
+  std::vector<Label> waited = labels;
+  waited.push_back({"nemo_gym_concurrency_wait_outcome", "admitted"});
+  w.histogram("gym_concurrency_wait_duration_seconds", waited, kOperationBoundsNs, 1e9)
+      .observe(2000000);
+  std::vector<std::unique_ptr<Collector>> c;
+  c.push_back(make_collector("registry", {std::make_shared<SharedRegistry>(tmp.path())}));
+  Exposition e(std::move(c));
+  const std::string depth_only = e.render(TextEncoder(), {"gym.concurrency.queue_depth"});
+  EXPECT_NE(depth_only.find("gym_concurrency_queue_depth{"), std::string::npos) << depth_only;
+  EXPECT_EQ(depth_only.find("gym_concurrency_wait_duration_seconds"), std::string::npos);
+  const std::string by_sample = e.render(TextEncoder(), {"gym.concurrency.wait_duration_count"});
+  EXPECT_NE(by_sample.find("gym_concurrency_wait_duration_seconds_count{"), std::string::npos)
+      << by_sample;
+  EXPECT_EQ(by_sample.find("gym_concurrency_queue_depth"), std::string::npos);
+}
+
+// The lines of `text` that start with `family{` and name `limit`.
+std::vector<std::string> lines_of(const std::string& text, const std::string& family,
+                                  const std::string& limit) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (line.starts_with(family + "{") && line.find("\"" + limit + "\"") != std::string::npos)
+      out.push_back(line);
+  return out;
+}
+
+TEST(Exposition, AgesOfALimitThatIsClosedOrWhoseWriterExitedGoWhileItsAdmissionsStay) {
+  TempDir tmp;
+  testing::Gate close, exit_now;
+  testing::Ready ready;
+  // One writer closes its limit; another is killed while it holds a slot.
+  const pid_t closer = testing::spawn([&] {
+    ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
+    {
+      MeteredSemaphore sem(2, Component::kAgentServer, "closed_limit");
+      sem.acquire();
+      sem.release();
+      sem.acquire();
+      ready.signal();
+      close.wait();
+      sem.release();
+    }
+    ready.signal();
+    exit_now.wait();
+    return 0;
+  });
+  const pid_t killed = testing::spawn([&] {
+    close.close_write();  // only the test holds the gates open
+    exit_now.close_write();
+    ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
+    MeteredSemaphore sem(2, Component::kAgentServer, "exited_limit");
+    sem.acquire();
+    ready.signal();
+    for (;;) ::pause();
+    return 0;
+  });
+  ready.wait(2);
+  auto registry = std::make_shared<SharedRegistry>(tmp.path());
+  std::string why;
+  ASSERT_TRUE(registry->with([&](RegistryReader& r) { return r.claim(&why); })) << why;
+  std::vector<std::unique_ptr<Collector>> c;
+  c.push_back(make_collector("registry", {registry}));
+  Exposition e(std::move(c));
+  std::string text = e.render(TextEncoder());
+  for (const char* limit : {"closed_limit", "exited_limit"}) {
+    EXPECT_EQ(lines_of(text, "gym_concurrency_oldest_hold_seconds", limit).size(), 1u) << limit;
+    EXPECT_EQ(lines_of(text, "gym_concurrency_oldest_wait_seconds", limit).size(), 1u) << limit;
+  }
+  close.open();
+  ready.wait(1);
+  ::kill(killed, SIGKILL);
+  testing::wait_exit(killed);
+  text = e.render(TextEncoder());
+  text += e.render(TextEncoder());  // and at every scrape after
+  for (const char* limit : {"closed_limit", "exited_limit"}) {
+    EXPECT_TRUE(lines_of(text, "gym_concurrency_limit", limit).empty()) << limit;
+    EXPECT_TRUE(lines_of(text, "gym_concurrency_oldest_hold_seconds", limit).empty())
+        << limit << ": gone with its limit\n"
+        << text;
+    EXPECT_TRUE(lines_of(text, "gym_concurrency_oldest_wait_seconds", limit).empty()) << limit;
+  }
+  const auto closed = lines_of(text, "gym_concurrency_admissions_total", "closed_limit");
+  ASSERT_EQ(closed.size(), 2u);
+  EXPECT_TRUE(closed[0].ends_with(" 2")) << closed[0] << ": folded and kept";
+  const auto exited = lines_of(text, "gym_concurrency_admissions_total", "exited_limit");
+  ASSERT_EQ(exited.size(), 2u);
+  EXPECT_TRUE(exited[0].ends_with(" 1")) << exited[0];
+  exit_now.open();
+  testing::wait_exit(closer);
 }
 
 TEST(App, ARefusedReloadChangesNothingNotEvenTheBasicAuthUsers) {

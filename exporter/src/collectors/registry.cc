@@ -1,6 +1,7 @@
 // The contract's concurrency and resources-operation families (the rows of
 // gym/families.h whose source is the registry), built from a fresh registry
 // snapshot on each scrape, and the registry's own counts.
+#include <algorithm>
 #include <limits>
 #include <map>
 #include <set>
@@ -50,11 +51,15 @@ class RegistryCollector : public Collector {
   std::vector<size_t> served_index_;       // index in snapshot.series
   Families model_;
   std::vector<FamilyExtras> extras_;  // by family of model_: native buckets, created times
+  // By family of model_ and metric: left out of this scrape (an age whose
+  // limit or operation no longer exists: only its admissions remain).
+  std::vector<std::vector<char>> absent_;
   struct Slot {
     ClientMetric* metric;
     size_t served;                  // index into served_
     std::vector<uint64_t>* native;  // its native buckets, or null
     double* created;                // its created time, or null (gauges)
+    char* absent;                   // ages: whether it is left out now, or null
   };
   std::vector<Slot> slots_;
   // Per limit, indexes into served_ (-1: none): free = the available gauge
@@ -89,6 +94,7 @@ bool RegistryCollector::served_family(const std::string& family) {
 void RegistryCollector::rebuild() {
   model_.clear();
   extras_.clear();
+  absent_.clear();
   slots_.clear();
   active_slots_.clear();
   active_ = MetricFamily{};
@@ -114,6 +120,7 @@ void RegistryCollector::rebuild() {
       for (size_t j = i; j < served_.size() && served_[j]->family == info.family; ++j) ++n;
       model_.back().metric.reserve(n);
       extras_.emplace_back();
+      absent_.emplace_back(info.kind == segment::SeriesKind::kAges ? n : 0, char(0));
       if (info.native_words != 0) extras_.back().native.resize(n);
       if (info.kind != segment::SeriesKind::kGauge && info.kind != segment::SeriesKind::kAges)
         extras_.back().created.resize(n);
@@ -122,6 +129,7 @@ void RegistryCollector::rebuild() {
     FamilyExtras& x = extras_.back();
     std::vector<uint64_t>* native = k < x.native.size() ? &x.native[k] : nullptr;
     double* created = k < x.created.size() ? &x.created[k] : nullptr;
+    char* absent = k < absent_.back().size() ? &absent_.back()[k] : nullptr;
     ClientMetric& m = add_metric(model_.back(), info.labels);
     if (info.kind == segment::SeriesKind::kHistogram) {
       for (size_t b = 0; b <= info.bounds.size(); ++b) {
@@ -132,7 +140,7 @@ void RegistryCollector::rebuild() {
         m.histogram.bucket.push_back(bucket);
       }
     }
-    slots_.push_back({&m, i, native, created});
+    slots_.push_back({&m, i, native, created, absent});
   }
   // active = limit - free, for every label set that has a limit.
   struct Indexes {
@@ -163,8 +171,9 @@ void RegistryCollector::rebuild() {
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {
-  for (auto& [metric, i, native, created] : slots_) {
+  for (auto& [metric, i, native, created, absent] : slots_) {
     const SeriesSample& s = snap.series[served_index_[i]];
+    if (absent != nullptr) *absent = s.in_progress ? 0 : 1;
     if (created != nullptr) *created = double(s.created_unix_ns) / 1e9;
     switch (s.info->kind) {
       case segment::SeriesKind::kCounter:
@@ -260,9 +269,19 @@ void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
     rebuild();
   }
   update_values(snap);
-  for (size_t k = 0; k < model_.size(); ++k)
+  for (size_t k = 0; k < model_.size(); ++k) {
+    const std::vector<char>& absent = absent_[k];
+    if (std::find(absent.begin(), absent.end(), 1) != absent.end()) {
+      MetricFamily present = model_[k];  // ages have no extras
+      present.metric.clear();
+      for (size_t m = 0; m < absent.size(); ++m)
+        if (!absent[m]) present.metric.push_back(model_[k].metric[m]);
+      if (!present.metric.empty()) emit(present);
+      continue;
+    }
     emit(model_[k],
          extras_[k].native.empty() && extras_[k].created.empty() ? nullptr : &extras_[k]);
+  }
   if (!active_.metric.empty()) emit(active_);
   if (!admissions_.metric.empty()) emit(admissions_, &admissions_extras_);
   emit_stats(snap, emit);

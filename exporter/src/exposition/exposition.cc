@@ -56,9 +56,27 @@ bool asked_for(const prometheus::MetricFamily& f, const std::set<std::string>& n
     if (names.contains(f.name + suffix)) return true;
   return false;
 }
+
+// The names asked for, with the Prometheus name of each OpenTelemetry one (a
+// family's, or a histogram sample's: its family's and suffix), so that the
+// names a reply carries select it under either scheme.
+std::set<std::string> with_prometheus_names(const std::set<std::string>& names) {
+  std::set<std::string> out = names;
+  for (const std::string& n : names) {
+    out.emplace(prometheus_family_name(n));
+    for (std::string_view suffix : {"_bucket", "_sum", "_count", "_total", "_created"}) {
+      if (!std::string_view(n).ends_with(suffix)) continue;
+      const std::string_view base = std::string_view(n).substr(0, n.size() - suffix.size());
+      const std::string_view family = prometheus_family_name(base);
+      if (family != base) out.emplace(std::string(family) + std::string(suffix));
+    }
+  }
+  return out;
+}
 }  // namespace
 
-std::string Exposition::render(const Encoder& encoder, const std::set<std::string>& names) {
+std::string Exposition::render(const Encoder& encoder, const std::set<std::string>& asked) {
+  const std::set<std::string> names = with_prometheus_names(asked);
   std::lock_guard<std::mutex> lock(mu_);
   const auto start = std::chrono::steady_clock::now();
   std::string out;

@@ -64,6 +64,10 @@ struct SeriesSample {
   // Ages: the oldest start in progress (segment::stamp_now_ns() clock), 0
   // when none has a slot.
   int64_t oldest_start = 0;
+  // Ages: a live record (a limit or operation that still exists) reported
+  // what is in progress. Without one only the count of beginnings (folded
+  // from records that are gone) remains, and there is no age to report.
+  bool in_progress = false;
   // Histograms: cumulative counts per bound, then +Inf (which is the count).
   std::vector<uint64_t> cumulative_buckets;
   int64_t sum = 0;  // histograms, raw units
@@ -198,7 +202,8 @@ class RegistryReader {
     bool present = false;
     uint64_t counter = 0;
     int64_t gauge = 0;
-    int64_t oldest = 0;  // ages
+    int64_t oldest = 0;        // ages
+    bool in_progress = false;  // ages: a live record reported its part
     int64_t sum = 0;
     std::vector<uint64_t> buckets;  // not cumulative: the classic ones, then the native ones
     int64_t created_ns = 0;         // the earliest start of what it adds up
