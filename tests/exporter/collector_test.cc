@@ -10,6 +10,7 @@
 #include <atomic>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -426,6 +427,62 @@ std::map<std::string, std::string> families_of(const std::string& text) {
   return out;
 }
 
+// label -> the values served, from a text exposition ("le" left out).
+std::map<std::string, std::set<std::string>> label_values_of(const std::string& text) {
+  std::map<std::string, std::set<std::string>> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    size_t pos = line.find('{');
+    if (pos == std::string::npos) continue;
+    ++pos;
+    while (pos < line.size() && line[pos] != '}') {
+      const size_t eq = line.find('=', pos);
+      const std::string label = line.substr(pos, eq - pos);
+      size_t end = eq + 2;
+      while (end < line.size() && line[end] != '"') end += line[end] == '\\' ? 2 : 1;
+      if (label != "le") out[label].insert(line.substr(eq + 2, end - eq - 2));
+      pos = end + 1;
+      if (pos < line.size() && line[pos] == ',') ++pos;
+    }
+  }
+  return out;
+}
+
+// docs/metrics.md's labels table: label -> its listed values (a row whose
+// values start with a `value`), or nullopt (a row that describes them).
+std::map<std::string, std::optional<std::set<std::string>>> documented_label_values() {
+  std::map<std::string, std::optional<std::set<std::string>>> out;
+  std::ifstream doc(GYM_METRICS_DOC);
+  std::string line;
+  bool in_labels = false;
+  auto ticked = [](const std::string& cell) {
+    std::set<std::string> words;
+    for (size_t b = cell.find('`'); b != std::string::npos; b = cell.find('`', b + 1)) {
+      const size_t e = cell.find('`', b + 1);
+      if (e == std::string::npos) break;
+      words.insert(cell.substr(b + 1, e - b - 1));
+      b = e;
+    }
+    return words;
+  };
+  while (std::getline(doc, line)) {
+    if (line.rfind("## ", 0) == 0) in_labels = line == "## Labels and their values";
+    if (!in_labels || line.rfind("| `", 0) != 0) continue;
+    const size_t bar = line.find(" | ", 2);
+    const std::string labels = line.substr(2, bar - 2);
+    const std::string values = line.substr(bar + 3, line.rfind(" |") - bar - 3);
+    for (const std::string& label : ticked(labels)) {
+      if (values.rfind('`', 0) == 0)
+        out[label] = ticked(values);
+      else
+        out[label] = std::nullopt;
+    }
+  }
+  return out;
+}
+
 TEST(Golden, TheDemosExpositionServesEveryContractRowAndNothingElse) {
   TempDir tmp;
   const std::string dir = tmp.sub("registry");
@@ -440,6 +497,7 @@ TEST(Golden, TheDemosExpositionServesEveryContractRowAndNothingElse) {
   ASSERT_TRUE(loaded.ok());
   auto registry = std::make_shared<SharedRegistry>(dir);
   std::map<std::string, std::string> got;
+  std::string text;
   const size_t kCgroupFamilies =
       size_t(std::count_if(std::begin(kFamilies), std::end(kFamilies), [](const FamilySpec& row) {
         return row.name.starts_with("gym_server_cgroup_");
@@ -449,7 +507,8 @@ TEST(Golden, TheDemosExpositionServesEveryContractRowAndNothingElse) {
     std::this_thread::sleep_for(100ms);
     Exposition e(make_collectors(loaded.config.config, {registry}));
     e.start();
-    got = families_of(e.render());
+    text = e.render();
+    got = families_of(text);
     e.stop();
   }
   ::kill(demo, SIGTERM);
@@ -474,6 +533,20 @@ TEST(Golden, TheDemosExpositionServesEveryContractRowAndNothingElse) {
     GTEST_SKIP() << "golden file written";
   }
   EXPECT_EQ(got, want) << "regenerate with GYM_UPDATE_GOLDEN=1 when the change is intended";
+  // docs/metrics.md's table of labels: every label served has a row, and
+  // every value served of a label whose row lists its values is listed.
+  const auto documented = documented_label_values();
+  for (const auto& [label, values] : label_values_of(text)) {
+    auto it = documented.find(label);
+    if (it == documented.end()) {
+      ADD_FAILURE() << "label " << label << " has no row in docs/metrics.md's labels table";
+      continue;
+    }
+    if (!it->second) continue;  // described, not listed
+    for (const std::string& v : values)
+      EXPECT_TRUE(it->second->contains(v))
+          << label << "=\"" << v << "\" is served but not listed in docs/metrics.md";
+  }
 }
 
 // docs/metrics.md's table of families: one row per row of the contract table,
