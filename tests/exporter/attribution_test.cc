@@ -103,6 +103,19 @@ std::vector<pid_t> children_of(pid_t pid) {
   return procfs::parse_children(text).value_or(std::vector<pid_t>{});
 }
 
+// Waits (up to 10 s) until `pid`'s command line starts with `title`.
+bool wait_title(pid_t pid, const std::string& title) {
+  for (int i = 0; i < 2000; ++i) {
+    std::string text;
+    if (procfs::read_file("/proc/" + std::to_string(pid) + "/cmdline", text) ==
+            procfs::ReadStatus::kOk &&
+        text.rfind(title, 0) == 0)
+      return true;
+    std::this_thread::sleep_for(5ms);
+  }
+  return false;
+}
+
 bool unshare_works() {
   return std::system("unshare --pid --fork --mount-proc true >/dev/null 2>&1") == 0;
 }
@@ -223,9 +236,11 @@ TEST(Attribution, RayActorsAreAdoptedByAMatchRuleWithTheirDescendants) {
       tmp.path());
   std::vector<pid_t> actor_pids;
   for (Program& a : actors) actor_pids.push_back(std::stoi(a.line()));
+  for (pid_t a : actor_pids) ASSERT_TRUE(wait_title(a, "ray::LocalVLLMModelActor."));
   ready.wait(1);
   // Another actor class is not the model's.
   Program other({"bash", "-c", "exec -a ray::RewardActor.__init__ sleep 60"}, tmp.path());
+  ASSERT_TRUE(wait_title(other.pid(), "ray::RewardActor."));
 
   const ConfigResult r = parse_config(R"(
 memory:
@@ -239,7 +254,6 @@ memory:
   MemoryConfig c = memory_config(r.config);
   auto registry = std::make_shared<SharedRegistry>(tmp.path());
   MemoryCollector sampler(c, registry, kQuiet);
-  std::this_thread::sleep_for(200ms);  // the second actor's child starts
   sampler.sample();
   std::optional<Server> s = find(sampler.servers(), "policy_model");
   ASSERT_TRUE(s.has_value());
@@ -260,7 +274,7 @@ TEST(Attribution, AMatchRuleOverItsBoundKeepsTheOldestAndIsCounted) {
     actors.emplace_back(
         std::vector<std::string>{"bash", "-c", "exec -a ray::Sandbox.run sleep 60 & echo $!; wait"},
         tmp.path());
-    actors.back().line();
+    ASSERT_TRUE(wait_title(std::stoi(actors.back().line()), "ray::Sandbox.run"));
   }
   const ConfigResult r = parse_config(R"(
 memory:
