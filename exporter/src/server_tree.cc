@@ -196,7 +196,6 @@ struct ServerTrees::Target {
   pid_t pidfile_pid = 0;               // as prepare() read it (0: none)
   double pidfile_mtime = 0;
   std::vector<pid_t> cgroup_pids;  // as prepare() read them
-  bool over_bound = false;         // its rules matched more than max_roots
 };
 
 ServerTrees::ServerTrees(WatcherConfig config, std::shared_ptr<SharedRegistry> registry,
@@ -517,27 +516,36 @@ std::vector<ServerProcesses::Tree> ServerProcesses::sample(
     }
     t.root = t.roots.front();
     // Each root's tree with its members kept by lineage; the server is their
-    // union, each process once.
+    // union, each process once. Each tree is walked once; a server of one
+    // root with nothing escaped (the common case) is that walk.
     std::vector<const procfs::ProcStat*> starts = t.roots;
     for (const procfs::ProcStat* r : t.roots) {
       const Member key{r->pid, r->start_ticks};
-      std::vector<const procfs::ProcStat*> mine{r};
-      if (auto was = lineage_.find(key); was != lineage_.end()) {
-        const procfs::TreeUsage in_tree = procfs::tree_usage(table, *r);
+      procfs::TreeUsage in_tree = procfs::tree_usage(table, *r);
+      std::vector<const procfs::ProcStat*> escaped;
+      if (auto was = lineage_.find(key); was != lineage_.end())
         for (const Member& m : was->second) {
           if (std::binary_search(in_tree.members.begin(), in_tree.members.end(), m)) continue;
           const procfs::ProcStat* p = table.find(m.first, m.second);
-          if (p != nullptr && !p->zombie() && !p->kernel_thread()) mine.push_back(p);
+          if (p != nullptr && !p->zombie() && !p->kernel_thread()) escaped.push_back(p);
         }
+      if (escaped.empty()) {
+        lineage[key] = in_tree.members;
+        if (t.roots.size() == 1) t.usage = std::move(in_tree);
+        continue;
       }
-      starts.insert(starts.end(), mine.begin() + 1, mine.end());
+      std::vector<const procfs::ProcStat*> mine{r};
+      mine.insert(mine.end(), escaped.begin(), escaped.end());
       lineage[key] = procfs::tree_usage(table, mine).members;
+      starts.insert(starts.end(), escaped.begin(), escaped.end());
     }
-    t.usage = procfs::tree_usage(table, t.roots);
-    if (starts.size() > t.roots.size()) {
-      const size_t in_trees = t.usage.live.size();
-      t.usage = procfs::tree_usage(table, starts);
-      t.escaped = t.usage.live.size() - in_trees;
+    if (t.roots.size() > 1 || starts.size() > t.roots.size()) {
+      t.usage = procfs::tree_usage(table, t.roots);
+      if (starts.size() > t.roots.size()) {
+        const size_t in_trees = t.usage.live.size();
+        t.usage = procfs::tree_usage(table, starts);
+        t.escaped = t.usage.live.size() - in_trees;
+      }
     }
     out.push_back(std::move(t));
   }

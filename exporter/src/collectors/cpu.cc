@@ -125,12 +125,13 @@ void CpuCollector::account_cpu(CpuState& st, const procfs::TreeUsage& tree,
   // parent's reaped-children times when (if) it reaps them. One whose parent
   // left too was orphaned: its reaper is the nearest subreaper above it (or
   // init); its nearest ancestor still here, as last seen, stands for it.
-  std::map<pid_t, pid_t> last_parent;
-  for (const auto& [m, t] : st.members) last_parent[m.first] = t.ppid;
+  std::map<pid_t, pid_t> last_parent;  // made when a parent left too
   for (const auto& [m, t] : st.members) {
     if (now.contains(m)) continue;
     pid_t up_pid = t.ppid;
     auto parent = live.find(up_pid);
+    if (parent == live.end() && last_parent.empty())
+      for (const auto& [was, times] : st.members) last_parent[was.first] = times.ppid;
     for (int depth = 0; parent == live.end() && depth < 64; ++depth) {
       auto above = last_parent.find(up_pid);
       if (above == last_parent.end() || above->second == up_pid) break;
