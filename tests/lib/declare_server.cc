@@ -5,9 +5,9 @@
 // another pid namespace, say).
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <vector>
 
 #include "gym/server_identity.h"
