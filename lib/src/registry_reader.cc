@@ -21,6 +21,12 @@
 
 namespace gym {
 
+namespace {
+// Reads of a histogram shard whose native and classic totals differ before
+// its last values are kept instead (registry_reader.cc, read_values).
+constexpr int kConsistentReadAttempts = 16;
+}  // namespace
+
 using segment::Header;
 using segment::Record;
 using segment::SeriesKind;
@@ -758,8 +764,10 @@ bool RegistryReader::read_values(Segment& s, uint32_t* count) {
   if (n > s.parsed) parse_new_records(s, n);
   scratch_.resize(s.scratch_words);
   scratch_states_.resize(s.entries.size());
+  scratch_inconsistent_.assign(s.entries.size(), 0);
   uint64_t* out = scratch_.data();
   uint32_t* states = scratch_states_.data();
+  char* inconsistent = scratch_inconsistent_.data();
   const Segment& seg = s;
   return guarded(s.base, s.size, [&] {
     for (size_t j = 0; j < seg.entries.size(); ++j) {
@@ -788,10 +796,26 @@ bool RegistryReader::read_values(Segment& s, uint32_t* count) {
         // native counts taken as zero, not copied. One that shows later is
         // read from then on, and a classic count never falls back to zero,
         // so native counts never fall either.
-        if (e.native_words != 0 && observed == 0)
+        if (e.native_words != 0 && observed == 0) {
           std::fill(to + classic, to + words - 1, uint64_t{0});
-        else
-          for (uint32_t w = classic; w + 1 < words; ++w) to[w] = segment::load_relaxed(&line[w]);
+        } else if (e.native_words != 0) {
+          // Both kinds of bucket of one moment: the native words first
+          // (acquire), then the classic ones. A writer adds the classic
+          // bucket before the native one (released), so the classic total
+          // is never below the native one; they agree unless an
+          // observation was in flight, and then the shard is read again.
+          bool agree = false;
+          for (int attempt = 0; attempt < kConsistentReadAttempts && !agree; ++attempt) {
+            uint64_t native_total = 0;
+            for (uint32_t w = classic; w + 1 < words; ++w)
+              native_total += (to[w] = segment::load_acquire(&line[w]));
+            uint64_t classic_total = 0;
+            for (uint32_t w = 0; w < classic; ++w)
+              classic_total += (to[w] = segment::load_relaxed(&line[w]));
+            agree = native_total == classic_total;
+          }
+          if (!agree) inconsistent[j] = 1;
+        }
         to[words - 1] = segment::load_relaxed(&line[words - 1]);  // the sum
         to += words;
       }
@@ -943,6 +967,12 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
         for (uint32_t w = 0; w + 1 < words; ++w) folded[w] = sat_add(folded[w], shard[w]);
         folded[words - 1] += shard[words - 1];  // the sum wraps, as writers' adds do
       }
+    }
+    // A histogram whose buckets could not be read at one moment (a writer
+    // observing flat out) keeps its last values, which add up, this time.
+    if (scratch_inconsistent_[j]) {
+      std::copy(last, last + words, folded);
+      ++snapshot_.stats.inconsistent_reads_total;
     }
     bool went_down = false;
     for (uint32_t w = 0; w + (e.kind == SeriesKind::kHistogram ? 1 : 0) < words; ++w)

@@ -5,7 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/prctl.h>
+
+#include <csignal>
+
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <thread>
@@ -149,6 +154,58 @@ TEST(NativeHistogram, ThreadsAForkedChildAndTheFoldedTotalsKeepEveryObservationI
     ASSERT_NE(s, nullptr);
     EXPECT_EQ(s->native, expected_counts(values));
   }
+}
+
+TEST(NativeHistogram, EverySnapshotAddsUpWhileAWriterObservesFlatOut) {
+  TempDir tmp;
+  const int64_t bounds[] = {1000000, 100000000};  // 1 ms, 100 ms
+  testing::Ready ready;
+  // Writers that never stop observing, in another process: three threads in
+  // shards of their own, two sharing the last (atomic adds).
+  const pid_t writer = testing::spawn([&] {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test
+    SegmentWriter w(tmp.path());
+    Histogram h = w.histogram("op_seconds", {}, bounds, 1e9, /*native=*/true);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 5; ++t)
+      threads.emplace_back([&, t] {
+        std::mt19937_64 rng{static_cast<uint64_t>(t)};
+        std::lognormal_distribution<double> seconds(std::log(0.02), 2.0);
+        h.observe(1);
+        if (t == 0) ready.signal();
+        for (;;) h.observe(static_cast<int64_t>(seconds(rng) * 1e9));
+      });
+    for (auto& t : threads) t.join();
+    return 0;
+  });
+  struct Stop {  // on every way out, a failed assertion's too
+    pid_t pid;
+    ~Stop() {
+      ::kill(pid, SIGKILL);
+      testing::wait_exit(pid);
+    }
+  } stop{writer};
+  ready.wait(1);
+  RegistryReader reader(tmp.path());
+  uint64_t last_count = 0, seen = 0;
+  int moved = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
+    if (s == nullptr) continue;
+    ++seen;
+    uint64_t native = 0;
+    for (uint64_t n : s->native) native += n;
+    ASSERT_EQ(native, s->count()) << "snapshot " << i << ": zero bucket + buckets != count";
+    ASSERT_GE(s->count(), last_count) << "snapshot " << i << ": the count fell";
+    moved += s->count() > last_count ? 1 : 0;
+    last_count = s->count();
+  }
+  EXPECT_EQ(seen, 1000u);
+  // Snapshots saw the writer's progress (a read whose shards never agreed
+  // kept the last values, counted).
+  EXPECT_GT(moved, 0);
+  std::printf("counts moved in %d of 1000 snapshots; %llu reads kept their last values\n", moved,
+              (unsigned long long)reader.snapshot().stats.inconsistent_reads_total);
 }
 
 }  // namespace

@@ -335,6 +335,7 @@ void RegistryCollector::emit_stats(const Snapshot& snap, const Emit& emit) {
       {"gym_exporter_registry_dropped_series_total", double(st.dropped_series_total)},
       {"gym_exporter_registry_rejected_segments_total", double(st.rejected_files_total)},
       {"gym_exporter_registry_invalid_records_total", double(st.invalid_records_total)},
+      {"gym_exporter_registry_inconsistent_reads_total", double(st.inconsistent_reads_total)},
       {"gym_exporter_registry_unknown_series", double(unknown_series_)},
   };
   for (const auto& [name, value] : simple) add_simple(stats, name, value);

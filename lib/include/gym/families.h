@@ -450,6 +450,13 @@ inline constexpr FamilySpec kFamilies[] = {
      "",
      "Files in the registry directory that were not valid segments.",
      {}},
+    {"gym_exporter_registry_inconsistent_reads_total",
+     MetricType::kCounter,
+     Source::kExporter,
+     "",
+     "Histogram reads whose buckets did not add up to their count while a writer observed, "
+     "after retries; the histogram's last values were served instead.",
+     {}},
     {"gym_exporter_registry_invalid_records_total",
      MetricType::kCounter,
      Source::kExporter,

@@ -102,6 +102,9 @@ struct RegistryStats {
   uint64_t series = 0;                   // series the reader tracks now
   uint64_t registry_bytes = 0;           // memory the directory's files take (blocks)
   uint64_t totals_write_errors_total = 0;
+  // Histogram reads whose buckets never added up to their count while a
+  // writer observed: the last values were kept instead.
+  uint64_t inconsistent_reads_total = 0;
   bool retiring = false;  // this reader holds the directory's lock
 };
 
@@ -278,6 +281,7 @@ class RegistryReader {
   uint64_t retired_dropped_ = 0;
   std::vector<uint64_t> scratch_;  // one segment's values, copied out
   std::vector<uint32_t> scratch_states_;
+  std::vector<char> scratch_inconsistent_;  // by entry: its shards never agreed
 
   // Totals: folded segments whose files are kept until the totals that hold
   // them are written (name -> inode); whether the totals changed since.

@@ -191,12 +191,14 @@ class Histogram {
         native_base_ != 0 ? native_base_ + native::word_of(double(v) * unit_scale_) : 0;
     auto* sum = reinterpret_cast<int64_t*>(shard + sum_index_);
     if (__builtin_expect(s != shard_mask_, 1)) {  // this thread's own shard
+      // Classic, then native (released): a reader that sees the native
+      // count sees the classic one (registry_reader.cc, read_values).
       segment::add_owned(&shard[i], uint64_t{1});
-      if (n != 0) segment::add_owned(&shard[n], uint64_t{1});
+      if (n != 0) segment::add_owned_release(&shard[n], uint64_t{1});
       segment::add_owned(sum, v);
     } else {  // the shared one
       segment::add_relaxed(&shard[i], uint64_t{1});
-      if (n != 0) segment::add_relaxed(&shard[n], uint64_t{1});
+      if (n != 0) segment::add_release(&shard[n], uint64_t{1});
       segment::add_relaxed(sum, v);
     }
   }
