@@ -848,7 +848,7 @@ TEST(CpuCollector, AnOrphanReapedByASubreaperRootIsCountedOnce) {
   const auto st = procfs::parse_stat(text);
   ASSERT_TRUE(st.has_value());
   const uint64_t truth = st->utime_ticks + st->stime_ticks + st->cutime_ticks + st->cstime_ticks;
-  EXPECT_GE(st->cutime_ticks + st->cstime_ticks, 35u) << "G did spin, and R reaped it";
+  EXPECT_GE(st->cutime_ticks + st->cstime_ticks, 20u) << "G did spin, and R reaped it";
   const uint64_t counted = last.user_ticks + last.system_ticks;
   EXPECT_GE(counted, first.user_ticks + first.system_ticks);
   EXPECT_NEAR(double(counted), double(truth), 3.0) << "G's ticks once, not twice";
