@@ -33,6 +33,10 @@ EXECUTORS = frozenset({"inline", "thread", "process", "subprocess", "other"})
 OUTCOMES = frozenset({"ok", "error", "timeout", "cancelled", "crashed"})
 
 
+# What a waiter's future holds when its admission timeout fired.
+_TIMED_OUT = object()
+
+
 class MeteredSemaphore(asyncio.BoundedSemaphore):
     """An asyncio.BoundedSemaphore that counts its slots in use and its waiters
     for export. `async with`, acquire, release and locked behave as on the base
@@ -130,46 +134,66 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
             self._value -= 1
             self._keep_hold(_abi.limit_acquired(self._handle))
             return True
-        fut = asyncio.get_running_loop().create_future()
-        wait = _abi.limit_wait_started(self._handle)
-        entry = [fut, wait]
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        # [future, wait, timed out]: the wait is None once its end is
+        # counted, which happens before a slot can be freed beside it (never
+        # a free slot beside a queue).
+        entry: List[Any] = [fut, _abi.limit_wait_started(self._handle), False]
         self._line.append(entry)
         self._queued += 1
+        timer = None
+        if self._admission_timeout_s is not None:
+            timer = loop.call_later(self._admission_timeout_s, self._time_out, entry)
         try:
-            if self._admission_timeout_s is None:
-                await fut
-            else:
-                await asyncio.wait_for(fut, self._admission_timeout_s)
-        except BaseException as e:
-            if fut.done() and not fut.cancelled():
+            hold = await fut
+        except BaseException:
+            if fut.done() and not fut.cancelled() and not entry[2]:
                 # Handed a slot as the wait ended: pass it on, as the caller
                 # does not get it.
                 self._hand_on(fut.result())
-            else:
-                try:
-                    self._line.remove(entry)
-                except ValueError:
-                    pass  # release() dropped it already
-                self._queued -= 1
-                if isinstance(e, asyncio.TimeoutError):
-                    _abi.limit_wait_timed_out(self._handle, wait)
-                else:  # cancelled (also by an outer wait_for)
-                    _abi.limit_wait_cancelled(self._handle, wait)
-            if isinstance(e, asyncio.TimeoutError):
-                raise TimeoutError(
-                    f"no slot of {self._attributes['nemo_gym_concurrency_limit_name']} became "
-                    f"free within {self._admission_timeout_s} s") from None
+            elif entry[1] is not None:  # cancelled (also by an outer wait_for)
+                self._end_wait(entry, _abi.limit_wait_cancelled)
             raise
-        self._keep_hold(fut.result())
+        finally:
+            if timer is not None:
+                timer.cancel()
+        if hold is _TIMED_OUT:  # its wait was counted as timed out already
+            raise TimeoutError(
+                f"no slot of {self._attributes['nemo_gym_concurrency_limit_name']} became "
+                f"free within {self._admission_timeout_s} s")
+        self._keep_hold(hold)
         return True
+
+    def _end_wait(self, entry: List[Any], how: Any) -> None:
+        """Counts the end of a wait that got no slot (timed out, cancelled)."""
+        try:
+            self._line.remove(entry)
+        except ValueError:
+            pass  # _hand_on took it off the line already
+        self._queued -= 1
+        how(self._handle, entry[1])
+        entry[1] = None
+
+    def _time_out(self, entry: List[Any]) -> None:
+        """The admission timeout of a waiter: its wait ends now, counted."""
+        fut = entry[0]
+        if fut.done():
+            return
+        self._end_wait(entry, _abi.limit_wait_timed_out)
+        entry[2] = True
+        fut.set_result(_TIMED_OUT)
 
     def _hand_on(self, hold: int) -> None:
         """Gives the slot of `hold` to the first live waiter, or frees it."""
         while self._line:
-            fut, wait = self._line.popleft()
-            if fut.done():
-                continue  # cancelled: its acquire counts it
+            entry = self._line.popleft()
+            fut, wait, _ = entry
+            if fut.done():  # cancelled, its task not resumed yet: it waits no more
+                self._end_wait(entry, _abi.limit_wait_cancelled)
+                continue
             self._queued -= 1
+            entry[1] = None
             fut.set_result(_abi.limit_handed_off(self._handle, hold, wait))
             return
         self._value += 1

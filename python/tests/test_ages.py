@@ -113,6 +113,62 @@ asyncio.run(main())
 """
 
 
+CONTEND_WITH_TIMEOUTS = """
+import asyncio, sys
+from gym_metrics import MeteredSemaphore
+
+async def main():
+    sem = MeteredSemaphore(3, "agent_server", sys.argv[1], admission_timeout_s=0.002)
+    done = asyncio.Event()
+
+    async def task():
+        while not done.is_set():
+            try:
+                async with sem:
+                    await asyncio.sleep(0.001)
+            except TimeoutError:
+                pass
+
+    tasks = [asyncio.create_task(task()) for _ in range(40)]
+    await asyncio.sleep(0.05)
+    print("contending", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    done.set()
+    await asyncio.gather(*tasks)
+    print(sem.active, sem.queued, flush=True)
+
+asyncio.run(main())
+"""
+
+
+def test_no_free_slot_beside_a_queue_while_admission_timeouts_fire(served_exporter):
+    name = "handoff_timeouts"
+    # 40 tasks on 3 slots with a 2 ms admission timeout: waits keep timing
+    # out while slots are released and handed on.
+    p = subprocess.Popen(["/usr/bin/python3", "-c", CONTEND_WITH_TIMEOUTS, name],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                         env={**os.environ, "GYM_METRICS_DIR": REGISTRY})
+    try:
+        assert p.stdout.readline().strip() == "contending"
+        scrapes = [parse(urllib.request.urlopen(served_exporter, timeout=5).read().decode())
+                   for _ in range(3000)]
+        p.stdin.write("\n")
+        p.stdin.flush()
+        assert p.stdout.readline().split() == ["0", "0"], "all slots back, nobody waits"
+    finally:
+        p.kill()
+        p.wait()
+    labels = {"nemo_gym_concurrency_limit_name": name}
+    busy = 0
+    for s in scrapes:
+        available = value(s, "gym_concurrency_available", **labels)
+        queued = value(s, "gym_concurrency_queue_depth", **labels)
+        assert not (available > 0 and queued > 0), (available, queued)
+        busy += queued > 0
+    timeouts = value(scrapes[-1], "gym_concurrency_admission_timeouts_total", **labels)
+    assert busy > 0 and timeouts > 0, "waits queued and timed out while scraped"
+
+
 def test_a_handed_off_slot_is_never_shown_free_beside_a_queue(served_exporter):
     name = "handoff"
     # 100 tasks contend for 2 slots in another process, as a server's would.
