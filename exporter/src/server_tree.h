@@ -76,7 +76,6 @@ struct WatcherConfig {
   std::vector<ServerTarget> targets;
   double gone_server_ttl_seconds = 300;
   std::optional<cgroup::Mounts> mounts;  // nullopt: as mountinfo says
-  bool operator==(const WatcherConfig&) const = default;
 };
 
 using ErrorFn = std::function<void(const std::string&, const std::string&)>;
