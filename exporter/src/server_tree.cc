@@ -385,7 +385,7 @@ std::vector<const procfs::ProcStat*> ServerTrees::find_roots(Target& t,
   return roots;
 }
 
-std::optional<std::vector<pid_t>> ServerTrees::prepare() {
+std::optional<std::vector<pid_t>> ServerTrees::prepare(std::chrono::nanoseconds declared_age) {
   prepared_ = true;
   std::vector<pid_t> roots;
   bool match = false;
@@ -404,8 +404,7 @@ std::optional<std::vector<pid_t>> ServerTrees::prepare() {
   declared_.clear();
   unseen_ = 0;
   if (registry_) {
-    std::vector<DeclaredServer> declared =
-        registry_->with([](RegistryReader& r) { return r.snapshot().servers; });
+    std::vector<DeclaredServer> declared = registry_->servers(declared_age);
     // Writers of other pid namespaces: their pids on this side, looked up
     // once each.
     std::vector<PidNamespaces::Key> foreign;
@@ -472,8 +471,8 @@ ServerProcesses::ServerProcesses(WatcherConfig config, std::shared_ptr<SharedReg
     : trees_(config, std::move(registry), std::move(error)),
       gone_ttl_(config.gone_server_ttl_seconds) {}
 
-std::optional<std::vector<pid_t>> ServerProcesses::prepare() {
-  std::optional<std::vector<pid_t>> seeds = trees_.prepare();
+std::optional<std::vector<pid_t>> ServerProcesses::prepare(std::chrono::nanoseconds declared_age) {
+  std::optional<std::vector<pid_t>> seeds = trees_.prepare(declared_age);
   if (seeds)
     for (const auto& [root, members] : lineage_)
       for (const Member& m : members) seeds->push_back(m.first);
@@ -590,6 +589,15 @@ uint64_t ServerWatcher::namespace_scans() const {
   return processes_.trees().namespace_scans();
 }
 
+namespace {
+// How old the registry's declarations may be for a view of `max_age`: up to
+// the period of the collector that asks (twice its half), so that a scrape's
+// snapshot serves, and a watcher alone takes one snapshot a period.
+std::chrono::nanoseconds declared_age(std::chrono::duration<double> max_age) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(2 * max_age);
+}
+}  // namespace
+
 std::shared_ptr<const ServersView> ServerWatcher::view(
     std::chrono::duration<double> max_age, const std::shared_ptr<const ServersView>& seen) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -600,8 +608,9 @@ std::shared_ptr<const ServersView> ServerWatcher::view(
   errors_.clear();
   // A walk skips roots that are no process: a proc root that is not there
   // at all must not read as every server gone.
-  v->proc_ok = ::access(config_.proc_root.c_str(), R_OK | X_OK) == 0 &&
-               v->table.walk_or_scan(processes_.prepare(), tree_files_, stat_files_);
+  v->proc_ok =
+      ::access(config_.proc_root.c_str(), R_OK | X_OK) == 0 &&
+      v->table.walk_or_scan(processes_.prepare(declared_age(max_age)), tree_files_, stat_files_);
   if (v->proc_ok) {
     v->trees = processes_.sample(v->table, now);
   } else {

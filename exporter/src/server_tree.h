@@ -100,8 +100,10 @@ class ServerTrees {
   // cgroups) for the next resolve(), and returns the pids of those roots: a
   // table walked from them (ProcessTable::walk) has every root. nullopt when
   // a match target needs every process (a scan). resolve() prepares itself
-  // when this was not called since the last resolve().
-  std::optional<std::vector<pid_t>> prepare();
+  // when this was not called since the last resolve(). The declarations may
+  // come from a registry snapshot up to `declared_age` old.
+  std::optional<std::vector<pid_t>> prepare(
+      std::chrono::nanoseconds declared_age = std::chrono::nanoseconds::zero());
   // Every server, configured ones first, with its roots in `table`.
   std::vector<Server> resolve(const procfs::ProcessTable& table);
   // Declarers that live in a pid namespace this proc root cannot see, as of
@@ -174,7 +176,8 @@ class ServerProcesses {
   };
   // The pids a walk must start from for the next sample: the roots and the
   // members of the last sample (see ServerTrees::prepare).
-  std::optional<std::vector<pid_t>> prepare();
+  std::optional<std::vector<pid_t>> prepare(
+      std::chrono::nanoseconds declared_age = std::chrono::nanoseconds::zero());
   // Every server of `table` (scanned, or walked from prepare()'s pids) at
   // `now`, configured ones first. Servers whose every declarer is out of
   // sight are left out.

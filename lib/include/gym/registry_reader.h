@@ -191,6 +191,8 @@ class RegistryReader {
 
   // Reads every segment now. The reference stays valid until the next call.
   const Snapshot& snapshot();
+  // The last snapshot taken, as it was (monotonic_ns is 0 before the first).
+  const Snapshot& last_snapshot() const { return snapshot_; }
 
   const std::string& dir() const { return dir_; }
 
