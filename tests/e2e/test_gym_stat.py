@@ -79,6 +79,17 @@ class Tmux:
         return subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], check=True,
                               capture_output=True, text=True).stdout
 
+    def screen_until(self, accept, seconds=15):
+        """The screen once accept(screen) holds, or the last one after
+        `seconds`: a key is answered at the next refresh, which a slow
+        (sanitized) build on a loaded machine can take seconds to draw."""
+        deadline = time.monotonic() + seconds
+        while True:
+            screen = self.screen()
+            if accept(screen) or time.monotonic() > deadline:
+                return screen
+            time.sleep(0.1)
+
     def keys(self, *keys):
         subprocess.run(["tmux", "send-keys", "-t", self.name, *keys], check=True)
 
@@ -119,15 +130,19 @@ def test_the_screen_shows_every_demo_limit_with_its_configured_limit_and_a_movin
         assert len(queues) >= 3, "the queue depths did not move between refreshes"
         assert "sort: saturation" in t.screen()
         t.keys("s")
-        time.sleep(0.5)
-        assert "sort: queue" in t.screen(), t.screen()
+        screen = t.screen_until(lambda s: "sort: queue" in s)
+        assert "sort: queue" in screen, screen
+
+        def only_math(s):
+            shown = limit_rows(s)
+            return shown and all(server == "math_verifier" for server, _ in shown)
+
         t.keys("/", "math", "Enter")
-        time.sleep(0.8)
-        shown = limit_rows(t.screen())
-        assert shown and all(server == "math_verifier" for server, _ in shown), t.screen()
+        screen = t.screen_until(only_math)
+        assert only_math(screen), screen
         t.keys("c")
-        time.sleep(0.8)
-        assert set(limit_rows(t.screen())) == set(want), t.screen()
+        screen = t.screen_until(lambda s: set(limit_rows(s)) == set(want))
+        assert set(limit_rows(screen)) == set(want), screen
         t.keys("q")
         for _ in range(50):
             if not t.alive():
