@@ -196,3 +196,75 @@ def test_a_handed_off_slot_is_never_shown_free_beside_a_queue(served_exporter):
         assert not (available > 0 and queued > 0), (available, queued)
         busy += queued > 0
     assert busy > 900, "the tasks contended while scraped"
+
+
+def limit_state(samples, name):
+    labels = {"nemo_gym_concurrency_limit_name": name}
+    return {k: value(samples, f"gym_concurrency_{k}", **labels)
+            for k in ("available", "queue_depth", "admission_cancelled_total",
+                      "admission_timeouts_total")}
+
+
+def test_a_cancelled_waiter_is_off_the_queue_before_its_slot_is_freed():
+    """A waiter's task is cancelled, and the slot is released before that
+    task runs again: the release ends the wait (counted as cancelled) before
+    it frees the slot. A scrape taken in between (the loop blocked, so the
+    waiter cannot have resumed) shows the free slot and no queue."""
+    name = "cancel_then_release"
+
+    async def main():
+        sem = MeteredSemaphore(1, "agent_server", name)
+        await sem.acquire()
+        waiter = asyncio.create_task(sem.acquire())
+        await asyncio.sleep(0)  # it waits now
+        waiting = scrape()
+        waiter.cancel()  # its future is cancelled at once; its task runs later
+        sem.release()
+        between = scrape()  # blocks the loop: nothing else ran
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        return waiting, between, scrape()
+
+    waiting, between, after = asyncio.run(main())
+    assert limit_state(waiting, name)["queue_depth"] == 1
+    assert limit_state(waiting, name)["available"] == 0
+    want = {"available": 1, "queue_depth": 0, "admission_cancelled_total": 1,
+            "admission_timeouts_total": None}  # no timeout: no such series
+    assert limit_state(between, name) == want
+    assert limit_state(after, name) == want
+
+
+def test_a_wait_ends_when_its_admission_timeout_fires_before_a_release():
+    """The admission timeout is due, and a release runs in the same loop
+    iteration, before the waiter's task resumes: the wait ended (counted as
+    timed out) when its timeout fired, so the release frees the slot instead
+    of handing it to a caller already out of time, and no scrape shows a
+    free slot beside a queue."""
+    name = "timeout_then_release"
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        sem = MeteredSemaphore(1, "agent_server", name, admission_timeout_s=0.05)
+        await sem.acquire()
+        waiter = asyncio.create_task(sem.acquire())
+        await asyncio.sleep(0)  # it waits now, its timeout due in 50 ms
+        seen = {}
+
+        def after_the_timeout():  # due after the waiter's timeout
+            seen["timed out"] = scrape()
+            sem.release()
+            seen["released"] = scrape()
+
+        loop.call_at(loop.time() + 0.06, after_the_timeout)
+        time.sleep(0.1)  # both are due when the loop next looks: one iteration runs both
+        with pytest.raises(TimeoutError):
+            await waiter
+        return seen
+
+    seen = asyncio.run(main())
+    assert limit_state(seen["timed out"], name) == {
+        "available": 0, "queue_depth": 0, "admission_cancelled_total": 0,
+        "admission_timeouts_total": 1}
+    assert limit_state(seen["released"], name) == {
+        "available": 1, "queue_depth": 0, "admission_cancelled_total": 0,
+        "admission_timeouts_total": 1}
