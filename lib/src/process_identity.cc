@@ -71,6 +71,13 @@ std::optional<uint64_t> process_start_ticks(pid_t pid, const char* proc_root) {
   return parse_stat_start_ticks(std::string_view(buf, static_cast<size_t>(n)));
 }
 
+std::optional<uint64_t> own_start_ticks() {
+  char buf[1024];
+  ssize_t n = read_small_file("/proc/self/stat", buf, sizeof buf);
+  if (n <= 0) return process_start_ticks(::getpid());
+  return parse_stat_start_ticks(std::string_view(buf, static_cast<size_t>(n)));
+}
+
 bool read_boot_id(uint8_t out[16], const char* proc_root) {
   char path[256];
   char* p = append(path, proc_root);

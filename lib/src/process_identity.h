@@ -17,6 +17,11 @@ namespace gym::detail {
 // after the last ')' so that a comm with spaces or parentheses is harmless.
 std::optional<uint64_t> parse_stat_start_ticks(std::string_view stat);
 std::optional<uint64_t> process_start_ticks(pid_t pid, const char* proc_root = "/proc");
+// The calling process's start ticks, from /proc/self/stat: right also in a
+// pid namespace whose /proc is still its parent's (unshare --pid without
+// --mount-proc, a sandbox), where /proc/<getpid()> is another process.
+// Falls back to /proc/<getpid()> when /proc/self is not there.
+std::optional<uint64_t> own_start_ticks();
 
 // /proc/sys/kernel/random/boot_id as 16 raw bytes; false if unreadable.
 bool read_boot_id(uint8_t out[16], const char* proc_root = "/proc");

@@ -456,7 +456,7 @@ void SegmentWriter::mark_unmetered_locked() noexcept {
   if (marker_fd_ >= 0) return;
   try {
     const pid_t pid = ::getpid();
-    const uint64_t ticks = detail::process_start_ticks(pid).value_or(0);
+    const uint64_t ticks = detail::own_start_ticks().value_or(0);
     std::string path = dir_ + "/gym-" + std::to_string(pid) + "-" + std::to_string(ticks) + "-" +
                        std::to_string(g_sequence.fetch_add(1)) + ".unmetered";
     int fd = ::open(path.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC | O_NOFOLLOW, 0600);
@@ -509,7 +509,7 @@ bool SegmentWriter::reserve_locked(int fd, uint32_t records, uint32_t lines) {
 // that every handle now points into the child's own segment.
 bool SegmentWriter::create_segment_locked(bool after_fork) {
   const pid_t pid = ::getpid();
-  const uint64_t ticks = detail::process_start_ticks(pid).value_or(0);
+  const uint64_t ticks = detail::own_start_ticks().value_or(0);
 
   bool named_temp = false;
   std::string temp_path;

@@ -397,6 +397,31 @@ TEST(Attribution, AWriterInItsOwnPidNamespaceIsFoundOnTheHostWithItsMemoryAndCpu
       << "one scan of /proc for the new writer, not one a sample";
 }
 
+// A sandbox that unshares the pid namespace but keeps the host's /proc
+// (unshare --pid without --mount-proc): the writer is pid 1 of its
+// namespace, and /proc/1 is the host's init, not it. Its segment still
+// carries its own start time (from /proc/self), so the exporter finds it.
+TEST(Attribution, AWriterInAPidNamespaceWithTheHostsProcIsFoundOnTheHost) {
+  if (!unshare_works()) GTEST_SKIP() << "unshare --pid --fork does not work here";
+  testing::TempDir tmp;
+  Program writer(
+      {"unshare", "--pid", "--fork", GYM_DECLARE_BIN, "sandboxed", "resources_server", "8", "0"},
+      tmp.path());
+  ASSERT_EQ(writer.line(), "ready 1\n") << "pid 1 of its own namespace";
+  const std::vector<pid_t> inner = children_of(writer.pid());
+  ASSERT_EQ(inner.size(), 1u);
+
+  auto registry = std::make_shared<SharedRegistry>(tmp.path());
+  auto watcher = std::make_shared<ServerWatcher>(WatcherConfig{}, registry);
+  MemoryCollector memory(MemoryConfig{}, registry, kQuiet, watcher);
+  memory.sample();
+  std::optional<Server> s = find(memory.servers(), "sandboxed");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->root_pid, inner[0]) << "up, with its pid on the host";
+  EXPECT_EQ(s->processes, 1u);
+  EXPECT_EQ(watcher->namespace_scans(), 1u);
+}
+
 TEST(Attribution, AServerInANamespaceTheExporterCannotSeeIsAbsentAndCounted) {
   if (!unshare_works()) GTEST_SKIP() << "unshare --pid --fork --mount-proc does not work here";
   testing::TempDir tmp;
