@@ -4,12 +4,20 @@
 // the floor of a scan (every process's stat). bench/memory_compare.py adds
 // psutil and the exporter's CPU.
 //
+// The server watcher with 200 writers that each declare a server from their
+// own pid namespace (containers), against 200 in the exporter's namespace:
+// a foreign writer's host pid is found by one scan of /proc when it first
+// shows, then kept, so a resolution costs the same for both (the counter
+// namespace_scans says how many scans all iterations made).
+//
 //   memory_bench [benchmark flags]
 //   memory_bench --hold-tree=N   (keeps a tree of N processes until killed)
 #include <benchmark/benchmark.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +27,10 @@
 #include <vector>
 
 #include "collectors/memory.h"
+#include "gym_metrics.h"
+#include "scratch_dir.h"
+#include "server_tree.h"
+#include "shared_registry.h"
 
 namespace {
 
@@ -150,11 +162,85 @@ void sample_rss_scan_floor(benchmark::State& state) {
   state.counters["processes"] = double(n);
 }
 
+constexpr int kWriters = 200;
+
+// `n` writers that each declare server srv-<i> into `dir` and sleep; each in
+// a pid namespace of its own (pid 1 there) when `foreign`. They die with
+// this program (PR_SET_PDEATHSIG, down the chain).
+std::vector<pid_t> start_writers(const std::string& dir, int n, bool foreign) {
+  std::vector<pid_t> out;
+  for (int i = 0; i < n; ++i) {
+    int ready[2];
+    if (::pipe(ready) != 0) std::abort();
+    pid_t child = ::fork();
+    if (child == 0) {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::close(ready[0]);
+      auto declare = [&] {
+        ::setenv("GYM_METRICS_DIR", dir.c_str(), 1);
+        const std::string name = "srv-" + std::to_string(i);
+        char c = gym_declare_server(name.c_str(), "resources_server") == 0 ? 'r' : 'x';
+        if (::write(ready[1], &c, 1) != 1) ::_exit(1);
+        ::close(ready[1]);
+        for (;;) ::pause();
+      };
+      if (!foreign) declare();
+      if (::unshare(CLONE_NEWPID) != 0) {
+        char c = 'x';
+        if (::write(ready[1], &c, 1) != 1) ::_exit(1);
+        ::_exit(1);
+      }
+      if (::fork() == 0) {  // pid 1 of the new namespace
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+        declare();
+      }
+      ::close(ready[1]);
+      for (;;) ::pause();
+    }
+    ::close(ready[1]);
+    char c = 0;
+    if (::read(ready[0], &c, 1) != 1 || c != 'r') std::abort();
+    ::close(ready[0]);
+    out.push_back(child);
+  }
+  return out;
+}
+
+void stop_writers(const std::vector<pid_t>& writers) {
+  for (pid_t p : writers) ::kill(p, SIGKILL);
+  for (pid_t p : writers) ::waitpid(p, nullptr, 0);
+}
+
+// One resolution of the watcher per iteration (a new view each time).
+void watch(benchmark::State& state, bool foreign) {
+  const std::string dir = gym::bench::scratch_dir(foreign ? "gym-bench-foreign" : "gym-bench-own");
+  const std::vector<pid_t> writers = start_writers(dir, kWriters, foreign);
+  {
+    auto registry = std::make_shared<gym::exporter::SharedRegistry>(dir);
+    gym::exporter::ServerWatcher watcher(gym::exporter::WatcherConfig{}, registry);
+    std::shared_ptr<const gym::exporter::ServersView> view;
+    for (auto _ : state) view = watcher.view(std::chrono::seconds(0), view);
+    size_t up = 0;
+    for (const auto& t : view->trees) up += t.root != nullptr;
+    state.counters["servers_up"] = double(up);
+    state.counters["namespace_scans"] = double(watcher.namespace_scans());
+  }
+  stop_writers(writers);
+}
+void watcher_200_foreign_writers(benchmark::State& state) {
+  watch(state, true);
+}
+void watcher_200_own_writers(benchmark::State& state) {
+  watch(state, false);
+}
+
 BENCHMARK(sample_pss_gym)->Unit(benchmark::kMillisecond);
 BENCHMARK(sample_pss_floor)->Unit(benchmark::kMillisecond);
 BENCHMARK(sample_rss_gym)->Unit(benchmark::kMillisecond);
 BENCHMARK(sample_rss_floor)->Unit(benchmark::kMillisecond);
 BENCHMARK(sample_rss_scan_floor)->Unit(benchmark::kMillisecond);
+BENCHMARK(watcher_200_foreign_writers)->Unit(benchmark::kMillisecond);
+BENCHMARK(watcher_200_own_writers)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 
