@@ -34,6 +34,7 @@ std::optional<pid_t> parse_innermost_nspid(std::string_view status);
 class PidNamespaces {
  public:
   explicit PidNamespaces(std::string proc_root);
+  const std::string& proc_root() const { return root_; }
 
   // A process as a writer recorded it.
   struct Key {

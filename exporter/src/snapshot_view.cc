@@ -199,18 +199,43 @@ void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
     reshape(snap);
   }
   fill(snap, v);
+  // One row a server: the union of its declarers' trees, each process once
+  // (a server is every process that declares it, as the exporter counts it).
   v.servers.clear();
   std::map<pid_t, std::string> declared;
+  if (table != nullptr && (!namespaces_ || namespaces_->proc_root() != table->proc_root()))
+    namespaces_ = std::make_unique<PidNamespaces>(table->proc_root());
+  if (table != nullptr) {
+    std::vector<PidNamespaces::Key> foreign;
+    for (const DeclaredServer& d : snap.servers)
+      if (!namespaces_->is_own(d.pid_ns)) foreign.push_back({d.pid_ns, d.pid, d.start_ticks});
+    namespaces_->update(foreign);
+  }
+  std::map<std::string, size_t> row;
+  std::vector<std::vector<const procfs::ProcStat*>> roots;
   for (const DeclaredServer& d : snap.servers) {
     declared[d.pid] = d.name;
-    ServerView s{d.name, d.server_type, d.pid, std::nullopt, std::nullopt};
-    const procfs::ProcStat* root = table ? table->find(d.pid, d.start_ticks) : nullptr;
-    if (root != nullptr) {
-      const procfs::TreeUsage u = procfs::tree_usage(*table, *root);
-      s.rss_bytes = u.rss_bytes;
-      s.processes = u.live.size();
+    auto [it, fresh] = row.emplace(d.name, v.servers.size());
+    if (fresh) {
+      v.servers.push_back({d.name, d.server_type, d.pid, std::nullopt, std::nullopt});
+      roots.emplace_back();
     }
-    v.servers.push_back(std::move(s));
+    if (table == nullptr) continue;
+    const std::optional<pid_t> host = namespaces_->is_own(d.pid_ns)
+                                          ? std::optional<pid_t>(d.pid)
+                                          : namespaces_->host_pid({d.pid_ns, d.pid, d.start_ticks});
+    const procfs::ProcStat* p = host ? table->find(*host, d.start_ticks) : nullptr;
+    if (p != nullptr && !p->zombie()) roots[it->second].push_back(p);
+  }
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (roots[i].empty()) continue;
+    std::sort(roots[i].begin(), roots[i].end(), [](const auto* a, const auto* b) {
+      return a->start_ticks != b->start_ticks ? a->start_ticks < b->start_ticks : a->pid < b->pid;
+    });
+    const procfs::TreeUsage u = procfs::tree_usage(*table, roots[i]);
+    v.servers[i].pid = roots[i].front()->pid;  // the oldest, as the host sees it
+    v.servers[i].rss_bytes = u.rss_bytes;
+    v.servers[i].processes = u.live.size();
   }
   v.writers.clear();
   static const double ticks = double(::sysconf(_SC_CLK_TCK));

@@ -11,11 +11,13 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "gym/registry_reader.h"
+#include "pid_namespaces.h"
 
 namespace gym::exporter {
 
@@ -122,6 +124,9 @@ class ViewBuilder {
   std::vector<OperationView> operations_;
   std::vector<const SeriesInfo*> scratch_;
   uint64_t shape_ = 0;
+  // Host pids of declarers in other pid namespaces (made with the first
+  // table; each new writer costs one scan of the proc root).
+  std::unique_ptr<PidNamespaces> namespaces_;
 };
 
 // One View from one snapshot.

@@ -20,6 +20,7 @@
 #include "collectors/memory.h"
 #include "config.h"
 #include "gym/server_identity.h"
+#include "snapshot_view.h"
 #include "test_support.h"
 
 namespace gym::exporter {
@@ -468,6 +469,57 @@ TEST(Attribution, AServerInANamespaceTheExporterCannotSeeIsAbsentAndCounted) {
                           }),
             1)
       << "one clear line, naming the setting";
+}
+
+}  // namespace
+}  // namespace gym::exporter
+
+namespace gym::exporter {
+namespace {
+
+// gym-stat and the exporter's JSON view (snapshot_view.h) show a server as
+// the exporter counts it: one row a name, the union of its declarers' trees,
+// a declarer of another pid namespace at its host pid.
+TEST(Attribution, TheRegistryViewHasOneRowAServerWithTheUnionOfItsDeclarers) {
+  testing::TempDir tmp;
+  Program first({GYM_DECLARE_BIN, "policy_model", "model_server", "8", "0"}, tmp.path());
+  Program second({GYM_DECLARE_BIN, "policy_model", "model_server", "40", "0"}, tmp.path());
+  ASSERT_EQ(first.line(), "ready " + std::to_string(first.pid()) + "\n");
+  ASSERT_EQ(second.line(), "ready " + std::to_string(second.pid()) + "\n");
+  std::optional<Program> contained;
+  pid_t contained_pid = 0;
+  if (unshare_works()) {
+    contained.emplace(
+        std::vector<std::string>{"unshare", "--pid", "--fork", "--mount-proc", GYM_DECLARE_BIN,
+                                 "sandboxed", "resources_server", "8", "0"},
+        tmp.path());
+    ASSERT_EQ(contained->line(), "ready 1\n");
+    const std::vector<pid_t> inner = children_of(contained->pid());
+    ASSERT_EQ(inner.size(), 1u);
+    contained_pid = inner[0];
+  }
+  ReaderOptions read_only;
+  read_only.mode = ReaderOptions::Mode::kReadOnly;
+  RegistryReader reader(tmp.path(), read_only);
+  procfs::ProcessTable table("/proc");
+  ASSERT_TRUE(table.scan());
+  const View v = make_view(reader.snapshot(), tmp.path(), &table, 0);
+  std::map<std::string, ServerView> rows;
+  for (const ServerView& s : v.servers) EXPECT_TRUE(rows.emplace(s.server_name, s).second);
+  ASSERT_EQ(rows.size(), contained ? 2u : 1u);
+  const ServerView& model = rows.at("policy_model");
+  EXPECT_EQ(model.pid, first.pid()) << "the oldest declarer";
+  EXPECT_EQ(model.processes, 2u);
+  ASSERT_TRUE(model.rss_bytes.has_value());
+  const uint64_t summed = smaps_rss({first.pid(), second.pid()});
+  EXPECT_GT(summed, uint64_t(40) << 20);
+  EXPECT_NEAR(double(*model.rss_bytes), double(summed), double(summed) * 0.01);
+  if (contained) {
+    const ServerView& box = rows.at("sandboxed");
+    EXPECT_EQ(box.pid, contained_pid) << "its pid on the host";
+    EXPECT_EQ(box.processes, 1u);
+    EXPECT_TRUE(box.rss_bytes.has_value());
+  }
 }
 
 }  // namespace
