@@ -682,6 +682,52 @@ def test_prometheus_with_native_histograms_scrapes_protobuf(exporter, tmp_path):
         prom.wait()
 
 
+def test_every_protobuf_scrape_adds_up_while_a_writer_observes_flat_out(tmp_path):
+    """One C++ thread observes operation durations without pause while the
+    exporter is scraped in protobuf a thousand times: in every sample the
+    native zero count and buckets add up to the count, and the classic
+    buckets end at it (a reader that copied the classic words, then the
+    native ones, while the writer added, served buckets above the count)."""
+    d = tempfile.mkdtemp(prefix="gym-flat-out-", dir="/dev/shm")
+    registry = os.path.join(d, "registry")
+    procs = []
+    try:
+        writer = subprocess.Popen([f"{BUILD}/tests/gym_observe_durations", "/dev/null", "-1", "3"],
+                                  env=dict(os.environ, GYM_METRICS_DIR=registry),
+                                  stdout=subprocess.PIPE, text=True)
+        procs.append(writer)
+        assert writer.stdout.readline().strip() == "observing"
+        port = free_port()
+        procs.append(subprocess.Popen(
+            [f"{BUILD}/exporter/gym-exporter", f"--registry.dir={registry}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stderr=open(tmp_path / "exporter.log", "w")))
+        counts = []
+        deadline = time.time() + 60
+        while len(counts) < 1000:
+            try:
+                _, body = get_bytes(port, PROTOBUF)
+            except OSError:
+                assert time.time() < deadline, "the exporter did not answer"
+                time.sleep(0.1)
+                continue
+            for fam in decode_delimited(body):
+                if fam["name"] != "gym_resources_operation_duration_seconds":
+                    continue
+                for m in fam["metrics"]:
+                    assert m["zero_count"] + sum(m["native"].values()) == m["count"], \
+                        f"scrape {len(counts)}: native buckets do not add up to the count"
+                    assert m["buckets"][-1][1] == m["count"], f"scrape {len(counts)}"
+                    counts.append(m["count"])
+        assert counts == sorted(counts), "a count fell"
+        assert counts[-1] > counts[0], "the writer observed while scraped"
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+
+
 NATIVE_BASE = 2 ** (1 / 8)  # schema 3: the ratio of a bucket's bounds
 
 

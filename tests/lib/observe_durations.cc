@@ -5,6 +5,8 @@
 // outcome "ok", observes N durations drawn from a log-normal distribution
 // (median 50 ms, spread over 1 ms .. minutes), writes each to OUT in seconds
 // (one per line, as observed), prints "observed" and waits to be killed.
+// N = -1: observes flat out until killed, writing nothing to OUT, after
+// printing "observing" (a writer that never pauses, for consistent reads).
 #include <unistd.h>
 
 #include <cstdio>
@@ -41,6 +43,12 @@ int main(int argc, char** argv) {
   if (!h.registered()) {
     std::fprintf(stderr, "no segment: %s\n", writer.error().c_str());
     return 1;
+  }
+  if (n < 0) {
+    std::fclose(out);
+    std::printf("observing\n");
+    std::fflush(stdout);
+    for (;;) h.observe(static_cast<int64_t>(seconds(rng) * double(gym::kNanosPerSecond)));
   }
   for (long i = 0; i < n; ++i) {
     const auto ns = static_cast<int64_t>(seconds(rng) * double(gym::kNanosPerSecond));
