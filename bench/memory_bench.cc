@@ -23,9 +23,11 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
+#include "collectors/gpu.h"
 #include "collectors/memory.h"
 #include "gym_metrics.h"
 #include "scratch_dir.h"
@@ -233,6 +235,72 @@ void watcher_200_foreign_writers(benchmark::State& state) {
 void watcher_200_own_writers(benchmark::State& state) {
   watch(state, false);
 }
+
+#ifdef GYM_FAKE_NVML
+// A GPU sample with 8 GPUs and 200 GPU processes (the 200-process tree, a
+// configured server, 25 on each GPU), through the fake NVML of the tests
+// (tests/gpu/fake_nvml.cc, which parses its fixture at each sample: more
+// than the driver's own work). The watcher's resolution is the memory
+// collector's, shared, and outside the timing. Against the floor of what
+// the alternatives do each sample, forking nvidia-smi: a fork and exec of
+// /bin/true (nvidia-smi itself then initializes NVML), in real time.
+void gpu_sample_8_gpus_200_processes(benchmark::State& state) {
+  const pid_t root = tree_root();
+  std::vector<pid_t> pids;
+  {
+    gym::exporter::procfs::ProcessTable table("/proc");
+    table.scan();
+    for (const auto* p : table.tree(*table.find(root))) pids.push_back(p->pid);
+  }
+  const std::string dir = gym::bench::scratch_dir("gym-bench-gpu");
+  std::filesystem::create_directories(dir);
+  const std::string fixture = dir + "/fixture";
+  {
+    std::FILE* f = std::fopen(fixture.c_str(), "w");
+    for (int g = 0; g < 8; ++g) {
+      std::fprintf(f, "device GPU-%04d 85899345920 42949672960\n", g);
+      for (size_t i = size_t(g); i < pids.size(); i += 8)
+        std::fprintf(f, "process %d 1073741824\n", pids[i]);
+    }
+    std::fclose(f);
+  }
+  ::setenv("FAKE_NVML_FIXTURE", fixture.c_str(), 1);
+  gym::exporter::ServerTarget t;
+  t.name = "tree";
+  t.server_type = "model_server";
+  t.pid = root;
+  gym::exporter::WatcherConfig wc;
+  wc.targets = {t};
+  auto watcher = std::make_shared<gym::exporter::ServerWatcher>(wc, nullptr);
+  gym::exporter::GpuConfig gc;
+  gc.library = GYM_FAKE_NVML;
+  gym::exporter::GpuCollector gpu(gc, watcher, [](const std::string&) {});
+  std::shared_ptr<const gym::exporter::ServersView> memory_view;
+  for (auto _ : state) {
+    state.PauseTiming();
+    memory_view = watcher->view(std::chrono::seconds(0), memory_view);  // the memory collector's
+    state.ResumeTiming();
+    gpu.sample();
+  }
+  uint64_t bytes = 0;
+  for (const auto& s : gpu.servers()) bytes += s.bytes;
+  state.counters["gpus"] = double(gpu.gpus().size());
+  state.counters["server_gib"] = double(bytes >> 30);
+}
+BENCHMARK(gpu_sample_8_gpus_200_processes)->Unit(benchmark::kMillisecond);
+
+void gpu_fork_exec_floor(benchmark::State& state) {
+  for (auto _ : state) {
+    pid_t p = ::fork();
+    if (p == 0) {
+      ::execl("/bin/true", "true", nullptr);
+      ::_exit(127);
+    }
+    ::waitpid(p, nullptr, 0);
+  }
+}
+BENCHMARK(gpu_fork_exec_floor)->Unit(benchmark::kMillisecond)->UseRealTime();
+#endif
 
 BENCHMARK(sample_pss_gym)->Unit(benchmark::kMillisecond);
 BENCHMARK(sample_pss_floor)->Unit(benchmark::kMillisecond);
