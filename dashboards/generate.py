@@ -263,6 +263,22 @@ MEMORY = dashboard(
              "limit {{nemo_gym_server_name}} {{instance}}"),
         ], description="Memory charged to the cgroup of each server that has one of its own "
                        "(page cache included), its peak and its limit."),
+        panel("GPU memory by server, per GPU", "bytes", [
+            (f"sum by (instance, {SERVER}, gpu) (gym_server_gpu_memory_bytes{{{SEL}}})",
+             "{{nemo_gym_server_name}} GPU {{gpu}} {{instance}}"),
+            (f"max by (instance, {SERVER}, gpu) (gym_server_gpu_memory_sampled_peak_bytes{{{SEL}}})",
+             "peak {{nemo_gym_server_name}} GPU {{gpu}} {{instance}}"),
+        ], description="GPU memory (NVML) held by each server's processes on each GPU, and its "
+                       "sampled peak."),
+        panel("GPUs: used, unattributed, total", "bytes", [
+            (f"sum by (instance, gpu) (gym_gpu_memory_used_bytes{{{HOST}}})",
+             "used GPU {{gpu}} {{instance}}"),
+            (f"sum by (instance, gpu) (gym_gpu_memory_unattributed_bytes{{{HOST}}})",
+             "no server's GPU {{gpu}} {{instance}}"),
+            (f"sum by (instance, gpu) (gym_gpu_memory_total_bytes{{{HOST}}})",
+             "total GPU {{gpu}} {{instance}}"),
+        ], description="Memory in use on each GPU; of it, what no known server holds (other "
+                       "processes, the driver); and the GPU's memory."),
         panel("Exits and OOM kills", "short", [
             (f"sum by (instance, {SERVER}, reason) "
              f"(increase(gym_server_exits_total{{{SEL}}}[$__rate_interval]))",

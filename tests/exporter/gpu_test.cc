@@ -152,6 +152,11 @@ TEST(GpuCollector, MemoryPerServerAndTheUnattributedRemainderAddUpToEachGpusUsed
   gpu->sample();
   ASSERT_EQ(gpu->servers().size(), 1u);
   EXPECT_EQ(gpu->servers()[0].bytes, 10 * kGiB);
+  // Its peak stays: both processes' 15 GiB.
+  std::map<std::pair<std::string, unsigned>, uint64_t> peaks;
+  for (const auto& s : gpu->peaks()) peaks[{s.name, s.gpu}] = s.bytes;
+  EXPECT_EQ(peaks, (std::map<std::pair<std::string, unsigned>, uint64_t>{
+                       {{"policy_model", 0}, 15 * kGiB}, {{"judge", 1}, 6 * kGiB}}));
 }
 
 TEST(GpuCollector, WithoutNvmlItIsDownAndServesNoGpuSeries) {

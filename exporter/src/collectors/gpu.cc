@@ -127,6 +127,16 @@ void GpuCollector::sample() {
   std::vector<ServerGpu> servers;
   for (const auto& [key, bytes] : per_server)
     servers.push_back({key.first->name, key.first->server_type, key.second, bytes});
+  // Peaks live as long as their server does (a gone one until its TTL).
+  if (view && view->proc_ok) {
+    std::set<std::string> names;
+    for (const ServerProcesses::Tree& t : view->trees) names.insert(t.name);
+    std::erase_if(peaks_, [&](const auto& kv) { return !names.contains(kv.first.name); });
+  }
+  for (const ServerGpu& g : servers) {
+    ServerGpu& peak = peaks_[{g.name, g.gpu}];
+    if (peak.name.empty() || g.bytes > peak.bytes) peak = g;
+  }
   std::set<std::string> failing;
   for (const std::string& reason : s.errors) failing.insert(reason);
   std::lock_guard<std::mutex> lock(mu_);
@@ -151,6 +161,12 @@ std::vector<GpuCollector::ServerGpu> GpuCollector::servers() const {
   std::lock_guard<std::mutex> lock(mu_);
   return servers_;
 }
+std::vector<GpuCollector::ServerGpu> GpuCollector::peaks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ServerGpu> out;
+  for (const auto& [key, s] : peaks_) out.push_back(s);
+  return out;
+}
 std::map<std::string, uint64_t> GpuCollector::errors() const {
   std::lock_guard<std::mutex> lock(mu_);
   return errors_;
@@ -159,12 +175,13 @@ std::map<std::string, uint64_t> GpuCollector::errors() const {
 void GpuCollector::collect(const Emit& emit) {
   std::lock_guard<std::mutex> lock(mu_);
   Families out;
-  out.reserve(8);  // references to families stay valid while others are added
+  out.reserve(9);  // references to families stay valid while others are added
   MetricFamily& info = add_family(out, "gym_gpu_info");
   MetricFamily& total = add_family(out, "gym_gpu_memory_total_bytes");
   MetricFamily& used = add_family(out, "gym_gpu_memory_used_bytes");
   MetricFamily& unattributed = add_family(out, "gym_gpu_memory_unattributed_bytes");
   MetricFamily& server = add_family(out, "gym_server_gpu_memory_bytes");
+  MetricFamily& peak = add_family(out, "gym_server_gpu_memory_sampled_peak_bytes");
   for (const Gpu& g : gpus_) {
     const std::string gpu = std::to_string(g.index);
     add_metric(info, {{"gpu", gpu}, {"uuid", g.uuid}, {"mig", g.mig ? "true" : "false"}})
@@ -178,6 +195,11 @@ void GpuCollector::collect(const Emit& emit) {
     LabelPairs l = server_labels(s.name, s.server_type);
     l.emplace_back("gpu", std::to_string(s.gpu));
     add_metric(server, l).gauge.value = double(s.bytes);
+  }
+  for (const auto& [key, s] : peaks_) {
+    LabelPairs l = server_labels(s.name, s.server_type);
+    l.emplace_back("gpu", std::to_string(s.gpu));
+    add_metric(peak, l).gauge.value = double(s.bytes);
   }
   add_simple(out, "gym_exporter_gpu_up", up_ ? 1 : 0);
   MetricFamily& errors = add_family(out, "gym_exporter_gpu_sample_errors_total");

@@ -11,7 +11,7 @@
 // driver's own), so that the servers' memory on a GPU and its unattributed
 // remainder add up to its used memory. Per server and GPU: the memory of
 // the server's processes there (gym_server_gpu_memory_bytes), for every GPU
-// where one of them has a context. A device in MIG mode is reported whole
+// where one of them has a context, and its sampled peak. A device in MIG mode is reported whole
 // (its processes over all its instances); gym_gpu_info's mig label says so.
 //
 // Without NVML (no library, an old driver, no device access) it reports
@@ -23,6 +23,7 @@
 // Thread-safety: collect() may run while the sampling thread samples.
 #pragma once
 
+#include <compare>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -68,6 +69,9 @@ class GpuCollector : public IntervalCollector {
   bool up() const;
   std::vector<Gpu> gpus() const;
   std::vector<ServerGpu> servers() const;
+  // The largest of each server's memory on each GPU at the samples since
+  // the exporter first saw it there, while the server is tracked.
+  std::vector<ServerGpu> peaks() const;
   std::map<std::string, uint64_t> errors() const;
 
  private:
@@ -82,6 +86,12 @@ class GpuCollector : public IntervalCollector {
   bool up_ = false;
   std::vector<Gpu> gpus_;
   std::vector<ServerGpu> servers_;
+  struct PeakKey {
+    std::string name;
+    unsigned gpu = 0;
+    auto operator<=>(const PeakKey&) const = default;
+  };
+  std::map<PeakKey, ServerGpu> peaks_;  // written by the sampling thread under mu_
   std::map<std::string, uint64_t> errors_;
   std::set<std::string> failing_;  // reasons of the last sample (logged when new)
 };

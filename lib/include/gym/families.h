@@ -329,6 +329,13 @@ inline constexpr FamilySpec kFamilies[] = {
      "GPU memory held by a server's processes on one GPU now (NVML), for every GPU where one of "
      "them has a context.",
      {label::kServerName, label::kServerType, "gpu"}},
+    {"gym_server_gpu_memory_sampled_peak_bytes",
+     MetricType::kGauge,
+     Source::kExporter,
+     "bytes",
+     "Largest sampled GPU memory of a server's processes on one GPU since the exporter first saw "
+     "them there.",
+     {label::kServerName, label::kServerType, "gpu"}},
     {"gym_gpu_info",
      MetricType::kGauge,
      Source::kExporter,
