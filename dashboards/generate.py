@@ -270,6 +270,11 @@ MEMORY = dashboard(
              "peak {{nemo_gym_server_name}} GPU {{gpu}} {{instance}}"),
         ], description="GPU memory (NVML) held by each server's processes on each GPU, and its "
                        "sampled peak."),
+        panel("GPU utilization by server, per GPU", "percentunit", [
+            (f"max by (instance, {SERVER}, gpu) (gym_server_gpu_utilization_ratio{{{SEL}}})",
+             "{{nemo_gym_server_name}} GPU {{gpu}} {{instance}}"),
+        ], description="Share of time a kernel of each server's processes ran on each GPU "
+                       "(NVML's per-process SM utilization)."),
         panel("GPUs: used, unattributed, total", "bytes", [
             (f"sum by (instance, gpu) (gym_gpu_memory_used_bytes{{{HOST}}})",
              "used GPU {{gpu}} {{instance}}"),

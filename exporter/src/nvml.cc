@@ -36,6 +36,13 @@ struct nvmlProcessInfo_t {
   unsigned int computeInstanceId;
 };
 static_assert(sizeof(nvmlProcessInfo_t) == 24);
+struct nvmlProcessUtilizationSample_t {
+  unsigned int pid;
+  unsigned long long timeStamp;                    // microseconds
+  unsigned int smUtil, memUtil, encUtil, decUtil;  // percent
+};
+static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32);
+constexpr nvmlReturn_t kNotFound = 6;
 
 using ProcessesFn = nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_t*);
 
@@ -68,6 +75,8 @@ struct Nvml::Api {
   ProcessesFn compute;
   ProcessesFn graphics;                                                  // optional
   nvmlReturn_t (*mig_mode)(nvmlDevice_t, unsigned int*, unsigned int*);  // optional
+  nvmlReturn_t (*utilization)(nvmlDevice_t, nvmlProcessUtilizationSample_t*, unsigned int*,
+                              unsigned long long);  // optional
 };
 
 Nvml::Nvml(const std::string& library) {
@@ -96,6 +105,7 @@ Nvml::Nvml(const std::string& library) {
   bind(api->compute, "nvmlDeviceGetComputeRunningProcesses_v3", true);
   bind(api->graphics, "nvmlDeviceGetGraphicsRunningProcesses_v3", false);
   bind(api->mig_mode, "nvmlDeviceGetMigMode", false);
+  bind(api->utilization, "nvmlDeviceGetProcessUtilization", false);
   api_ = api;
   if (missing) return;
   if (nvmlReturn_t r = api_->init(); r != kSuccess) {
@@ -109,6 +119,45 @@ Nvml::~Nvml() {
   if (init_ok_) api_->shutdown();
   delete api_;
   if (handle_ != nullptr) ::dlclose(handle_);
+}
+
+// The mean smUtil (0..1) of each process over NVML's samples newer than the
+// last read of device `index`. `ok`: NVML answered (no new sample counts).
+std::map<pid_t, double> Nvml::utilization(void* device, unsigned index, bool& ok) {
+  std::map<pid_t, double> out;
+  ok = false;
+  if (api_->utilization == nullptr) return out;
+  if (last_seen_.size() <= index) last_seen_.resize(index + 1, 0);
+  auto dev = static_cast<nvmlDevice_t>(device);
+  unsigned int n = 0;
+  nvmlReturn_t r = api_->utilization(dev, nullptr, &n, last_seen_[index]);
+  if (r == kNotFound) {  // nothing ran since the last read
+    ok = true;
+    return out;
+  }
+  if (r != kSuccess && r != kInsufficientSize) return out;
+  n += 16;  // room for samples taken meanwhile
+  samples_.resize(size_t(n) * sizeof(nvmlProcessUtilizationSample_t));
+  r = api_->utilization(dev, reinterpret_cast<nvmlProcessUtilizationSample_t*>(samples_.data()), &n,
+                        last_seen_[index]);
+  if (r == kNotFound) {
+    ok = true;
+    return out;
+  }
+  if (r != kSuccess) return out;
+  ok = true;
+  std::map<pid_t, std::pair<double, unsigned>> sum;  // pid -> (percent summed, samples)
+  n = std::min<unsigned int>(n, unsigned(samples_.size() / sizeof(nvmlProcessUtilizationSample_t)));
+  for (unsigned int k = 0; k < n; ++k) {
+    nvmlProcessUtilizationSample_t u;
+    std::memcpy(&u, samples_.data() + size_t(k) * sizeof u, sizeof u);
+    last_seen_[index] = std::max(last_seen_[index], u.timeStamp);
+    auto& [percent, count] = sum[pid_t(u.pid)];
+    percent += std::min(u.smUtil, 100u);
+    ++count;
+  }
+  for (const auto& [pid, s] : sum) out[pid] = s.first / 100.0 / s.second;
+  return out;
 }
 
 Nvml::Sample Nvml::read() {
@@ -177,12 +226,15 @@ Nvml::Sample Nvml::read() {
         if (!bytes) it->second.reset();
       }
     }
+    const std::map<pid_t, double> util = utilization(dev, i, d.utilization_ok);
     for (const auto& [pid, bytes] : procs) {
       if (!bytes && d.processes_ok) {
         out.errors.push_back("not_available");
         d.processes_ok = false;
       }
-      d.processes.push_back({pid, bytes});
+      std::optional<double> sm;
+      if (auto it = util.find(pid); it != util.end()) sm = it->second;
+      d.processes.push_back({pid, bytes, sm});
     }
     out.devices.push_back(std::move(d));
   }

@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ class Nvml {
   struct Process {
     pid_t pid = 0;                       // as the host sees it
     std::optional<uint64_t> used_bytes;  // nullopt: NVML did not say
+    // The mean share of time a kernel of it ran on the device (NVML's smUtil,
+    // 0..1) over NVML's samples since the last read; nullopt: no sample.
+    std::optional<double> sm_utilization;
   };
   struct Device {
     unsigned index = 0;
@@ -44,6 +48,8 @@ class Nvml {
     // (the reason is in Sample::errors), so nothing on it can be attributed.
     std::vector<Process> processes;
     bool processes_ok = true;
+    // Whether NVML gave per-process utilization (not every device does).
+    bool utilization_ok = false;
   };
   struct Sample {
     bool up = false;  // NVML was loaded and initialized, and listed devices
@@ -68,11 +74,14 @@ class Nvml {
 
  private:
   struct Api;
+  std::map<pid_t, double> utilization(void* device, unsigned index, bool& ok);
   void* handle_ = nullptr;
   Api* api_ = nullptr;
   bool init_ok_ = false;
   std::string error_;
-  std::vector<unsigned char> buffer_;  // process entries, reused
+  std::vector<unsigned char> buffer_;          // process entries, reused
+  std::vector<unsigned char> samples_;         // utilization samples, reused
+  std::vector<unsigned long long> last_seen_;  // by device: the newest sample read
 };
 
 }  // namespace gym::exporter

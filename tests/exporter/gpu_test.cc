@@ -159,6 +159,66 @@ TEST(GpuCollector, MemoryPerServerAndTheUnattributedRemainderAddUpToEachGpusUsed
                        {{"policy_model", 0}, 15 * kGiB}, {{"judge", 1}, 6 * kGiB}}));
 }
 
+// Utilization: NVML's per-process samples since the last read, averaged per
+// process and summed per server (at most 1); a GPU that does not report it
+// has no utilization series; a period with no new sample reads 0.
+TEST(GpuCollector, UtilizationIsTheServersMeanShareOfTheSamplesSinceTheLastRead) {
+  testing::TempDir tmp;
+  Program a({GYM_DECLARE_BIN, "policy_model", "model_server", "1", "0"}, tmp.path());
+  Program b({GYM_DECLARE_BIN, "policy_model", "model_server", "1", "0"}, tmp.path());
+  ASSERT_EQ(a.line().substr(0, 6), "ready ");
+  ASSERT_EQ(b.line().substr(0, 6), "ready ");
+  const std::string pa = std::to_string(a.pid()), pb = std::to_string(b.pid());
+  Fixture fixture(tmp.path());
+  const std::string devices = "device GPU-0 100 50\nprocess " + pa + " 10\nprocess " + pb +
+                              " 10\n"
+                              "util " +
+                              pa + " 40 1000\nutil " + pa + " 60 2000\nutil " + pb +
+                              " 30 2000\n"
+                              "device GPU-1 100 50\nprocess " +
+                              pa +
+                              " 10\n"
+                              "fail nvmlDeviceGetProcessUtilization 3\n"
+                              "device GPU-2 100 50\nprocess " +
+                              pa + " 10\nutil " + pa +
+                              " 90 1000\n"
+                              "util " +
+                              pb + " 80 1000\n";
+  fixture.write(devices);
+  Logged logged;
+  auto gpu = collector(tmp.path(), logged);
+  gpu->sample();
+  std::map<unsigned, std::optional<double>> util;
+  for (const auto& s : gpu->servers()) util[s.gpu] = s.utilization;
+  // GPU 0: a's mean 0.5, b's 0.3; GPU 1: not reported; GPU 2: only a is
+  // on it by its process list (b's sample alone does not put b there), 0.9.
+  ASSERT_EQ(util.size(), 3u);
+  ASSERT_TRUE(util[0].has_value());
+  EXPECT_DOUBLE_EQ(*util[0], 0.8);
+  EXPECT_FALSE(util[1].has_value());
+  ASSERT_TRUE(util[2].has_value());
+  EXPECT_DOUBLE_EQ(*util[2], 0.9);
+  auto families = collected(*gpu);
+  EXPECT_EQ(families["gym_server_gpu_utilization_ratio"].size(), 2u);
+  // Nothing newer since: idle, 0 (the fixture is the same; its samples are
+  // older than the last seen).
+  gpu->sample();
+  for (const auto& s : gpu->servers())
+    if (s.gpu != 1) {
+      ASSERT_TRUE(s.utilization.has_value()) << s.gpu;
+      EXPECT_EQ(*s.utilization, 0.0) << s.gpu;
+    }
+  // Busy beyond one GPU's time across processes: at most 1.
+  fixture.write(devices + "device GPU-3 100 50\nprocess " + pa + " 10\nprocess " + pb +
+                " 10\nutil " + pa + " 90 5000\nutil " + pb + " 90 5000\n");
+  gpu->sample();
+  for (const auto& s : gpu->servers())
+    if (s.gpu == 3) {
+      ASSERT_TRUE(s.utilization.has_value());
+      EXPECT_EQ(*s.utilization, 1.0);
+    }
+}
+
 TEST(GpuCollector, WithoutNvmlItIsDownAndServesNoGpuSeries) {
   testing::TempDir tmp;
   for (const std::string& library :

@@ -6,6 +6,9 @@
 //   fail <function> <NVML error code>        that function returns the code
 //                                            (for the last device, or for
 //                                            all calls before any device)
+//   util <pid> <sm percent> <timestamp us>   a utilization sample of the last
+//                                            device (returned when newer than
+//                                            the caller's last seen)
 //   race <n>                                 the last device's next n process
 //                                            reads find one process more than
 //                                            the buffer they were sized for
@@ -26,11 +29,17 @@ struct Proc {
   unsigned long long bytes;
   bool graphics;
 };
+struct Util {
+  unsigned pid;
+  unsigned long long ts;
+  unsigned sm;
+};
 struct Dev {
   std::string uuid;
   unsigned long long total = 0, used = 0;
   bool mig = false;
   std::vector<Proc> procs;
+  std::vector<Util> utils;
   std::map<std::string, int> fail;
   int race = 0;
 };
@@ -68,6 +77,10 @@ void load() {
       int code = 0;
       w >> fn >> code;
       (f.devs.empty() ? f.fail : f.devs.back().fail)[fn] = code;
+    } else if (what == "util" && !f.devs.empty()) {
+      Util u{};
+      w >> u.pid >> u.sm >> u.ts;
+      f.devs.back().utils.push_back(u);
     } else if (what == "race" && !f.devs.empty()) {
       w >> f.devs.back().race;
     }
@@ -156,6 +169,29 @@ int nvmlDeviceGetMemoryInfo(void* handle, unsigned long long* memory) {
   memory[0] = d->total;
   memory[1] = d->total - d->used;
   memory[2] = d->used;
+  return 0;
+}
+struct UtilSample {
+  unsigned pid;
+  unsigned long long ts;
+  unsigned sm, mem, enc, dec;
+};
+int nvmlDeviceGetProcessUtilization(void* handle, UtilSample* out, unsigned* count,
+                                    unsigned long long last_seen) {
+  Dev* d = dev_of(handle);
+  if (d == nullptr || count == nullptr) return 2;
+  if (int r = dev_fail(d, "nvmlDeviceGetProcessUtilization")) return r;
+  std::vector<Util> newer;
+  for (const Util& u : d->utils)
+    if (u.ts > last_seen) newer.push_back(u);
+  if (newer.empty()) return 6;  // NOT_FOUND: no sample since
+  if (out == nullptr || *count < newer.size()) {
+    *count = unsigned(newer.size());
+    return 7;
+  }
+  for (size_t i = 0; i < newer.size(); ++i)
+    out[i] = {newer[i].pid, newer[i].ts, newer[i].sm, 0, 0, 0};
+  *count = unsigned(newer.size());
   return 0;
 }
 int nvmlDeviceGetMigMode(void* handle, unsigned* current, unsigned* pending) {

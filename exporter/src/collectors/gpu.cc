@@ -106,7 +106,11 @@ void GpuCollector::sample() {
     for (const ServerProcesses::Tree& t : view->trees)
       for (const procfs::ProcStat* p : t.usage.live) owner.emplace(p->pid, &t);
   std::vector<Gpu> gpus;
-  std::map<std::pair<const ServerProcesses::Tree*, unsigned>, uint64_t> per_server;
+  struct Use {
+    uint64_t bytes = 0;
+    std::optional<double> utilization;
+  };
+  std::map<std::pair<const ServerProcesses::Tree*, unsigned>, Use> per_server;
   for (const Nvml::Device& d : s.devices) {
     Gpu g{d.index, d.uuid, d.mig, d.total_bytes, d.used_bytes, false, 0};
     // Attributed only when every process's memory is known, and the servers'
@@ -117,7 +121,11 @@ void GpuCollector::sample() {
       for (const Nvml::Process& p : d.processes) {
         auto it = owner.find(p.pid);
         if (it == owner.end()) continue;
-        per_server[{it->second, d.index}] += *p.used_bytes;
+        Use& use = per_server[{it->second, d.index}];
+        use.bytes += *p.used_bytes;
+        if (d.utilization_ok)
+          use.utilization =
+              std::min(1.0, use.utilization.value_or(0) + p.sm_utilization.value_or(0));
         attributed += *p.used_bytes;
       }
       g.unattributed_bytes = d.used_bytes - std::min(attributed, d.used_bytes);
@@ -125,8 +133,9 @@ void GpuCollector::sample() {
     gpus.push_back(std::move(g));
   }
   std::vector<ServerGpu> servers;
-  for (const auto& [key, bytes] : per_server)
-    servers.push_back({key.first->name, key.first->server_type, key.second, bytes});
+  for (const auto& [key, use] : per_server)
+    servers.push_back(
+        {key.first->name, key.first->server_type, key.second, use.bytes, use.utilization});
   // Peaks live as long as their server does (a gone one until its TTL).
   if (view && view->proc_ok) {
     std::set<std::string> names;
@@ -135,7 +144,10 @@ void GpuCollector::sample() {
   }
   for (const ServerGpu& g : servers) {
     ServerGpu& peak = peaks_[{g.name, g.gpu}];
-    if (peak.name.empty() || g.bytes > peak.bytes) peak = g;
+    if (peak.name.empty() || g.bytes > peak.bytes) {
+      peak = g;
+      peak.utilization.reset();
+    }
   }
   std::set<std::string> failing;
   for (const std::string& reason : s.errors) failing.insert(reason);
@@ -175,13 +187,14 @@ std::map<std::string, uint64_t> GpuCollector::errors() const {
 void GpuCollector::collect(const Emit& emit) {
   std::lock_guard<std::mutex> lock(mu_);
   Families out;
-  out.reserve(9);  // references to families stay valid while others are added
+  out.reserve(10);  // references to families stay valid while others are added
   MetricFamily& info = add_family(out, "gym_gpu_info");
   MetricFamily& total = add_family(out, "gym_gpu_memory_total_bytes");
   MetricFamily& used = add_family(out, "gym_gpu_memory_used_bytes");
   MetricFamily& unattributed = add_family(out, "gym_gpu_memory_unattributed_bytes");
   MetricFamily& server = add_family(out, "gym_server_gpu_memory_bytes");
   MetricFamily& peak = add_family(out, "gym_server_gpu_memory_sampled_peak_bytes");
+  MetricFamily& busy = add_family(out, "gym_server_gpu_utilization_ratio");
   for (const Gpu& g : gpus_) {
     const std::string gpu = std::to_string(g.index);
     add_metric(info, {{"gpu", gpu}, {"uuid", g.uuid}, {"mig", g.mig ? "true" : "false"}})
@@ -195,6 +208,7 @@ void GpuCollector::collect(const Emit& emit) {
     LabelPairs l = server_labels(s.name, s.server_type);
     l.emplace_back("gpu", std::to_string(s.gpu));
     add_metric(server, l).gauge.value = double(s.bytes);
+    if (s.utilization) add_metric(busy, l).gauge.value = *s.utilization;
   }
   for (const auto& [key, s] : peaks_) {
     LabelPairs l = server_labels(s.name, s.server_type);

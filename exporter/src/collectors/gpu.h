@@ -11,7 +11,9 @@
 // driver's own), so that the servers' memory on a GPU and its unattributed
 // remainder add up to its used memory. Per server and GPU: the memory of
 // the server's processes there (gym_server_gpu_memory_bytes), for every GPU
-// where one of them has a context, and its sampled peak. A device in MIG mode is reported whole
+// where one of them has a context, and its sampled peak; and their GPU
+// utilization where NVML gives it per process
+// (gym_server_gpu_utilization_ratio). A device in MIG mode is reported whole
 // (its processes over all its instances); gym_gpu_info's mig label says so.
 //
 // Without NVML (no library, an old driver, no device access) it reports
@@ -27,6 +29,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -64,6 +67,11 @@ class GpuCollector : public IntervalCollector {
     std::string name, server_type;
     unsigned gpu = 0;
     uint64_t bytes = 0;
+    // The share of time a kernel of one of its processes ran on the GPU,
+    // summed over its processes (NVML's per-process smUtil, averaged over
+    // NVML's samples since the last sample; at most 1); nullopt: the GPU
+    // does not report per-process utilization.
+    std::optional<double> utilization;
   };
   // The last sample's (for tests).
   bool up() const;

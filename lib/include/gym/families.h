@@ -336,6 +336,14 @@ inline constexpr FamilySpec kFamilies[] = {
      "Largest sampled GPU memory of a server's processes on one GPU since the exporter first saw "
      "them there.",
      {label::kServerName, label::kServerType, "gpu"}},
+    {"gym_server_gpu_utilization_ratio",
+     MetricType::kGauge,
+     Source::kExporter,
+     "",
+     "Share of time a kernel of a server's processes ran on one GPU over the last sample period "
+     "(NVML's per-process SM utilization, averaged over its samples and summed over the "
+     "processes, at most 1); absent where the GPU does not report it.",
+     {label::kServerName, label::kServerType, "gpu"}},
     {"gym_gpu_info",
      MetricType::kGauge,
      Source::kExporter,
