@@ -171,13 +171,13 @@ void operation_lines(const View& now, const View* prev, double dt, const FrameOp
 void server_and_writer_lines(const View& now, const FrameOptions& o, std::vector<Line>& out) {
   out.push_back({Line::Kind::kTitle, "SERVERS"});
   out.push_back({Line::Kind::kHeader, pad("SERVER", 22) + pad("TYPE", 18) + pad("PID", 9) +
-                                          pad("RSS", 12) + "PROCESSES"});
+                                          pad("RSS", 12) + pad("GPU MEM", 12) + "PROCESSES"});
   for (const auto& s : now.servers) {
     if (!room(out, o)) break;
     if (!matches(o.filter, {&s.server_name, &s.server_type})) continue;
     out.push_back({Line::Kind::kRow, pad(s.server_name, 22) + pad(s.server_type, 18) +
                                          pad(std::to_string(s.pid), 9) +
-                                         pad(bytes(s.rss_bytes), 12) +
+                                         pad(bytes(s.rss_bytes), 12) + pad(bytes(s.gpu_bytes), 12) +
                                          (s.processes ? std::to_string(*s.processes) : "-")});
   }
   out.push_back({Line::Kind::kTitle, "WRITERS (" + std::to_string(now.writers.size()) + ")"});

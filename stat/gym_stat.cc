@@ -4,6 +4,7 @@
 //
 //   gym-stat [--registry.dir=DIR] [--interval=SECONDS] [--once | --json]
 //            [--sort=saturation|queue|name] [--filter=TEXT] [--proc-root=DIR]
+//            [--gpu-library=PATH]
 #include <curses.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 #include "gym/contract.h"
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
+#include "nvml.h"
 #include "procfs.h"
 #include "snapshot_view.h"
 
@@ -27,6 +29,7 @@ namespace {
 struct Args {
   std::string dir;
   std::string proc_root = "/proc";
+  std::string gpu_library = "libnvidia-ml.so.1";
   double interval = 1;
   bool once = false;
   bool json = false;
@@ -35,7 +38,8 @@ struct Args {
 
 const char* kUsage =
     "usage: gym-stat [--registry.dir=DIR] [--interval=SECONDS] [--once | --json]\n"
-    "                [--sort=saturation|queue|name] [--filter=TEXT] [--proc-root=DIR]\n\n"
+    "                [--sort=saturation|queue|name] [--filter=TEXT] [--proc-root=DIR]\n"
+    "                [--gpu-library=PATH]\n\n"
     "A live view of the NeMo Gym metrics registry (read-only; runs beside gym-exporter).\n"
     "  --once   print one table (rates over one interval) and exit\n"
     "  --json   print one JSON snapshot (docs/snapshot.schema.json) and exit\n"
@@ -61,6 +65,8 @@ int parse(int argc, char** argv, Args& a) {
       a.json = true;
     } else if (auto v = value("--registry.dir")) {
       a.dir = *v;
+    } else if (auto v = value("--gpu-library")) {
+      a.gpu_library = *v;
     } else if (auto v = value("--proc-root")) {
       a.proc_root = *v;
     } else if (auto v = value("--filter")) {
@@ -94,13 +100,20 @@ int parse(int argc, char** argv, Args& a) {
 class Source {
  public:
   explicit Source(const Args& a)
-      : args_(a), reader_(a.dir, read_only()), boot_(exporter::boot_time_seconds(a.proc_root)) {}
+      : args_(a),
+        reader_(a.dir, read_only()),
+        boot_(exporter::boot_time_seconds(a.proc_root)),
+        nvml_(a.gpu_library) {}
   // The registry now, into `out` (reusing its storage).
   void next(exporter::View& out) {
     const Snapshot& snap = reader_.snapshot();
     exporter::procfs::ProcessTable table(args_.proc_root);
     const bool have_table = !snap.servers.empty() && table.scan();
-    builder_.build(snap, args_.dir, have_table ? &table : nullptr, boot_, out);
+    // GPU memory per server where NVML is (the driver's library; none: "-").
+    std::map<pid_t, uint64_t> gpu;
+    if (nvml_.loaded()) gpu = exporter::Nvml::bytes_by_pid(nvml_.read());
+    builder_.build(snap, args_.dir, have_table ? &table : nullptr, boot_, out,
+                   nvml_.loaded() ? &gpu : nullptr);
   }
 
  private:
@@ -113,6 +126,7 @@ class Source {
   RegistryReader reader_;
   double boot_;
   exporter::ViewBuilder builder_;
+  exporter::Nvml nvml_;
 };
 
 // Two views: the one shown and the one before it (for rates).

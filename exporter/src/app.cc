@@ -7,6 +7,7 @@
 
 #include "build_info.h"
 #include "collectors/cgroups.h"
+#include "collectors/gpu.h"
 #include "collectors/memory.h"
 #include "landing_page.h"
 #include "logging.h"
@@ -181,17 +182,30 @@ void App::apply(Config next, const WebConfig& web) {
 std::string App::snapshot_json() {
   std::shared_ptr<SharedRegistry> registry;
   std::string dir;
+  std::optional<GpuConfig> gpu;
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     registry = registry_;
     dir = config_.registry_dir;
+    gpu = gpu_config(config_);
+  }
+  // GPU memory by pid, when NVML is there and the gpu section is on.
+  std::optional<std::map<pid_t, uint64_t>> gpu_by_pid;
+  if (gpu) {
+    std::lock_guard<std::mutex> lock(nvml_mu_);
+    if (!nvml_ || nvml_library_ != gpu->library) {
+      nvml_ = std::make_unique<Nvml>(gpu->library);
+      nvml_library_ = gpu->library;
+    }
+    if (nvml_->loaded()) gpu_by_pid = Nvml::bytes_by_pid(nvml_->read());
   }
   static const double boot = boot_time_seconds();
   return registry->with([&](RegistryReader& r) {
     const Snapshot& snap = r.snapshot();
     procfs::ProcessTable table("/proc");
     const bool have_table = !snap.servers.empty() && table.scan();
-    return to_json(make_view(snap, dir, have_table ? &table : nullptr, boot));
+    return to_json(make_view(snap, dir, have_table ? &table : nullptr, boot,
+                             gpu_by_pid ? &*gpu_by_pid : nullptr));
   });
 }
 

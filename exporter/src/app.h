@@ -16,6 +16,7 @@
 #include "exposition/exposition.h"
 #include "flags.h"
 #include "http_server.h"
+#include "nvml.h"
 #include "web_config.h"
 
 namespace gym::exporter {
@@ -66,6 +67,11 @@ class App {
   std::mutex state_mu_;  // guards what HTTP threads read: page_, registry_ (the pointer)
   std::string page_;
   std::unique_ptr<HttpServer> server_;
+  // The snapshot's NVML (nvml.h), loaded at the first snapshot asked for
+  // while the gpu section is on; guarded by nvml_mu_.
+  std::mutex nvml_mu_;
+  std::unique_ptr<Nvml> nvml_;
+  std::string nvml_library_;
 };
 
 }  // namespace gym::exporter

@@ -160,6 +160,14 @@ std::map<pid_t, double> Nvml::utilization(void* device, unsigned index, bool& ok
   return out;
 }
 
+std::map<pid_t, uint64_t> Nvml::bytes_by_pid(const Sample& s) {
+  std::map<pid_t, uint64_t> out;
+  for (const Device& d : s.devices)
+    if (d.processes_ok)
+      for (const Process& p : d.processes) out[p.pid] += p.used_bytes.value_or(0);
+  return out;
+}
+
 Nvml::Sample Nvml::read() {
   Sample out;
   if (!init_ok_) return out;  // error() says why

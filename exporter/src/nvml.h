@@ -66,6 +66,9 @@ class Nvml {
   Nvml& operator=(const Nvml&) = delete;
 
   bool loaded() const { return init_ok_; }
+  // GPU memory by host pid, summed over the GPUs of `s` whose processes were
+  // read whole (Device::processes_ok).
+  static std::map<pid_t, uint64_t> bytes_by_pid(const Sample& s);
   // Whether the library itself was found (false: no NVIDIA driver here).
   bool found() const { return handle_ != nullptr; }
   // Why it is not loaded (empty when it is).

@@ -152,6 +152,7 @@ void servers_and_writers(Json& j, const View& v) {
     j.field("pid", double(s.pid));
     j.optional_number("rss_bytes", s.rss_bytes);
     j.optional_number("processes", s.processes);
+    j.optional_number("gpu_memory_bytes", s.gpu_bytes);
     j.close('}');
   }
   j.close(']');

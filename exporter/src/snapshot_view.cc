@@ -187,7 +187,8 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
 }
 
 void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
-                        const procfs::ProcessTable* table, double boot_time, View& v) {
+                        const procfs::ProcessTable* table, double boot_time, View& v,
+                        const std::map<pid_t, uint64_t>* gpu_by_pid) {
   v.time_seconds =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   v.registry_dir = registry_dir;
@@ -217,7 +218,7 @@ void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
     declared[d.pid] = d.name;
     auto [it, fresh] = row.emplace(d.name, v.servers.size());
     if (fresh) {
-      v.servers.push_back({d.name, d.server_type, d.pid, std::nullopt, std::nullopt});
+      v.servers.push_back({d.name, d.server_type, d.pid, std::nullopt, std::nullopt, std::nullopt});
       roots.emplace_back();
     }
     if (table == nullptr) continue;
@@ -236,6 +237,12 @@ void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
     v.servers[i].pid = roots[i].front()->pid;  // the oldest, as the host sees it
     v.servers[i].rss_bytes = u.rss_bytes;
     v.servers[i].processes = u.live.size();
+    if (gpu_by_pid != nullptr) {
+      uint64_t gpu = 0;
+      for (const procfs::ProcStat* p : u.live)
+        if (auto it = gpu_by_pid->find(p->pid); it != gpu_by_pid->end()) gpu += it->second;
+      v.servers[i].gpu_bytes = gpu;
+    }
   }
   v.writers.clear();
   static const double ticks = double(::sysconf(_SC_CLK_TCK));
@@ -248,9 +255,10 @@ void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
 }
 
 View make_view(const Snapshot& snap, const std::string& registry_dir,
-               const procfs::ProcessTable* table, double boot_time) {
+               const procfs::ProcessTable* table, double boot_time,
+               const std::map<pid_t, uint64_t>* gpu_by_pid) {
   View v;
-  ViewBuilder().build(snap, registry_dir, table, boot_time, v);
+  ViewBuilder().build(snap, registry_dir, table, boot_time, v, gpu_by_pid);
   return v;
 }
 

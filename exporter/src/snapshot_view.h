@@ -64,6 +64,8 @@ struct ServerView {
   pid_t pid = 0;
   std::optional<uint64_t> rss_bytes;  // the tree's, when procfs was read
   std::optional<uint64_t> processes;
+  // GPU memory of its processes over every GPU, when NVML was read (nvml.h).
+  std::optional<uint64_t> gpu_bytes;
 };
 
 struct WriterView {
@@ -92,8 +94,10 @@ class ViewBuilder {
  public:
   // `table` (may be null) gives each server's tree RSS; `boot_time_seconds`
   // turns start ticks into times.
+  // `gpu_by_pid` (may be null): GPU memory by host pid (Nvml::bytes_by_pid).
   void build(const Snapshot& snap, const std::string& registry_dir,
-             const procfs::ProcessTable* table, double boot_time_seconds, View& out);
+             const procfs::ProcessTable* table, double boot_time_seconds, View& out,
+             const std::map<pid_t, uint64_t>* gpu_by_pid = nullptr);
 
  private:
   enum class Field : uint8_t {
@@ -131,7 +135,8 @@ class ViewBuilder {
 
 // One View from one snapshot.
 View make_view(const Snapshot& snap, const std::string& registry_dir,
-               const procfs::ProcessTable* table, double boot_time_seconds);
+               const procfs::ProcessTable* table, double boot_time_seconds,
+               const std::map<pid_t, uint64_t>* gpu_by_pid = nullptr);
 // The boot time from <proc_root>/stat (0 when unknown).
 double boot_time_seconds(const std::string& proc_root = "/proc");
 

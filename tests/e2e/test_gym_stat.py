@@ -223,6 +223,56 @@ def test_json_validates_and_agrees_with_the_exporters_metrics_and_api(demo, tmp_
         ex.wait(timeout=20)
 
 
+FAKE_NVML = os.path.join(BUILD, "tests", "fake-nvml-current", "libnvidia-ml.so.1")
+
+
+def test_gpu_memory_per_server_in_gym_stat_and_the_api(demo, tmp_path):
+    """With NVML (the tests' fake libnvidia-ml.so.1, answering from a fixture
+    with the demo servers' pids), gym-stat --json and the exporter's
+    /api/v1/snapshot give each server the GPU memory of its processes; a
+    process of no server counts for none. Without NVML (this host) it is
+    null."""
+    wait_for_limits(demo)
+    without = stat_json(demo)
+    assert all(s["gpu_memory_bytes"] is None for s in without["servers"])
+    pids = {s["server_name"]: s["pid"] for s in without["servers"]}
+    fixture = tmp_path / "nvml"
+    fixture.write_text(f"device GPU-0 85899345920 10737418240\n"
+                       f"process {pids['policy_model']} 4294967296\n"
+                       f"process {pids['code_sandbox']} 1073741824\n"
+                       f"process {os.getpid()} 2147483648\n")
+    env = dict(os.environ, FAKE_NVML_FIXTURE=str(fixture))
+    want = {name: 0 for name in pids}
+    want.update(policy_model=4294967296, code_sandbox=1073741824)
+    out = subprocess.run([STAT, f"--registry.dir={demo}", "--json", f"--gpu-library={FAKE_NVML}"],
+                         check=True, capture_output=True, text=True, timeout=30, env=env).stdout
+    doc = json.loads(out)
+    jsonschema.validate(doc, SCHEMA, cls=jsonschema.Draft202012Validator)
+    assert {s["server_name"]: s["gpu_memory_bytes"] for s in doc["servers"]} == want
+    cfg = tmp_path / "gym.yml"
+    cfg.write_text(f"gpu:\n  library: {FAKE_NVML}\n")
+    log = tmp_path / "exporter.log"
+    ex = subprocess.Popen([EXPORTER, f"--config.file={cfg}", f"--registry.dir={demo}",
+                           "--web.listen-address=127.0.0.1:0"], stderr=open(log, "w"), env=env)
+    try:
+        port = None
+        for _ in range(3000):
+            m = re.search(r"\(port (\d+)\)", log.read_text())
+            if m:
+                port = int(m.group(1))
+                break
+            if ex.poll() is not None:
+                break
+            time.sleep(0.01)
+        assert port, log.read_text()
+        api = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/snapshot",
+                                                timeout=10).read())
+        assert {s["server_name"]: s["gpu_memory_bytes"] for s in api["servers"]} == want
+    finally:
+        ex.send_signal(signal.SIGTERM)
+        ex.wait(timeout=20)
+
+
 def test_it_reads_without_an_exporter_and_removes_nothing(registry):
     subprocess.run([DEMO, f"--registry.dir={registry}", "--duration=1"], check=True,
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=60)

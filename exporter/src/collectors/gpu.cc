@@ -57,6 +57,14 @@ GYM_REGISTER_COLLECTOR({.name = "gpu",
 
 }  // namespace
 
+std::optional<GpuConfig> gpu_config(const Config& c) {
+  auto it = c.collectors.find("gpu");
+  if (it == c.collectors.end() || !it->second.settings) return GpuConfig{};
+  const auto& s = static_cast<const GpuSettings&>(*it->second.settings);
+  if (!s.enabled) return std::nullopt;
+  return s.config;
+}
+
 GpuCollector::GpuCollector(GpuConfig config, std::shared_ptr<ServerWatcher> servers, Log log)
     : IntervalCollector(std::chrono::duration<double>(config.interval_seconds)),
       config_(std::move(config)),

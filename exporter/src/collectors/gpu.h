@@ -46,6 +46,10 @@ struct GpuConfig {
   bool operator==(const GpuConfig&) const = default;
 };
 
+struct Config;
+// The gpu section of a loaded configuration; nullopt when it is turned off.
+std::optional<GpuConfig> gpu_config(const Config& c);
+
 class GpuCollector : public IntervalCollector {
  public:
   GpuCollector(GpuConfig config, std::shared_ptr<ServerWatcher> servers, Log log);
