@@ -6,11 +6,13 @@
 // number; a containerised server is attributed by its host pid.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <map>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collectors/gpu.h"
@@ -35,7 +37,11 @@ class Fixture {
     ::setenv("FAKE_NVML_FIXTURE", path_.c_str(), 1);
   }
   ~Fixture() { ::unsetenv("FAKE_NVML_FIXTURE"); }
-  void write(const std::string& text) { std::ofstream(path_) << text; }
+  // Whole, as one rename: the sampling thread may be reading it.
+  void write(const std::string& text) {
+    std::ofstream(path_ + ".new") << text;
+    std::rename((path_ + ".new").c_str(), path_.c_str());
+  }
 
  private:
   std::string path_;
@@ -50,11 +56,13 @@ struct Logged {
 
 // A collector over the registry in `dir`, with its own watcher.
 std::unique_ptr<GpuCollector> collector(const std::string& dir, Logged& logged,
-                                        const std::string& library = FAKE_NVML) {
+                                        const std::string& library = FAKE_NVML,
+                                        double interval_seconds = 5) {
   auto registry = std::make_shared<SharedRegistry>(dir);
   auto watcher = std::make_shared<ServerWatcher>(WatcherConfig{}, registry);
   GpuConfig c;
   c.library = library;
+  c.interval_seconds = interval_seconds;
   return std::make_unique<GpuCollector>(c, watcher, logged.log());
 }
 
@@ -217,6 +225,37 @@ TEST(GpuCollector, UtilizationIsTheServersMeanShareOfTheSamplesSinceTheLastRead)
       ASSERT_TRUE(s.utilization.has_value());
       EXPECT_EQ(*s.utilization, 1.0);
     }
+}
+
+// Scrapes while the sampling thread samples every 10 ms (ThreadSanitizer
+// runs this): what collect() reads is the sampler's under one lock.
+TEST(GpuCollector, ScrapesWhileItSamplesSeeWholeSamples) {
+  testing::TempDir tmp;
+  Program model({GYM_DECLARE_BIN, "policy_model", "model_server", "1", "0"}, tmp.path());
+  ASSERT_EQ(model.line().substr(0, 6), "ready ");
+  Fixture fixture(tmp.path());
+  fixture.write("device GPU-0 100 50\nprocess " + std::to_string(model.pid()) + " 40\nutil " +
+                std::to_string(model.pid()) + " 50 1000\n");
+  Logged logged;
+  auto gpu = collector(tmp.path(), logged, FAKE_NVML, 0.01);
+  gpu->start();
+  // The memory grows while it is scraped: peaks change under the scrapes.
+  for (int i = 0; i < 200; ++i) {
+    fixture.write("device GPU-0 1000 500\nprocess " + std::to_string(model.pid()) + " " +
+                  std::to_string(40 + i) + "\n");
+    auto families = collected(*gpu);
+    if (families.contains("gym_server_gpu_memory_bytes")) {
+      ASSERT_EQ(families["gym_server_gpu_memory_bytes"].size(), 1u);
+      const double now = families["gym_server_gpu_memory_bytes"][0].gauge.value;
+      EXPECT_GE(now, 40);
+      EXPECT_LE(now, 40 + i);
+      ASSERT_EQ(families["gym_server_gpu_memory_sampled_peak_bytes"].size(), 1u);
+      EXPECT_GE(families["gym_server_gpu_memory_sampled_peak_bytes"][0].gauge.value, now);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  gpu->stop();
+  EXPECT_EQ(gpu->servers().size(), 1u);
 }
 
 TEST(GpuCollector, WithoutNvmlItIsDownAndServesNoGpuSeries) {

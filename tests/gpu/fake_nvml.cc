@@ -13,11 +13,13 @@
 //                                            reads find one process more than
 //                                            the buffer they were sized for
 // Built without the _v3 symbols (FAKE_NVML_OLD), it is a driver too old.
+// Every entry point holds one lock, as NVML's own calls are thread-safe.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -49,6 +51,9 @@ struct Fixture {
 };
 
 Fixture g;
+// NVML is thread-safe: the exporter's sampler and its snapshot API call it
+// from two threads.
+std::recursive_mutex mu;
 
 void load() {
   Fixture f;
@@ -136,25 +141,30 @@ int processes(void* handle, unsigned* count, Info* out, bool graphics, const cha
 extern "C" {
 
 int nvmlInit_v2() {
+  std::lock_guard<std::recursive_mutex> lock(mu);
   load();
   return global_fail("nvmlInit_v2");
 }
 int nvmlShutdown() {
+  std::lock_guard<std::recursive_mutex> lock(mu);
   return 0;
 }
 int nvmlDeviceGetCount_v2(unsigned* n) {
+  std::lock_guard<std::recursive_mutex> lock(mu);
   load();
   if (int r = global_fail("nvmlDeviceGetCount_v2")) return r;
   *n = unsigned(g.devs.size());
   return 0;
 }
 int nvmlDeviceGetHandleByIndex_v2(unsigned i, void** handle) {
+  std::lock_guard<std::recursive_mutex> lock(mu);
   if (i >= g.devs.size()) return 2;
   if (int r = dev_fail(&g.devs[i], "nvmlDeviceGetHandleByIndex_v2")) return r;
   *handle = reinterpret_cast<void*>(size_t(i) + 1);
   return 0;
 }
 int nvmlDeviceGetUUID(void* handle, char* uuid, unsigned length) {
+  std::lock_guard<std::recursive_mutex> lock(mu);
   Dev* d = dev_of(handle);
   if (d == nullptr) return 2;
   if (int r = dev_fail(d, "nvmlDeviceGetUUID")) return r;
@@ -163,6 +173,7 @@ int nvmlDeviceGetUUID(void* handle, char* uuid, unsigned length) {
   return 0;
 }
 int nvmlDeviceGetMemoryInfo(void* handle, unsigned long long* memory) {
+  std::lock_guard<std::recursive_mutex> lock(mu);
   Dev* d = dev_of(handle);
   if (d == nullptr) return 2;
   if (int r = dev_fail(d, "nvmlDeviceGetMemoryInfo")) return r;
@@ -178,6 +189,7 @@ struct UtilSample {
 };
 int nvmlDeviceGetProcessUtilization(void* handle, UtilSample* out, unsigned* count,
                                     unsigned long long last_seen) {
+  std::lock_guard<std::recursive_mutex> lock(mu);
   Dev* d = dev_of(handle);
   if (d == nullptr || count == nullptr) return 2;
   if (int r = dev_fail(d, "nvmlDeviceGetProcessUtilization")) return r;
@@ -195,6 +207,7 @@ int nvmlDeviceGetProcessUtilization(void* handle, UtilSample* out, unsigned* cou
   return 0;
 }
 int nvmlDeviceGetMigMode(void* handle, unsigned* current, unsigned* pending) {
+  std::lock_guard<std::recursive_mutex> lock(mu);
   Dev* d = dev_of(handle);
   if (d == nullptr) return 2;
   *current = *pending = d->mig ? 1 : 0;
@@ -202,9 +215,11 @@ int nvmlDeviceGetMigMode(void* handle, unsigned* current, unsigned* pending) {
 }
 #ifndef FAKE_NVML_OLD
 int nvmlDeviceGetComputeRunningProcesses_v3(void* handle, unsigned* count, Info* out) {
+  std::lock_guard<std::recursive_mutex> lock(mu);
   return processes(handle, count, out, false, "nvmlDeviceGetComputeRunningProcesses_v3");
 }
 int nvmlDeviceGetGraphicsRunningProcesses_v3(void* handle, unsigned* count, Info* out) {
+  std::lock_guard<std::recursive_mutex> lock(mu);
   return processes(handle, count, out, true, "nvmlDeviceGetGraphicsRunningProcesses_v3");
 }
 #endif

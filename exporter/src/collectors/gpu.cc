@@ -144,19 +144,6 @@ void GpuCollector::sample() {
   for (const auto& [key, use] : per_server)
     servers.push_back(
         {key.first->name, key.first->server_type, key.second, use.bytes, use.utilization});
-  // Peaks live as long as their server does (a gone one until its TTL).
-  if (view && view->proc_ok) {
-    std::set<std::string> names;
-    for (const ServerProcesses::Tree& t : view->trees) names.insert(t.name);
-    std::erase_if(peaks_, [&](const auto& kv) { return !names.contains(kv.first.name); });
-  }
-  for (const ServerGpu& g : servers) {
-    ServerGpu& peak = peaks_[{g.name, g.gpu}];
-    if (peak.name.empty() || g.bytes > peak.bytes) {
-      peak = g;
-      peak.utilization.reset();
-    }
-  }
   std::set<std::string> failing;
   for (const std::string& reason : s.errors) failing.insert(reason);
   std::lock_guard<std::mutex> lock(mu_);
@@ -167,6 +154,19 @@ void GpuCollector::sample() {
   up_ = s.up;
   gpus_ = std::move(gpus);
   servers_ = std::move(servers);
+  // Peaks live as long as their server does (a gone one until its TTL).
+  if (view && view->proc_ok) {
+    std::set<std::string> names;
+    for (const ServerProcesses::Tree& t : view->trees) names.insert(t.name);
+    std::erase_if(peaks_, [&](const auto& kv) { return !names.contains(kv.first.name); });
+  }
+  for (const ServerGpu& g : servers_) {
+    ServerGpu& peak = peaks_[{g.name, g.gpu}];
+    if (peak.name.empty() || g.bytes > peak.bytes) {
+      peak = g;
+      peak.utilization.reset();
+    }
+  }
 }
 
 bool GpuCollector::up() const {
