@@ -177,21 +177,27 @@ def metrics_limits(text):
     return out
 
 
-def test_json_validates_and_agrees_with_the_exporters_metrics_and_api(demo, tmp_path):
+def start_exporter(tmp_path, *args, env=None):
+    """(process, port): gym-exporter with `args` on a free port, once it
+    listens (its log in tmp_path/exporter.log)."""
     log = tmp_path / "exporter.log"
-    ex = subprocess.Popen([EXPORTER, f"--registry.dir={demo}", "--web.listen-address=127.0.0.1:0"],
-                          stderr=open(log, "w"))
+    ex = subprocess.Popen([EXPORTER, *args, "--web.listen-address=127.0.0.1:0"],
+                          stderr=open(log, "w"), env=env)
+    for _ in range(3000):  # 30 s: a sanitized exporter starts 1,024 workers
+        m = re.search(r"\(port (\d+)\)", log.read_text())
+        if m:
+            return ex, int(m.group(1))
+        if ex.poll() is not None:
+            break
+        time.sleep(0.01)
+    ex.kill()
+    ex.wait()
+    raise AssertionError(f"the exporter did not listen: {log.read_text()}")
+
+
+def test_json_validates_and_agrees_with_the_exporters_metrics_and_api(demo, tmp_path):
+    ex, port = start_exporter(tmp_path, f"--registry.dir={demo}")
     try:
-        port = None
-        for _ in range(3000):  # 30 s: a sanitized exporter starts 1,024 workers
-            m = re.search(r"\(port (\d+)\)", log.read_text())
-            if m:
-                port = int(m.group(1))
-                break
-            if ex.poll() is not None:
-                break
-            time.sleep(0.01)
-        assert port, log.read_text()
         wait_for_limits(demo)
         before = stat_json(demo)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
@@ -251,20 +257,8 @@ def test_gpu_memory_per_server_in_gym_stat_and_the_api(demo, tmp_path):
     assert {s["server_name"]: s["gpu_memory_bytes"] for s in doc["servers"]} == want
     cfg = tmp_path / "gym.yml"
     cfg.write_text(f"gpu:\n  library: {FAKE_NVML}\n")
-    log = tmp_path / "exporter.log"
-    ex = subprocess.Popen([EXPORTER, f"--config.file={cfg}", f"--registry.dir={demo}",
-                           "--web.listen-address=127.0.0.1:0"], stderr=open(log, "w"), env=env)
+    ex, port = start_exporter(tmp_path, f"--config.file={cfg}", f"--registry.dir={demo}", env=env)
     try:
-        port = None
-        for _ in range(3000):
-            m = re.search(r"\(port (\d+)\)", log.read_text())
-            if m:
-                port = int(m.group(1))
-                break
-            if ex.poll() is not None:
-                break
-            time.sleep(0.01)
-        assert port, log.read_text()
         api = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/snapshot",
                                                 timeout=10).read())
         assert {s["server_name"]: s["gpu_memory_bytes"] for s in api["servers"]} == want

@@ -47,9 +47,7 @@ GYM_REGISTER_COLLECTOR({.name = "gpu",
                             const MemoryConfig memory =
                                 c.config ? memory_config(*c.config) : MemoryConfig{};
                             servers = std::make_shared<ServerWatcher>(
-                                WatcherConfig{memory.proc_root, memory.targets,
-                                              memory.gone_server_ttl_seconds, std::nullopt},
-                                c.registry);
+                                watcher_config(memory, std::nullopt), c.registry);
                           }
                           return std::make_unique<GpuCollector>(std::move(config),
                                                                 std::move(servers), c.warn);

@@ -55,6 +55,9 @@ struct MemoryConfig {
 
 // The memory section of a loaded configuration (its defaults when absent).
 MemoryConfig memory_config(const Config& c);
+// The server watcher's configuration from the memory section (its proc root,
+// targets and gone TTL) and the cgroup mounts (nullopt: as mountinfo says).
+WatcherConfig watcher_config(const MemoryConfig& m, std::optional<cgroup::Mounts> mounts);
 
 class MemoryCollector : public IntervalCollector {
  public:
