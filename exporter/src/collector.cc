@@ -65,7 +65,7 @@ void IntervalCollector::start() {
   }
   sample();
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return;
+  if (stopping_ || !samples_on_interval()) return;
   thread_ = std::thread([this] {
     using Clock = std::chrono::steady_clock;
     const auto period = std::chrono::duration_cast<Clock::duration>(interval_);

@@ -96,6 +96,9 @@ class IntervalCollector : public Collector {
   void refresh() final { sample(); }
   // One sample: what start(), the thread and stop() call.
   virtual void sample() = 0;
+  // Whether samples between start and stop can change anything; false (a
+  // source that is not there, say): start() samples once and makes no thread.
+  virtual bool samples_on_interval() const { return true; }
   // Periods in which no sample started because one was still running.
   uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
 

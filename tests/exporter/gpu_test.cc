@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -73,6 +74,12 @@ std::map<std::string, std::vector<prometheus::ClientMetric>> collected(GpuCollec
     out[f.name] = f.metric;
   });
   return out;
+}
+
+size_t threads_now() {
+  size_t n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/task")) ++n;
+  return n;
 }
 
 std::string label(const prometheus::ClientMetric& m, const std::string& name) {
@@ -238,7 +245,9 @@ TEST(GpuCollector, ScrapesWhileItSamplesSeeWholeSamples) {
                 std::to_string(model.pid()) + " 50 1000\n");
   Logged logged;
   auto gpu = collector(tmp.path(), logged, FAKE_NVML, 0.01);
+  const size_t threads = threads_now();
   gpu->start();
+  EXPECT_EQ(threads_now(), threads + 1) << "its sampling thread";
   // The memory grows while it is scraped: peaks change under the scrapes.
   for (int i = 0; i < 200; ++i) {
     fixture.write("device GPU-0 1000 500\nprocess " + std::to_string(model.pid()) + " " +
@@ -276,6 +285,11 @@ TEST(GpuCollector, WithoutNvmlItIsDownAndServesNoGpuSeries) {
       EXPECT_TRUE(logged.lines.empty()) << logged.lines.front();
     }
     EXPECT_FALSE(gpu->up());
+    // Nothing to sample: no sampling thread either.
+    const size_t threads = threads_now();
+    gpu->start();
+    EXPECT_EQ(threads_now(), threads);
+    gpu->stop();
     auto families = collected(*gpu);
     ASSERT_EQ(families["gym_exporter_gpu_up"].size(), 1u);
     EXPECT_EQ(families["gym_exporter_gpu_up"][0].gauge.value, 0);

@@ -57,6 +57,8 @@ class GpuCollector : public IntervalCollector {
 
   void sample() override;
   void collect(const Emit& emit) override;
+  // Without NVML nothing changes: no sampling thread.
+  bool samples_on_interval() const override { return nvml_.loaded(); }
 
   struct Gpu {
     unsigned index = 0;
