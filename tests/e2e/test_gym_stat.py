@@ -14,6 +14,8 @@ import urllib.request
 import jsonschema
 import pytest
 
+from pace import HTTP_S, STOP_S
+
 SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
 STAT = os.path.join(BUILD, "stat", "gym-stat")
@@ -35,7 +37,7 @@ def demo(registry):
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     yield registry
     p.send_signal(signal.SIGTERM)
-    p.wait(timeout=20)
+    p.wait(timeout=STOP_S)
 
 
 def stat_json(registry):
@@ -200,9 +202,9 @@ def test_json_validates_and_agrees_with_the_exporters_metrics_and_api(demo, tmp_
     try:
         wait_for_limits(demo)
         before = stat_json(demo)
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=HTTP_S).read()
         api = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/snapshot",
-                                                timeout=10).read())
+                                                timeout=HTTP_S).read())
         after = stat_json(demo)
         jsonschema.validate(api, SCHEMA, cls=jsonschema.Draft202012Validator)
         served = metrics_limits(metrics.decode())
@@ -226,7 +228,7 @@ def test_json_validates_and_agrees_with_the_exporters_metrics_and_api(demo, tmp_
         assert all(s["rss_bytes"] > 0 and s["processes"] >= 1 for s in after["servers"])
     finally:
         ex.send_signal(signal.SIGTERM)
-        ex.wait(timeout=20)
+        ex.wait(timeout=STOP_S)
 
 
 FAKE_NVML = os.path.join(BUILD, "tests", "fake-nvml-current", "libnvidia-ml.so.1")
@@ -260,11 +262,11 @@ def test_gpu_memory_per_server_in_gym_stat_and_the_api(demo, tmp_path):
     ex, port = start_exporter(tmp_path, f"--config.file={cfg}", f"--registry.dir={demo}", env=env)
     try:
         api = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/snapshot",
-                                                timeout=10).read())
+                                                timeout=HTTP_S).read())
         assert {s["server_name"]: s["gpu_memory_bytes"] for s in api["servers"]} == want
     finally:
         ex.send_signal(signal.SIGTERM)
-        ex.wait(timeout=20)
+        ex.wait(timeout=STOP_S)
 
 
 def test_it_reads_without_an_exporter_and_removes_nothing(registry):

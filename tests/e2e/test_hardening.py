@@ -18,6 +18,8 @@ import warnings
 
 import pytest
 
+from pace import HTTP_S, STOP_S
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import crypt
@@ -76,7 +78,7 @@ class Exporter:
     def stop(self):
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=STOP_S)
 
 
 @pytest.fixture
@@ -95,7 +97,7 @@ def exporter(tmp_path):
 def get(url, context=None, headers=None):
     req = urllib.request.Request(url, headers=headers or {})
     try:
-        with urllib.request.urlopen(req, context=context, timeout=10) as r:
+        with urllib.request.urlopen(req, context=context, timeout=HTTP_S) as r:
             return r.status, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers
@@ -110,7 +112,7 @@ def tls_context(pki, client_cert=False):
 
 def plain_http(port, request):
     """What the server answers `request` on a plain TCP connection, whole."""
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+    with socket.create_connection(("127.0.0.1", port), timeout=HTTP_S) as s:
         s.sendall(request)
         reply = b""
         while chunk := s.recv(4096):
@@ -168,7 +170,7 @@ def test_tls_needs_no_writable_temporary_directory(pki):
         assert get(f"https://127.0.0.1:{port}/metrics", tls_context(pki))[0] == 200
     finally:
         proc.kill()
-        proc.wait(timeout=10)
+        proc.wait(timeout=STOP_S)
         shutil.rmtree(tmp_path, ignore_errors=True)
 
 
@@ -182,7 +184,7 @@ def test_a_required_client_certificate_is_enforced(exporter, pki):
     assert status == 200
     with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError, OSError)):
         urllib.request.urlopen(f"https://127.0.0.1:{e.port}/metrics",
-                               context=tls_context(pki), timeout=5).read()
+                               context=tls_context(pki), timeout=HTTP_S).read()
 
 
 def basic(user, password):
@@ -323,7 +325,7 @@ def test_configured_headers_are_on_every_reply_and_the_rest_of_the_schema_is_acc
     for path, code in (("/metrics", 200), ("/", 200), ("/-/healthy", 200), ("/nope", 404)):
         req = urllib.request.Request(f"http://127.0.0.1:{e.port}{path}")
         try:
-            with urllib.request.urlopen(req, timeout=10) as r:
+            with urllib.request.urlopen(req, timeout=HTTP_S) as r:
                 status, headers = r.status, r.headers
         except urllib.error.HTTPError as err:
             status, headers = err.code, err.headers

@@ -18,12 +18,13 @@ import urllib.request
 
 import pytest
 
+from pace import HTTP_S, SANITIZED, STOP_S
+
 SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
 # A sanitized build (ctest sets GYM_SANITIZE) is 5-20 times slower: two such
 # exporters and demos beside Prometheus on two cores answer a scrape in
 # seconds, so they are scraped less often, with windows to match.
-SANITIZED = bool(os.environ.get("GYM_SANITIZE"))
 SCRAPE_S = 5 if SANITIZED else 2
 SAMPLE_S = 2 if SANITIZED else 1
 RATE_WINDOW = f"{4 * SCRAPE_S if SANITIZED else 15}s"
@@ -77,7 +78,7 @@ def free_port():
 
 
 def get_json(url):
-    with urllib.request.urlopen(url, timeout=10) as r:
+    with urllib.request.urlopen(url, timeout=HTTP_S) as r:
         return json.loads(r.read())
 
 
@@ -197,7 +198,7 @@ class Loop:
                 p.send_signal(signal.SIGTERM)
         for p in self.procs:
             try:
-                p.wait(timeout=10)
+                p.wait(timeout=STOP_S)
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()

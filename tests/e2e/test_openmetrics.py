@@ -23,12 +23,14 @@ import urllib.request
 
 import pytest
 
+from pace import HTTP_S, SANITIZED
+
 SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
 # A sanitized build (ctest sets GYM_SANITIZE) can take more than a second to
 # answer a scrape of the demo on a loaded machine: Prometheus scrapes it less
 # often there.
-SCRAPE_S = 3 if os.environ.get("GYM_SANITIZE") else 1
+SCRAPE_S = 3 if SANITIZED else 1
 
 PROMETHEUS_2 = ("application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
                 "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
@@ -173,7 +175,7 @@ def get(port, accept=None, encoding=None):
         req.add_header("Accept", accept)
     if encoding is not None:
         req.add_header("Accept-Encoding", encoding)
-    with urllib.request.urlopen(req, timeout=10) as r:
+    with urllib.request.urlopen(req, timeout=HTTP_S) as r:
         body = r.read()
         if r.headers.get("Content-Encoding") == "gzip":
             body = gzip.decompress(body)
@@ -550,7 +552,7 @@ def decode_delimited(body):
 
 def get_bytes(port, accept):
     req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics", headers={"Accept": accept})
-    with urllib.request.urlopen(req, timeout=10) as r:
+    with urllib.request.urlopen(req, timeout=HTTP_S) as r:
         return r.headers, r.read()
 
 
@@ -632,7 +634,7 @@ def start_prometheus(tmp_path, target):
     def query(expr, path="query"):
         url = f"{api}/{path}?" + urllib.parse.urlencode(
             {"query": expr} if path == "query" else {"metric": expr})
-        with urllib.request.urlopen(url, timeout=10) as r:
+        with urllib.request.urlopen(url, timeout=HTTP_S) as r:
             return json.loads(r.read())["data"]
     return prom, query
 
