@@ -113,7 +113,7 @@ double exporter_start_unix_seconds() {
   return g_exporter_started;
 }
 
-void emit_since(const Emit& emit, const prometheus::MetricFamily& f, double since) {
+void emit_since(const Emit& emit, const Family& f, double since) {
   if (!(since > 0) ||
       (f.type != prometheus::MetricType::Counter && f.type != prometheus::MetricType::Histogram))
     return emit(f);

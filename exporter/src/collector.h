@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "exposition/families.h"
 #include "shared_registry.h"
 
 namespace gym::exporter {
@@ -49,17 +50,13 @@ struct FamilyExtras {
 // callers want: the extras are dropped) or of both.
 class Emit {
  public:
-  using Full = std::function<void(const prometheus::MetricFamily&, const FamilyExtras*)>;
+  using Full = std::function<void(const Family&, const FamilyExtras*)>;
   template <class F>
-  requires std::invocable<F&, const prometheus::MetricFamily&> Emit(
+  requires std::invocable<F&, const Family&> Emit(
       F f)  // NOLINT(google-explicit-constructor): a callable is an Emit
-      : fn_([f = std::move(f)](const prometheus::MetricFamily& m, const FamilyExtras*) mutable {
-          f(m);
-        }) {}
+      : fn_([f = std::move(f)](const Family& m, const FamilyExtras*) mutable { f(m); }) {}
   static Emit full(Full fn) { return Emit(std::move(fn), 0); }
-  void operator()(const prometheus::MetricFamily& f, const FamilyExtras* extras = nullptr) const {
-    fn_(f, extras);
-  }
+  void operator()(const Family& f, const FamilyExtras* extras = nullptr) const { fn_(f, extras); }
 
  private:
   Emit(Full fn, int) : fn_(std::move(fn)) {}
@@ -118,7 +115,7 @@ double unix_now_seconds();
 double exporter_start_unix_seconds();
 // Emits `f` with every sample created at `since` (Unix seconds) when it is a
 // counter or histogram and `since` is known (> 0); as it is otherwise.
-void emit_since(const Emit& emit, const prometheus::MetricFamily& f, double since);
+void emit_since(const Emit& emit, const Family& f, double since);
 
 // What a collector's configuration section reads into (a subclass of its own).
 class CollectorSettings {

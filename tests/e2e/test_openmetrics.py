@@ -652,6 +652,30 @@ def wait_for(tmp_path, what, deadline=60):
         time.sleep(0.5)
 
 
+def test_protobuf_carries_each_familys_unit_under_both_name_schemes(exporter):
+    """A family's unit is metadata of its row, whatever name it is served
+    under: the OpenTelemetry names (escaping=allow-utf-8) drop _seconds from
+    the durations' names, not their unit."""
+    utf8 = ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+            "encoding=delimited;escaping=allow-utf-8")
+    units = {}
+    for accept in (PROTOBUF, utf8):
+        headers, body = get_bytes(exporter, accept)
+        assert ("escaping=allow-utf-8" in headers["Content-Type"]) == (accept == utf8)
+        units[accept] = {f["name"]: f["unit"] for f in decode_delimited(body)}
+    plain, otel = units[PROTOBUF], units[utf8]
+    assert plain["gym_concurrency_wait_duration_seconds"] == "seconds"
+    assert otel["gym.concurrency.wait_duration"] == "seconds"
+    assert otel["gym.resources.operation.duration"] == "seconds"
+    for unit in ("seconds", "bytes"):
+        assert (sorted(n for n, u in plain.items() if u == unit and "http" not in n) ==
+                sorted(n for n, u in plain.items()
+                       if n.endswith((f"_{unit}", f"_{unit}_total")) and "http" not in n))
+        # The same families carry it, renamed or not.
+        assert (len([n for n, u in otel.items() if u == unit and "http" not in n]) ==
+                len([n for n, u in plain.items() if u == unit and "http" not in n])), unit
+
+
 def test_prometheus_with_native_histograms_scrapes_protobuf(exporter, tmp_path):
     """Debian's Prometheus with --enable-feature=native-histograms asks for
     protobuf first: it stores the operation histograms as native histograms

@@ -120,7 +120,7 @@ struct Fixture {
 
 std::map<std::string, prometheus::MetricFamily> families(Collector& c) {
   std::map<std::string, prometheus::MetricFamily> out;
-  c.collect([&](const prometheus::MetricFamily& f) {
+  c.collect([&](const Family& f) {
     EXPECT_EQ(contract_violation(f), "") << f.name;
     out[f.name] = f;
   });

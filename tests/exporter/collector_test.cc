@@ -56,7 +56,7 @@ class Probe : public Collector {
   void collect(const Emit& emit) override {
     if (family_.empty()) return;
     Families out;
-    add_simple(out, family_, 1, {{"version", "probe"}, {"revision", "probe"}});
+    add_simple(out, Row::named(family_), 1, {{"version", "probe"}, {"revision", "probe"}});
     emit(out.back());
   }
 
@@ -87,7 +87,7 @@ TEST(Collectors, AKindRegisteredInItsOwnFileIsBuiltWithItsOwnSection) {
   auto collectors = make_collectors(r.config, {std::make_shared<SharedRegistry>(tmp.path())});
   ASSERT_EQ(collectors.size(), collector_kinds().size());
   Families seen;
-  collectors.back()->collect([&](const prometheus::MetricFamily& f) { seen.push_back(f); });
+  collectors.back()->collect([&](const Family& f) { seen.push_back(f); });
   ASSERT_EQ(seen.size(), 1u) << "the probe is last (order 1000)";
   EXPECT_EQ(seen[0].name, "gym_exporter_series");
 
@@ -95,6 +95,35 @@ TEST(Collectors, AKindRegisteredInItsOwnFileIsBuiltWithItsOwnSection) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.errors[0].find("g.yml:2:3: unknown key 'probe.famly'"), std::string::npos)
       << bad.errors[0];
+}
+
+TEST(Families, AFamilyStaysWhereItIsWhileHundredsMoreAreAdded) {
+  // Collectors hold add_family's references while they add the rest; under
+  // AddressSanitizer a family that moved would be a use after free here.
+  Families out;
+  Family& first = add_family(out, "gym_server_up");
+  for (int i = 0; i < 500; ++i) add_family(out, family::kConcurrencyLimit);
+  add_metric(first, {{"nemo_gym_server_name", "a"}}).gauge.value = 1;
+  EXPECT_EQ(&out.front(), &first);
+  ASSERT_EQ(out.front().metric.size(), 1u);
+  EXPECT_EQ(out.front().metric[0].gauge.value, 1);
+  EXPECT_EQ(first.spec, find_family("gym_server_up"));
+  EXPECT_EQ(out.back().spec, find_family(family::kConcurrencyLimit));
+  EXPECT_EQ(contract_violation(first), "");
+}
+
+TEST(Families, ARowFoundAtRunTimeMayBeNoneAndIsThenAViolation) {
+  Families out;
+  Family& known = add_family(out, Row::named(std::string("gym_server_up")));
+  EXPECT_EQ(known.spec, find_family("gym_server_up"));
+  Family& unknown = add_family(out, Row::named(std::string("gym_no_such_family")));
+  EXPECT_EQ(unknown.spec, nullptr);
+  EXPECT_EQ(unknown.type, prometheus::MetricType::Untyped);
+  EXPECT_EQ(contract_violation(unknown),
+            "family gym_no_such_family has no row in the contract table");
+  unknown.spec = known.spec;  // a family that carries another's row
+  EXPECT_EQ(contract_violation(unknown),
+            "family gym_no_such_family carries the row of gym_server_up");
 }
 
 TEST(Exposition, AFamilyThatBreaksTheContractTableIsNotServedButCountedAndLoggedOnce) {

@@ -69,7 +69,7 @@ std::unique_ptr<GpuCollector> collector(const std::string& dir, Logged& logged,
 
 std::map<std::string, std::vector<prometheus::ClientMetric>> collected(GpuCollector& c) {
   std::map<std::string, std::vector<prometheus::ClientMetric>> out;
-  c.collect([&](const prometheus::MetricFamily& f) {
+  c.collect([&](const Family& f) {
     EXPECT_EQ(contract_violation(f), "") << f.name;
     out[f.name] = f.metric;
   });

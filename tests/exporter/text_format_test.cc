@@ -48,7 +48,7 @@ Parsed parse(const std::string& text) {
   return p;
 }
 
-void expect_same_as_reference(const Families& families) {
+void expect_same_as_reference(const std::vector<prometheus::MetricFamily>& families) {
   std::string ours;
   write_text(families, ours);
   std::ostringstream reference;
@@ -84,7 +84,7 @@ TEST(TextFormat, MatchesPrometheusCppOnTheExportersOwnFamilies) {
   for (const char* kind : {"registry", "build_info", "process"})
     collectors.push_back(make_collector(kind, context));
   for (int scrape = 0; scrape < 2; ++scrape) {  // a rebuilt model, then an updated one
-    Families families;
+    std::vector<prometheus::MetricFamily> families;
     for (auto& c : collectors)
       c->collect([&](const prometheus::MetricFamily& f) { families.push_back(f); });
     ASSERT_GT(families.size(), 10u);
@@ -96,7 +96,7 @@ TEST(TextFormat, MatchesPrometheusCppOnTheExportersOwnFamilies) {
 }
 
 TEST(TextFormat, MatchesPrometheusCppOnOddValuesAndTypes) {
-  Families families(4);
+  std::vector<prometheus::MetricFamily> families(4);
   families[0].name = "odd_gauge";
   families[0].help = "help with \"quotes\"";
   families[0].type = prometheus::MetricType::Gauge;
@@ -126,7 +126,7 @@ TEST(TextFormat, MatchesPrometheusCppOnOddValuesAndTypes) {
 // HELP text unescaped, so a backslash or newline in it breaks the exposition;
 // the text format asks for "\\" and "\n".
 TEST(TextFormat, EscapesBackslashAndNewlineInHelpTextAsTheFormatRequires) {
-  Families families(1);
+  std::vector<prometheus::MetricFamily> families(1);
   families[0].name = "g";
   families[0].help = "a \\ b\nc";
   families[0].type = prometheus::MetricType::Gauge;

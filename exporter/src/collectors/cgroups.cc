@@ -138,7 +138,6 @@ std::vector<CgroupCollector::ServerCgroup> CgroupCollector::servers() const {
 
 void CgroupCollector::collect(const Emit& emit) {
   Families out;
-  out.reserve(8);  // references to families stay valid while others are added
   std::lock_guard<std::mutex> lock(mu_);
   if (!servers_.empty()) {
     MetricFamily& info = add_family(out, "gym_server_cgroup_info");
@@ -180,7 +179,7 @@ void CgroupCollector::collect(const Emit& emit) {
   // Families without samples (no server has a peak file, say) are left out.
   // The kernel's counts carry no start (a cgroup's creation is not kept):
   // only this collector's own errors say since when they count.
-  for (const MetricFamily& f : out)
+  for (const Family& f : out)
     if (!f.metric.empty())
       emit_since(emit, f, f.name == "gym_exporter_cgroup_sample_errors_total" ? since_ : 0);
 }

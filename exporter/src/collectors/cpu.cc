@@ -182,7 +182,6 @@ void CpuCollector::collect(const Emit& emit) {
   std::lock_guard<std::mutex> lock(mu_);
   if (servers_.empty()) return;
   Families out;
-  out.reserve(3);  // references to families stay valid while others are added
   MetricFamily& cpu = add_family(out, "gym_server_cpu_seconds_total");
   MetricFamily& threads = add_family(out, "gym_server_threads");
   MetricFamily& fds = add_family(out, "gym_server_open_fds");
@@ -200,7 +199,7 @@ void CpuCollector::collect(const Emit& emit) {
     add_metric(threads, l).gauge.value = double(s.threads);
     if (s.open_fds) add_metric(fds, l).gauge.value = double(*s.open_fds);
   }
-  for (const MetricFamily& f : out)
+  for (const Family& f : out)
     if (!f.metric.empty()) emit(f, &f == &cpu ? &cpu_since : nullptr);
 }
 

@@ -193,7 +193,6 @@ std::map<std::string, uint64_t> GpuCollector::errors() const {
 void GpuCollector::collect(const Emit& emit) {
   std::lock_guard<std::mutex> lock(mu_);
   Families out;
-  out.reserve(10);  // references to families stay valid while others are added
   MetricFamily& info = add_family(out, "gym_gpu_info");
   MetricFamily& total = add_family(out, "gym_gpu_memory_total_bytes");
   MetricFamily& used = add_family(out, "gym_gpu_memory_used_bytes");
@@ -225,7 +224,7 @@ void GpuCollector::collect(const Emit& emit) {
   MetricFamily& errors = add_family(out, "gym_exporter_gpu_sample_errors_total");
   for (const auto& [reason, n] : errors_)
     add_metric(errors, {{"reason", reason}}).counter.value = double(n);
-  for (const MetricFamily& f : out)
+  for (const Family& f : out)
     if (!f.metric.empty()) emit_since(emit, f, since_);
 }
 

@@ -328,7 +328,6 @@ std::vector<MemoryCollector::ServerMemory> MemoryCollector::servers() const {
 void MemoryCollector::collect(const Emit& emit) {
   FamilyExtras exits_created;
   Families out;
-  out.reserve(20);  // references to families stay valid while others are added
   std::lock_guard<std::mutex> lock(mu_);
   if (!servers_.empty()) {
     MetricFamily& usage = add_family(out, "gym_server_memory_usage_bytes");
@@ -390,7 +389,7 @@ void MemoryCollector::collect(const Emit& emit) {
   // Since when each counter counts: exits per server from when it was first
   // tracked, the host's OOM kills from the boot, this collector's own from
   // its start.
-  for (const MetricFamily& f : out) {
+  for (const Family& f : out) {
     if (f.name == "gym_server_exits_total")
       emit(f, &exits_created);
     else

@@ -71,11 +71,11 @@ class RegistryCollector : public Collector {
     long available;
     long holds;
   };
-  MetricFamily active_;
+  Family active_;
   std::vector<ActiveSlot> active_slots_;
   // gym_concurrency_admissions_total: the holds begun, as the holds' ages
   // record counts them (metric, index into served_).
-  MetricFamily admissions_;
+  Family admissions_;
   FamilyExtras admissions_extras_;  // their created times
   std::vector<std::pair<ClientMetric*, size_t>> admission_slots_;
   std::vector<size_t> scratch_index_;
@@ -97,25 +97,24 @@ void RegistryCollector::rebuild() {
   absent_.clear();
   slots_.clear();
   active_slots_.clear();
-  active_ = MetricFamily{};
+  active_ = Family{};
   admission_slots_.clear();
-  admissions_ = MetricFamily{};
-  // Families first, so that metric pointers stay put once taken.
+  admissions_ = Family{};
+  // Each family's metrics reserved before any is taken, so that their
+  // pointers stay put (model_, a deque, never moves a family).
   const std::string* family = nullptr;
   size_t families = 0;
   for (const SeriesInfo* info : served_) {
     if (family == nullptr || *family != info->family) ++families;
     family = &info->family;
   }
-  model_.reserve(families);
   extras_.reserve(families);
   family = nullptr;
   for (size_t i = 0; i < served_.size(); ++i) {
     const SeriesInfo& info = *served_[i];
     if (family == nullptr || *family != info.family) {
       family = &info.family;
-      Families one;
-      model_.push_back(std::move(add_family(one, info.family)));
+      add_family(model_, Row::named(info.family));
       size_t n = 0;
       for (size_t j = i; j < served_.size() && served_[j]->family == info.family; ++j) ++n;
       model_.back().metric.reserve(n);
@@ -272,7 +271,7 @@ void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
   for (size_t k = 0; k < model_.size(); ++k) {
     const std::vector<char>& absent = absent_[k];
     if (std::find(absent.begin(), absent.end(), 1) != absent.end()) {
-      MetricFamily present = model_[k];  // ages have no extras
+      Family present = model_[k];  // ages have no extras
       present.metric.clear();
       for (size_t m = 0; m < absent.size(); ++m)
         if (!absent[m]) present.metric.push_back(model_[k].metric[m]);
@@ -320,7 +319,10 @@ void RegistryCollector::emit_stats(const Snapshot& snap, const Emit& emit) {
   for (uint32_t v = segment::kMinFormatVersion; v <= segment::kFormatVersion; ++v)
     add_metric(segments, {{"format_version", std::to_string(v)}}).gauge.value =
         double(st.live_segments_by_version[v]);
-  const std::pair<const char*, double> simple[] = {
+  const struct {
+    Row row;
+    double value;
+  } simple[] = {
       {"gym_exporter_registry_unmetered_writers", double(st.unmetered_writers)},
       {"gym_exporter_registry_damaged_segments_total", double(st.damaged_segments_total)},
       {"gym_exporter_registry_resets_total", double(st.counter_resets_total)},
@@ -340,8 +342,7 @@ void RegistryCollector::emit_stats(const Snapshot& snap, const Emit& emit) {
   };
   for (const auto& [name, value] : simple) add_simple(stats, name, value);
   // The reader's counters count from its start.
-  for (const MetricFamily& f : stats)
-    emit_since(emit, f, double(snap.reader_started_unix_ns) / 1e9);
+  for (const Family& f : stats) emit_since(emit, f, double(snap.reader_started_unix_ns) / 1e9);
 }
 
 GYM_REGISTER_COLLECTOR({.name = "registry",

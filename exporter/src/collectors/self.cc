@@ -35,7 +35,7 @@ class SelfCollector : public Collector {
     add_simple(out, "gym_exporter_config_last_reload_success_timestamp_seconds",
                m.last_success_unix_seconds());
     // They count from the exporter's start.
-    for (const MetricFamily& f : out) emit_since(emit, f, exporter_start_unix_seconds());
+    for (const Family& f : out) emit_since(emit, f, exporter_start_unix_seconds());
   }
 };
 

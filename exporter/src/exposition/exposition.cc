@@ -42,8 +42,8 @@ std::string Exposition::render() {
 
 namespace {
 // The family with its OpenTelemetry name and its labels'.
-void to_otel_names(prometheus::MetricFamily& f) {
-  f.name = std::string(otel_family_name(f.name));
+void to_otel_names(Family& f) {
+  if (f.spec != nullptr && !f.spec->otel.empty()) f.name = std::string(f.spec->otel);
   for (auto& m : f.metric)
     for (auto& l : m.label) l.name = std::string(otel_label_name(l.name));
 }
@@ -81,8 +81,8 @@ std::string Exposition::render(const Encoder& encoder, const std::set<std::strin
   const auto start = std::chrono::steady_clock::now();
   std::string out;
   out.reserve(last_size_ + last_size_ / 8);
-  prometheus::MetricFamily renamed;
-  const Emit emit = Emit::full([&](const prometheus::MetricFamily& f, const FamilyExtras* extras) {
+  Family renamed;
+  const Emit emit = Emit::full([&](const Family& f, const FamilyExtras* extras) {
     // A family with no row is a programming error, and a family with rows
     // is the common case: check the row first, the samples' labels always.
     if (std::string why = contract_violation(f); !why.empty()) {

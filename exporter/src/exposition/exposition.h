@@ -29,8 +29,7 @@ class Encoder {
   virtual std::string_view name() const = 0;
   // `extras`: null when the family has none; an encoder without a place for
   // them ignores them.
-  virtual void family(const prometheus::MetricFamily& f, const FamilyExtras* extras,
-                      std::string& out) const = 0;
+  virtual void family(const Family& f, const FamilyExtras* extras, std::string& out) const = 0;
   virtual void finish(std::string& /*out*/) const {}
   // Whether it serves the OpenTelemetry names (gym/families.h): the
   // exposition renames families and labels for it.

@@ -19,14 +19,13 @@ prometheus::MetricType prometheus_type(MetricType t) {
   return prometheus::MetricType::Untyped;
 }
 
-MetricFamily& add_family(Families& out, std::string_view name) {
-  const FamilySpec* row = find_family(name);
-  MetricFamily f;
-  f.name = std::string(name);
-  f.help = row ? std::string(row->help) : "";
-  f.type = row ? prometheus_type(row->type) : prometheus::MetricType::Untyped;
-  out.push_back(std::move(f));
-  return out.back();
+Family& add_family(Families& out, Row row) {
+  Family& f = out.emplace_back();
+  f.name = std::string(row.name());
+  f.spec = row.spec();
+  f.help = f.spec ? std::string(f.spec->help) : "";
+  f.type = f.spec ? prometheus_type(f.spec->type) : prometheus::MetricType::Untyped;
+  return f;
 }
 
 ClientMetric& add_metric(MetricFamily& f, const LabelPairs& labels) {
@@ -36,8 +35,8 @@ ClientMetric& add_metric(MetricFamily& f, const LabelPairs& labels) {
   return f.metric.back();
 }
 
-void add_simple(Families& out, std::string_view name, double value, const LabelPairs& labels) {
-  MetricFamily& f = add_family(out, name);
+void add_simple(Families& out, Row row, double value, const LabelPairs& labels) {
+  MetricFamily& f = add_family(out, row);
   ClientMetric& m = add_metric(f, labels);
   if (f.type == prometheus::MetricType::Counter)
     m.counter.value = value;
@@ -45,9 +44,11 @@ void add_simple(Families& out, std::string_view name, double value, const LabelP
     m.gauge.value = value;
 }
 
-std::string contract_violation(const MetricFamily& f) {
-  const FamilySpec* row = find_family(f.name);
+std::string contract_violation(const Family& f) {
+  const FamilySpec* row = f.spec;
   if (row == nullptr) return "family " + f.name + " has no row in the contract table";
+  if (row->name != f.name)
+    return "family " + f.name + " carries the row of " + std::string(row->name);
   if (prometheus_type(row->type) != f.type || row->help != f.help)
     return "family " + f.name + " differs from its row in type or HELP";
   for (const ClientMetric& m : f.metric)

@@ -182,7 +182,7 @@ void write_metric(const MetricFamily& f, const ClientMetric& m,
 
 }  // namespace
 
-void write_family_protobuf(const MetricFamily& f, const FamilyExtras* extras, std::string& out) {
+void write_family_protobuf(const Family& f, const FamilyExtras* extras, std::string& out) {
   std::string family, metric;
   bytes_field(family, 1, f.name);
   if (!f.help.empty()) bytes_field(family, 2, f.help);
@@ -195,8 +195,7 @@ void write_family_protobuf(const MetricFamily& f, const FamilyExtras* extras, st
     write_metric(f, f.metric[i], native ? &extras->native[i] : nullptr, created, metric);
     bytes_field(family, 4, metric);
   }
-  if (const FamilySpec* spec = find_family(f.name); spec != nullptr && !spec->unit.empty())
-    bytes_field(family, 5, spec->unit);
+  if (f.spec != nullptr && !f.spec->unit.empty()) bytes_field(family, 5, f.spec->unit);
   varint(out, family.size());
   out += family;
 }

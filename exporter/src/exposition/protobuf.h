@@ -18,8 +18,7 @@ namespace gym::exporter {
 
 // Appends one family, length-delimited; histograms with native buckets in
 // `extras` (may be null) carry them as native histograms too.
-void write_family_protobuf(const prometheus::MetricFamily& family, const FamilyExtras* extras,
-                           std::string& out);
+void write_family_protobuf(const Family& family, const FamilyExtras* extras, std::string& out);
 
 class ProtobufEncoder : public Encoder {
  public:
@@ -32,8 +31,7 @@ class ProtobufEncoder : public Encoder {
   }
   bool utf8_names() const override { return utf8_; }
   std::string_view name() const override { return "protobuf"; }
-  void family(const prometheus::MetricFamily& f, const FamilyExtras* extras,
-              std::string& out) const override {
+  void family(const Family& f, const FamilyExtras* extras, std::string& out) const override {
     write_family_protobuf(f, extras, out);
   }
 

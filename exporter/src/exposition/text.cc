@@ -168,7 +168,9 @@ std::string le_text(double bound) {
 // family name has no _total (its samples do), # UNIT when the name ends in
 // the contract's unit, quotes escaped in HELP, "unknown" for untyped,
 // histogram buckets before _count and _sum, timestamps in seconds.
-void write_any(const MetricFamily& f, const FamilyExtras* extras, std::string& out, bool om) {
+// `spec`: the family's row, for its unit (null: none).
+void write_any(const MetricFamily& f, const FamilySpec* spec, const FamilyExtras* extras,
+               std::string& out, bool om) {
   // Bucket bounds as text, remade only when the bounds change.
   std::vector<double> le_bounds;
   std::vector<std::string> le;
@@ -190,7 +192,6 @@ void write_any(const MetricFamily& f, const FamilyExtras* extras, std::string& o
   out += type_name(f.type, om);
   out += '\n';
   if (om) {
-    const FamilySpec* spec = find_family(f.name);
     if (spec != nullptr && !spec->unit.empty() && family.size() > spec->unit.size() &&
         family.ends_with(spec->unit) && family[family.size() - spec->unit.size() - 1] == '_') {
       out += "# UNIT ";
@@ -285,11 +286,11 @@ void write_text(const std::vector<MetricFamily>& families, std::string& out) {
 }
 
 void write_family(const MetricFamily& f, std::string& out) {
-  write_any(f, nullptr, out, false);
+  write_any(f, nullptr, nullptr, out, false);
 }
 
-void write_family_openmetrics(const MetricFamily& f, const FamilyExtras* extras, std::string& out) {
-  write_any(f, extras, out, true);
+void write_family_openmetrics(const Family& f, const FamilyExtras* extras, std::string& out) {
+  write_any(f, f.spec, extras, out, true);
 }
 
 }  // namespace gym::exporter

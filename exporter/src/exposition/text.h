@@ -31,8 +31,7 @@ class TextEncoder : public Encoder {
   }
   bool utf8_names() const override { return utf8_; }
   std::string_view name() const override { return "text"; }
-  void family(const prometheus::MetricFamily& f, const FamilyExtras*,
-              std::string& out) const override {
+  void family(const Family& f, const FamilyExtras*, std::string& out) const override {
     write_family(f, out);
   }
 
@@ -42,8 +41,7 @@ class TextEncoder : public Encoder {
 
 // Appends one family in OpenMetrics 1.0.0 text, with _created samples where
 // `extras` (may be null) knows them.
-void write_family_openmetrics(const prometheus::MetricFamily& family, const FamilyExtras* extras,
-                              std::string& out);
+void write_family_openmetrics(const Family& family, const FamilyExtras* extras, std::string& out);
 
 class OpenMetricsEncoder : public Encoder {
  public:
@@ -55,8 +53,7 @@ class OpenMetricsEncoder : public Encoder {
   }
   bool utf8_names() const override { return utf8_; }
   std::string_view name() const override { return "openmetrics"; }
-  void family(const prometheus::MetricFamily& f, const FamilyExtras* extras,
-              std::string& out) const override {
+  void family(const Family& f, const FamilyExtras* extras, std::string& out) const override {
     write_family_openmetrics(f, extras, out);
   }
   void finish(std::string& out) const override { out += "# EOF\n"; }
