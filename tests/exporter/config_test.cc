@@ -53,7 +53,7 @@ TEST(ExporterConfig, DefaultsWhenTheFileSetsNothing) {
   EXPECT_EQ(r.config.listen_address, ":9478");
   EXPECT_EQ(r.config.telemetry_path, "/metrics");
   EXPECT_EQ(r.config.registry_dir, "/dev/shm/gym-metrics");
-  // RSS and PSS at every 5 s sample (the README says what it costs).
+  // RSS and PSS at every 5 s sample (docs/memory.md says what it costs).
   EXPECT_EQ(memory_config(r.config).interval_seconds, 5);
   EXPECT_EQ(memory_config(r.config).pss_interval_seconds, 0);
 }

@@ -44,7 +44,7 @@ struct Config;
 
 struct MemoryConfig {
   double interval_seconds = 5;
-  // PSS at most this often (0: at every sample); see the README for its cost.
+  // PSS at most this often (0: at every sample); see docs/memory.md for its cost.
   double pss_interval_seconds = 0;
   // How long a declared server that is gone reports zeros before its series go.
   double gone_server_ttl_seconds = 300;
