@@ -1,8 +1,8 @@
-# cmake -DCXX=... -DSOURCE=... -DINCLUDES="a;b" -P check.cmake
+# cmake -DCXX=... -DSOURCE=... -DINCLUDES="a;b" [-DFLAGS="f;g"] -P check.cmake
 # A family named at compile time must have a row in the contract table:
 # the source compiles as it is and fails, naming the reason, with
 # GYM_UNKNOWN_FAMILY defined.
-set(flags -std=c++20 -fsyntax-only)
+set(flags -std=c++20 -fsyntax-only ${FLAGS})
 foreach(dir ${INCLUDES})
   list(APPEND flags -I${dir})
 endforeach()
