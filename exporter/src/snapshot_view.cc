@@ -181,8 +181,9 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
     }
   }
   for (LimitView& l : out.limits) {
-    l.available -= l.holds;
-    l.active = l.limit - l.available;
+    const LimitSlots slots = limit_slots(l.limit, l.available, l.holds);
+    l.available = slots.free;
+    l.active = slots.active;
   }
 }
 

@@ -62,9 +62,8 @@ class RegistryCollector : public Collector {
     char* absent;                   // ages: whether it is left out now, or null
   };
   std::vector<Slot> slots_;
-  // Per limit, indexes into served_ (-1: none): free = the available gauge
-  // (format 3 writers keep the limit there) - the holds in progress (the
-  // holds' ages record), and gym_concurrency_active = limit - free.
+  // Per limit, indexes into served_ (-1: none) of what limit_slots()
+  // (gym/registry_reader.h) makes its free and active slots of.
   struct ActiveSlot {
     ClientMetric* metric;
     long limit;
@@ -197,13 +196,14 @@ void RegistryCollector::update_values(const Snapshot& snap) {
   for (ActiveSlot& a : active_slots_) {
     const int64_t limit = snap.series[served_index_[size_t(a.limit)]].gauge;
     const int64_t holds = a.holds < 0 ? 0 : snap.series[served_index_[size_t(a.holds)]].gauge;
-    int64_t available = 0;
-    if (a.available >= 0) {
-      available =
-          segment::wrapping_sub(snap.series[served_index_[size_t(a.available)]].gauge, holds);
-      slots_[size_t(a.available)].metric->gauge.value = static_cast<double>(available);
+    if (a.available < 0) {  // no free slots known: all are held
+      a.metric->gauge.value = static_cast<double>(limit);
+      continue;
     }
-    a.metric->gauge.value = static_cast<double>(segment::wrapping_sub(limit, available));
+    const LimitSlots slots =
+        limit_slots(limit, snap.series[served_index_[size_t(a.available)]].gauge, holds);
+    slots_[size_t(a.available)].metric->gauge.value = static_cast<double>(slots.free);
+    a.metric->gauge.value = static_cast<double>(slots.active);
   }
   admissions_extras_.created.resize(admission_slots_.size());
   for (size_t k = 0; k < admission_slots_.size(); ++k) {

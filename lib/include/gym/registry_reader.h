@@ -128,6 +128,20 @@ struct WriterInfo {
   uint64_t pid_ns = 0;     // as DeclaredServer::pid_ns
 };
 
+// A limit's free and held slots from its series, summed over writers or not:
+// since format 3 a writer keeps the limit itself in gym_concurrency_available
+// and counts its holds in the holds' ages record
+// (gym_concurrency_oldest_hold_seconds), so free = available - holds and
+// active = limit - free. Wrapping, as the words are.
+struct LimitSlots {
+  int64_t free = 0;
+  int64_t active = 0;
+};
+inline LimitSlots limit_slots(int64_t limit, int64_t available, int64_t holds) {
+  const int64_t free = segment::wrapping_sub(available, holds);
+  return {free, segment::wrapping_sub(limit, free)};
+}
+
 struct Snapshot {
   // CLOCK_MONOTONIC (the ages' clock) when the snapshot began: before any
   // value was read, so that an age never exceeds how long its caller has
