@@ -1,0 +1,222 @@
+// The registry reader's directory: segments, markers, temporaries.
+#include "registry_reader_internal.h"
+
+namespace gym {
+
+void RegistryReader::reject(const std::string& name, ino_t ino, const std::string& why) {
+  auto [it, inserted] = rejected_.try_emplace(name, ino);
+  if (!inserted && it->second == ino) return;  // counted already
+  it->second = ino;
+  ++snapshot_.stats.rejected_files_total;
+  snapshot_.problems.push_back("skipped " + dir_ + "/" + name + ": " + why);
+}
+
+void RegistryReader::read_error(const std::string& name, ino_t ino, const std::string& what) {
+  ++snapshot_.stats.read_errors_total;
+  auto [it, inserted] = read_failed_.try_emplace(name, ino);
+  if (!inserted && it->second == ino) return;  // reported already
+  it->second = ino;
+  snapshot_.problems.push_back(what + " " + dir_ + "/" + name + ": " + std::strerror(errno));
+}
+
+void RegistryReader::cleanup_stale_temp(const std::string& name) {
+  if (!(name.starts_with(".gym-") && ends_with(name, ".tmp")) || !retiring()) return;
+  int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && detail::owner_lock_held(fd) == 0 &&
+      st.st_mtime + kStaleTempSeconds < ::time(nullptr)) {
+    ::unlinkat(dir_fd_, name.c_str(), 0);
+  }
+  ::close(fd);
+}
+
+void RegistryReader::open_segment(const std::string& name, ino_t ino) {
+  int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return;  // removed since the listing
+    if (errno == ELOOP) return reject(name, ino, "a symbolic link");
+    return read_error(name, ino, "cannot open");
+  }
+  auto seg = std::make_unique<Segment>();
+  seg->name = name;
+  seg->fd = fd;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return read_error(name, ino, "cannot stat");
+  seg->ino = st.st_ino;
+  if (!S_ISREG(st.st_mode)) return reject(name, st.st_ino, "not a regular file");
+  if (!trusted(st.st_uid))
+    return reject(name, st.st_ino,
+                  "owned by untrusted user " + std::to_string(st.st_uid) + ", ignored");
+  // A live owner's segment cut short by another process: the owner runs
+  // unmetered; it is watched like a marker until the owner is gone.
+  auto truncated = [&](const char* why) {
+    if (detail::owner_lock_held(fd) != 1) return reject(name, st.st_ino, why);
+    ++snapshot_.stats.damaged_segments_total;
+    snapshot_.problems.push_back("segment " + dir_ + "/" + name + " is damaged (" + why +
+                                 "); its owner is alive and runs unmetered");
+    markers_[name] = Marker{fd, st.st_ino, true};
+    seg->fd = -1;
+  };
+  if (st.st_size < static_cast<off_t>(segment::kHeaderBytes))
+    return truncated("truncated: shorter than a segment header");
+  Header h;
+  ssize_t got = ::pread(fd, &h, sizeof h, 0);
+  if (got != static_cast<ssize_t>(sizeof h)) return reject(name, st.st_ino, "unreadable header");
+  if (h.magic != segment::magic_word()) return reject(name, st.st_ino, "wrong magic");
+  if (h.format_version < segment::kMinFormatVersion || h.format_version > segment::kFormatVersion)
+    return reject(name, st.st_ino,
+                  "unsupported format version " + std::to_string(h.format_version) +
+                      " (this reader reads " + std::to_string(segment::kMinFormatVersion) + " to " +
+                      std::to_string(segment::kFormatVersion) + ")");
+  const uint64_t records_end =
+      h.records_offset + uint64_t{h.max_records} * uint64_t{segment::kRecordBytes};
+  const uint64_t values_end = h.values_offset + uint64_t{h.value_lines} * segment::kLineBytes;
+  if (h.header_bytes != segment::kHeaderBytes || h.record_bytes != segment::kRecordBytes ||
+      h.line_bytes != segment::kLineBytes || h.records_offset != segment::kHeaderBytes ||
+      h.max_records == 0 || h.value_lines == 0 || h.values_offset != records_end ||
+      h.total_bytes != values_end || h.total_bytes > kMaxSegmentBytes)
+    return reject(name, st.st_ino, "inconsistent layout");
+  if (static_cast<uint64_t>(st.st_size) < h.total_bytes)
+    return truncated("truncated: shorter than its layout");
+  void* map = ::mmap(nullptr, h.total_bytes, PROT_READ, MAP_SHARED, fd, 0);
+  if (map == MAP_FAILED) return read_error(name, st.st_ino, "cannot map");
+  seg->base = static_cast<const unsigned char*>(map);
+  seg->size = h.total_bytes;
+  seg->version = h.format_version;
+  seg->max_records = h.max_records;
+  seg->value_lines = h.value_lines;
+  seg->records_offset = h.records_offset;
+  seg->values_offset = h.values_offset;
+  seg->pid = h.owner_pid;
+  seg->start_ticks = h.owner_start_ticks;
+  seg->pid_ns = h.owner_pid_ns;
+  seg->created_ns = h.created_unix_ns > uint64_t(INT64_MAX) ? 0 : int64_t(h.created_unix_ns);
+  std::memcpy(seg->boot_id, h.owner_boot_id, sizeof seg->boot_id);
+  seg->listed = true;
+  rejected_.erase(name);
+  read_failed_.erase(name);
+  segments_[name] = std::move(seg);
+}
+
+void RegistryReader::open_marker(const std::string& name, ino_t ino) {
+  int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return;
+    if (errno == ELOOP) return reject(name, ino, "a symbolic link");
+    return read_error(name, ino, "cannot open");
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || !trusted(st.st_uid)) {
+    ::close(fd);
+    return reject(name, ino, "not a regular file of a trusted user");
+  }
+  markers_[name] = Marker{fd, st.st_ino, true};
+}
+
+// Live markers are processes running unmetered; a dead one is removed.
+void RegistryReader::check_markers() {
+  for (auto it = markers_.begin(); it != markers_.end();) {
+    Marker& m = it->second;
+    const bool removed = !m.listed && snapshot_.directory_error.empty();
+    const bool alive = !removed && detail::owner_lock_held(m.fd) == 1;
+    if (alive) {
+      ++snapshot_.stats.unmetered_writers;
+    } else if (removed || retiring()) {
+      struct stat st {};
+      if (!removed && ::fstatat(dir_fd_, it->first.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+          st.st_ino == m.ino)
+        ::unlinkat(dir_fd_, it->first.c_str(), 0);
+      ::close(m.fd);
+      it = markers_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+}
+
+void RegistryReader::list_directory() {
+  for (auto& [name, seg] : segments_) seg->listed = false;
+  for (auto& [name, m] : markers_) m.listed = false;
+  if (!open_dir()) {
+    snapshot_.directory_error = "cannot open " + dir_ + ": " + std::strerror(errno);
+    return;
+  }
+  int fd = ::dup(dir_fd_);
+  DIR* d = fd >= 0 ? ::fdopendir(fd) : nullptr;
+  if (d == nullptr) {
+    if (fd >= 0) ::close(fd);
+    snapshot_.directory_error = "cannot list " + dir_ + ": " + std::strerror(errno);
+    return;
+  }
+  ::rewinddir(d);
+  std::vector<std::pair<std::string, ino_t>> fresh;
+  listed_.clear();
+  while (dirent* e = ::readdir(d)) {
+    std::string name(e->d_name);
+    if (name == "." || name == "..") continue;
+    if (name[0] == '.') {
+      cleanup_stale_temp(name);
+      continue;
+    }
+    listed_.push_back(name);
+    if (auto it = segments_.find(name); it != segments_.end() && it->second->ino == e->d_ino) {
+      it->second->listed = true;
+      continue;
+    }
+    if (auto it = markers_.find(name); it != markers_.end() && it->second.ino == e->d_ino) {
+      it->second.listed = true;
+      continue;
+    }
+    if (auto it = folded_pending_.find(name); it != folded_pending_.end() && it->second == e->d_ino)
+      continue;  // folded in already; removed once the totals are written
+    if (folded_by_owner_.count(name) != 0) continue;
+    auto rej = rejected_.find(name);
+    if (rej != rejected_.end() && rej->second == e->d_ino) continue;
+    auto failed = read_failed_.find(name);
+    if (failed != read_failed_.end() && failed->second == e->d_ino) {
+      ++snapshot_.stats.read_errors_total;
+      continue;
+    }
+    fresh.emplace_back(std::move(name), e->d_ino);
+  }
+  ::closedir(d);
+  // Forget what we noted of files that are gone, so a new file of that name
+  // is examined (and, if bad, counted) again.
+  std::sort(listed_.begin(), listed_.end());
+  auto forget_gone = [this](auto& map) {
+    for (auto it = map.begin(); it != map.end();) {
+      if (!std::binary_search(listed_.begin(), listed_.end(), it->first))
+        it = map.erase(it);
+      else
+        ++it;
+    }
+  };
+  forget_gone(rejected_);
+  forget_gone(read_failed_);
+  forget_gone(folded_pending_);
+  for (auto& [name, ino] : fresh) {
+    if (auto it = segments_.find(name); it != segments_.end()) {
+      // Same name, new file: the old one is gone.
+      if (retiring()) retire(*it->second);
+      drop_segment(it);
+    }
+    if (name.starts_with("gym-") && ends_with(name, ".seg")) {
+      open_segment(name, ino);
+    } else if (name.starts_with("gym-") && ends_with(name, ".unmetered")) {
+      open_marker(name, ino);
+    } else {
+      reject(name, ino, "not a segment name");
+    }
+  }
+}
+
+bool RegistryReader::owner_alive(const Segment& s) const {
+  int locked = detail::owner_lock_held(s.fd);
+  if (locked >= 0) return locked == 1;
+  uint8_t boot[16];
+  if (detail::read_boot_id(boot) && std::memcmp(boot, s.boot_id, sizeof boot) != 0) return false;
+  return detail::process_matches(s.pid, s.start_ticks);
+}
+
+}  // namespace gym

@@ -1,0 +1,161 @@
+// The registry reader's folded totals: loading and persisting them.
+#include "registry_reader_internal.h"
+
+namespace gym {
+
+void RegistryReader::load_totals(bool adopt_folded) {
+  int fd = ::openat(dir_fd_, kTotalsFile, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    totals_seen_ = {};
+    if (errno != ENOENT) read_error(kTotalsFile, 0, "cannot open");
+    return;
+  }
+  struct stat st {};
+  std::string text;
+  std::string why;
+  detail::Totals t;
+  bool ok = ::fstat(fd, &st) == 0;
+  if (ok) {
+    totals_seen_ = {st.st_ino, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+                    st.st_size};
+  }
+  if (!ok || !S_ISREG(st.st_mode) || st.st_size > kMaxTotalsBytes) {
+    why = "not a regular file of a sensible size";
+    ok = false;
+  } else if (!trusted(st.st_uid)) {
+    why = "owned by untrusted user " + std::to_string(st.st_uid);
+    ok = false;
+  } else {
+    text.resize(size_t(st.st_size));
+    size_t got = 0;
+    while (got < text.size()) {
+      ssize_t n = ::pread(fd, text.data() + got, text.size() - got, off_t(got));
+      if (n <= 0) break;
+      got += size_t(n);
+    }
+    text.resize(got);
+    ok = detail::decode_totals(text, t, &why);
+  }
+  ::close(fd);
+  uint8_t boot[16] = {};
+  if (ok && detail::read_boot_id(boot) && std::memcmp(boot, t.boot_id.data(), 16) != 0) {
+    why = "written before the host last booted";
+    ok = false;
+  }
+  if (!ok) {
+    ++snapshot_.stats.rejected_files_total;
+    snapshot_.problems.push_back("ignored folded totals in " + dir_ + "/" + kTotalsFile + ": " +
+                                 why + "; counters of exited writers start from zero");
+    return;
+  }
+  retired_dropped_ = t.dropped_series;
+  for (const detail::TotalsSeries& s : t.series) {
+    Record rec{};
+    rec.state = segment::kRecordLive;
+    rec.kind = s.kind;
+    rec.bound_count = static_cast<uint8_t>(s.bounds.size());
+    rec.shards = s.kind == static_cast<uint8_t>(SeriesKind::kHistogram)
+                     ? uint8_t{segment::kHistogramShards}
+                     : uint8_t{1};
+    rec.unit_divisor = s.unit_divisor;
+    rec.native_words = s.native_words;
+    std::copy(s.bounds.begin(), s.bounds.end(), rec.bounds);
+    rec.text_bytes = static_cast<uint16_t>(s.text.size());
+    std::memcpy(rec.text, s.text.data(), s.text.size());
+    size_t nul = 0;
+    for (char c : s.text) nul += c == '\0';
+    rec.label_count = static_cast<uint8_t>(nul > 0 ? (nul - 1) / 2 : 0);
+    std::string bad;
+    const int32_t id = intern(rec, &bad);
+    if (id < 0) continue;
+    Accumulator& acc = retired_[size_t(id)];
+    acc.present = true;
+    acc.counter = sat_add(acc.counter, s.counter);
+    acc.sum = segment::wrapping_add(acc.sum, s.sum);
+    if (rec.kind == static_cast<uint8_t>(SeriesKind::kHistogram) &&
+        s.buckets.size() == s.bounds.size() + 1 + s.native_words) {
+      acc.buckets.resize(s.buckets.size());
+      for (size_t b = 0; b < s.buckets.size(); ++b)
+        acc.buckets[b] = sat_add(acc.buckets[b], s.buckets[b]);
+    }
+    acc.note_created(s.created_ns);
+    last_change_[size_t(id)] = s.last_change_ns;
+  }
+  if (adopt_folded) {
+    // Folded before the last writer of the file stopped, not yet removed.
+    for (const std::string& name : t.folded) {
+      struct stat seg {};
+      if (::fstatat(dir_fd_, name.c_str(), &seg, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(seg.st_mode))
+        folded_pending_[name] = seg.st_ino;
+    }
+    totals_dirty_ = !folded_pending_.empty();
+  } else {
+    folded_by_owner_.clear();
+    folded_by_owner_.insert(t.folded.begin(), t.folded.end());
+  }
+}
+
+void RegistryReader::persist_totals() {
+  detail::Totals t;
+  detail::read_boot_id(t.boot_id.data());
+  t.dropped_series = retired_dropped_;
+  for (const auto& [name, ino] : folded_pending_) t.folded.push_back(name);
+  for (size_t id = 0; id < infos_.size(); ++id) {
+    const Accumulator& acc = retired_[id];
+    if (!infos_[id] || !acc.present) continue;
+    const SeriesInfo& info = *infos_[id];
+    detail::TotalsSeries s;
+    s.kind = static_cast<uint8_t>(info.kind);
+    s.unit_divisor = info.unit_divisor;
+    s.bounds = info.bounds;
+    s.native_words = info.native_words;
+    s.text = info.family;
+    s.text.push_back('\0');
+    for (const auto& [k, v] : info.labels) {
+      s.text.append(k).push_back('\0');
+      s.text.append(v).push_back('\0');
+    }
+    s.last_change_ns = last_change_[id];
+    s.counter = acc.counter;
+    s.sum = acc.sum;
+    s.buckets = acc.buckets;
+    s.created_ns = acc.created_unknown ? 0 : acc.created_ns;
+    t.series.push_back(std::move(s));
+  }
+  const std::string text = detail::encode_totals(t);
+  int fd =
+      ::openat(dir_fd_, kTotalsTemp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  bool ok = fd >= 0;
+  size_t put = 0;
+  while (ok && put < text.size()) {
+    ssize_t n = ::write(fd, text.data() + put, text.size() - put);
+    if (n <= 0) ok = false;
+    put += n > 0 ? size_t(n) : 0;
+  }
+  const int saved = errno;
+  if (ok) ok = ::fsync(fd) == 0;
+  if (fd >= 0 && ::close(fd) != 0) ok = false;
+  if (ok) ok = ::renameat(dir_fd_, kTotalsTemp, dir_fd_, kTotalsFile) == 0;
+  if (!ok) {
+    const int err = errno != 0 ? errno : saved;
+    ::unlinkat(dir_fd_, kTotalsTemp, 0);
+    ++snapshot_.stats.totals_write_errors_total;
+    if (!totals_error_reported_)
+      snapshot_.problems.push_back("cannot write folded totals to " + dir_ + "/" + kTotalsFile +
+                                   ": " + std::strerror(err) +
+                                   "; exited writers' segments are kept until it can");
+    totals_error_reported_ = true;
+    return;
+  }
+  totals_error_reported_ = false;
+  totals_dirty_ = false;
+  // Now that the totals hold them, the folded segments may go.
+  for (const auto& [name, ino] : folded_pending_) {
+    struct stat st {};
+    if (::fstatat(dir_fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == ino)
+      ::unlinkat(dir_fd_, name.c_str(), 0);
+  }
+  folded_pending_.clear();
+}
+
+}  // namespace gym
