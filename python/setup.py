@@ -4,7 +4,8 @@ not search, PKG_CONFIG_PATH=P/lib/pkgconfig). Offline, with Debian's
 setuptools: pip install --no-build-isolation ./python
 
 The extension finds the library where pkg-config said it is (a runtime path
-to its libdir), with no LD_LIBRARY_PATH."""
+to its libdir), with no LD_LIBRARY_PATH. The package's version is the
+library's (CMake's project version): the project has one version number."""
 import shlex
 import subprocess
 
@@ -27,7 +28,7 @@ def pkg_config(*args):
 
 
 libdir = pkg_config("--variable=libdir")
-setup(ext_modules=[Extension(
+setup(version=pkg_config("--modversion"), ext_modules=[Extension(
     "gym_metrics._gym_metrics", ["gym_metrics/_gym_metrics.c"],
     extra_compile_args=shlex.split(pkg_config("--cflags")),
     extra_link_args=shlex.split(pkg_config("--libs")) + [f"-Wl,-rpath,{libdir}"])])

@@ -72,3 +72,14 @@ test -f "$work/site/gym_metrics/_gym_metrics.pyi"
 "$work/venv/bin/pip" install -q --no-build-isolation "$work/python" 2>/dev/null
 GYM_METRICS_DIR="$work/registry" "$work/venv/bin/python" -c "$check_python"
 echo "venv ok"
+
+# One version number: CMake's, which the library, the exporter and the Python
+# package all carry.
+cmake_version="$(sed -n 's/^project(gym-exporter VERSION \([0-9.]*\).*/\1/p' "$source/CMakeLists.txt")"
+lib_version="$(pkg-config --modversion gymmetrics)"
+exporter_version="$("$work/prefix/bin/gym-exporter" --version | awk '{print $3}')"
+python_version="$("$work/venv/bin/python" -c 'import importlib.metadata as m; print(m.version("gym-metrics"))')"
+echo "versions: cmake $cmake_version lib $lib_version exporter $exporter_version python $python_version"
+[ -n "$cmake_version" ] && [ "$lib_version" = "$cmake_version" ] &&
+  [ "$exporter_version" = "$cmake_version" ] && [ "$python_version" = "$cmake_version" ] ||
+  { echo "the versions differ" >&2; exit 1; }

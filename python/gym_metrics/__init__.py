@@ -17,7 +17,7 @@ without a usable registry everything still works, unmetered.
 import asyncio
 import collections
 import time
-from typing import Any, Deque, Dict, List, Optional
+from typing import Any, Deque, Dict, List, Literal, Optional
 
 from . import _gym_metrics as _abi
 
@@ -40,7 +40,9 @@ _TIMED_OUT = object()
 class MeteredSemaphore(asyncio.BoundedSemaphore):
     """An asyncio.BoundedSemaphore that counts its slots in use and its waiters
     for export. `async with`, acquire, release and locked behave as on the base
-    class. acquire raises TimeoutError when no slot is free within
+    class; the algorithm is this class's own (its free slots, its line of
+    waiters): none of the base's state is used, the base is there so that it
+    is one, as the seeds document (`isinstance(s, asyncio.Semaphore)`). acquire raises TimeoutError when no slot is free within
     admission_timeout_s (counted as an admission timeout); a wait cancelled
     before a slot was free is counted as a cancellation, so pass the timeout
     here rather than wrapping acquire in asyncio.wait_for, which is counted as
@@ -66,8 +68,9 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         self._handle = _abi.limit_open(component, limit_name, server_name, limit,
                                        -1.0 if admission_timeout_s is None
                                        else float(admission_timeout_s))
-        super().__init__(limit)
+        super().__init__(limit)  # the base's state, unused
         self._limit = limit
+        self._free = limit
         self._queued = 0
         # Waiters in arrival order: [future, wait ticket]. A future's result
         # is the hold ticket handed to it.
@@ -88,7 +91,7 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
     @property
     def active(self) -> int:
         """Slots held right now."""
-        return self._limit - self._value
+        return self._limit - self._free
 
     @property
     def queued(self) -> int:
@@ -106,7 +109,11 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         return dict(self._attributes)
 
     def locked(self) -> bool:
-        return self._value == 0
+        return self._free == 0
+
+    def __repr__(self) -> str:
+        return (f"<MeteredSemaphore {self._attributes['nemo_gym_concurrency_limit_name']} "
+                f"limit={self._limit} active={self.active} queued={self._queued}>")
 
     def _keep_hold(self, hold: int) -> None:
         task = asyncio.current_task()
@@ -129,9 +136,9 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
             del self._holds[task]
         return hold
 
-    async def acquire(self) -> bool:
-        if self._value > 0:
-            self._value -= 1
+    async def acquire(self) -> Literal[True]:
+        if self._free > 0:
+            self._free -= 1
             self._keep_hold(_abi.limit_acquired(self._handle))
             return True
         loop = asyncio.get_running_loop()
@@ -196,11 +203,11 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
             entry[1] = None
             fut.set_result(_abi.limit_handed_off(self._handle, hold, wait))
             return
-        self._value += 1
+        self._free += 1
         _abi.limit_released(self._handle, hold)
 
     def release(self) -> None:
-        if self._value >= self._limit:
+        if self._free >= self._limit:
             raise ValueError("BoundedSemaphore released too many times")
         self._hand_on(self._take_hold())
 

@@ -28,7 +28,8 @@ def test_properties():
     async def body():
         sem = MeteredSemaphore(3, "agent_server", "props", server_name="agent_a",
                                admission_timeout_s=2.5)
-        assert isinstance(sem, asyncio.BoundedSemaphore)
+        assert isinstance(sem, asyncio.BoundedSemaphore), "as the seeds document it"
+        assert repr(sem) == "<MeteredSemaphore props limit=3 active=0 queued=0>"
         assert (sem.limit, sem.active, sem.queued, sem.admission_timeout_s) == (3, 0, 0, 2.5)
         assert sem.attributes == labels("props", server="agent_a")
         async with sem:
@@ -325,3 +326,23 @@ def test_python_writers_beside_a_cpp_writer_end_to_end(tmp_path):
             w.wait(timeout=10)
         demo.terminate()
         demo.wait(timeout=10)
+
+
+def contract_values(name):
+    """The values of one of gym/contract.h's tables (kComponents, ...), as the
+    C++ library and the exporter know them."""
+    import re
+    header = os.path.join(os.path.dirname(__file__), "..", "..", "lib", "include", "gym",
+                          "contract.h")
+    text = open(header).read()
+    m = re.search(rf"\b{name} = \{{([^}}]*)\}};", text)
+    assert m, f"{name} is not in {header}"
+    return frozenset(re.findall(r'"([^"]*)"', m.group(1)))
+
+
+def test_the_value_sets_are_the_contracts():
+    assert gym_metrics.COMPONENTS == contract_values("kComponents")
+    assert gym_metrics.OPERATIONS == contract_values("kOperations")
+    assert gym_metrics.EXECUTORS == contract_values("kExecutors")
+    assert gym_metrics.OUTCOMES == contract_values("kOutcomes")
+    assert len(contract_values("kWaitOutcomes")) == 3, "the parser reads every table"
