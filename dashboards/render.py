@@ -95,7 +95,7 @@ def plot_heatmap(ax, series, t0):
     ax.set_ylabel("le (s)")
 
 
-def render(api, start, end, out_dir, step=5):
+def render(api, start, end, out_dir, step=5, rate_interval="30s"):
     """One PNG per dashboard in `out_dir`; returns {file: {panel title: series}}."""
     import matplotlib
     matplotlib.use("Agg")
@@ -117,7 +117,7 @@ def render(api, start, end, out_dir, step=5):
             ax.set_visible(True)
             series = []
             for q, t in enumerate(p["targets"]):
-                for r in query_range(api, fill(t["expr"]), start, end, step):
+                for r in query_range(api, fill(t["expr"], rate_interval), start, end, step):
                     xs = [float(v[0]) for v in r["values"]]
                     ys = [float(v[1]) for v in r["values"]]
                     name = (r["metric"].get("le", "")) if p["type"] == "heatmap" else \

@@ -23,10 +23,13 @@ from pace import HTTP_S, SANITIZED, STOP_S
 SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
 # A sanitized build (ctest sets GYM_SANITIZE) is 5-20 times slower: two such
-# exporters and demos beside Prometheus on two cores answer a scrape in
-# seconds, so they are scraped less often, with windows to match.
-SCRAPE_S = 5 if SANITIZED else 2
-SAMPLE_S = 2 if SANITIZED else 1
+# exporters beside two such demos (forking verifiers) and Prometheus on two
+# cores answered a scrape in 4-15 s here (ThreadSanitizer), so they are
+# scraped every 20 s, with windows and waits to match.
+SCRAPE_S = 20 if SANITIZED else 2
+SAMPLE_S = 5 if SANITIZED else 1
+# How long a query waits for its answer to hold.
+QUERY_S = 240 if SANITIZED else 60
 RATE_WINDOW = f"{4 * SCRAPE_S if SANITIZED else 15}s"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
@@ -179,7 +182,7 @@ class Loop:
         url = f"{self.api}/query?" + urllib.parse.urlencode({"query": expr})
         return get_json(url)
 
-    def query_until(self, expr, accept, seconds=60):
+    def query_until(self, expr, accept, seconds=QUERY_S):
         """The query's result once `accept(result)` holds, or the last one after
         `seconds`: a failed scrape (a slow, sanitized build) briefly marks a
         target's series stale, and instant queries then miss them."""
@@ -237,10 +240,10 @@ def loop():
                  'count(gym_server_memory_usage_bytes{memory_type="rss"}) == 10 and '
                  'count(gym_server_memory_usage_bytes{memory_type="pss"}) > 0 and '
                  'count(count by (instance) (rate(gym_concurrency_admission_cancelled_total[' + RATE_WINDOW + ']))) == 2')
-        wait_until = time.time() + 90
+        wait_until = time.time() + (360 if SANITIZED else 90)
         while time.time() < wait_until and not lp.query(ready)["data"]["result"]:
             time.sleep(1)
-        time.sleep(6)  # a few more scrapes, so that every rate has points
+        time.sleep(3 * SCRAPE_S if SANITIZED else 6)  # a few more scrapes: every rate has points
         yield lp
     finally:
         lp.stop()
@@ -313,7 +316,8 @@ def test_dashboard_pictures_render_every_panel_from_the_real_data(loop, tmp_path
     sys.path.insert(0, os.path.join(SOURCE, "dashboards"))
     import render  # dashboards/render.py, as the README's pictures are made
     end = time.time()
-    found = render.render(loop.api, end - 60, end, str(tmp_path))
+    found = render.render(loop.api, end - max(60, 3 * SCRAPE_S), end, str(tmp_path),
+                          rate_interval=RATE_WINDOW)
     assert sorted(os.path.basename(f) for f in found) == [
         "gym-concurrency.png", "gym-memory.png", "gym-resources-operations.png"]
     for path, counts in found.items():
@@ -366,7 +370,7 @@ def test_dashboard_queries_aggregate_across_the_two_instances(loop):
 
 
 def test_recording_rules_evaluate_over_real_data(loop):
-    deadline = time.time() + 20
+    deadline = time.time() + (3 * SCRAPE_S if SANITIZED else 20)
     while time.time() < deadline:
         r = loop.query("gym:concurrency_saturation:ratio")
         if r["data"]["result"]:
