@@ -31,6 +31,14 @@ SAMPLE_S = 5 if SANITIZED else 1
 # How long a query waits for its answer to hold.
 QUERY_S = 240 if SANITIZED else 60
 RATE_WINDOW = f"{4 * SCRAPE_S if SANITIZED else 15}s"
+# Not under ThreadSanitizer: there two exporters, two demos and Prometheus on
+# two cores fall behind their scrapes for minutes at a time (a render outlasts
+# the 20 s timeout, and the abandoned scrapes are still rendered, one after
+# another), so the loop tests the machine's speed, not the code. The plain and
+# AddressSanitizer runs keep it; the TSan runs of the OpenMetrics, gym-stat
+# and hardening tests scrape the same exporter code with real clients.
+pytestmark = pytest.mark.skipif("thread" in os.environ.get("GYM_SANITIZE", ""),
+                                reason="too slow under ThreadSanitizer on two cores")
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 
