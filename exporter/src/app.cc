@@ -98,6 +98,10 @@ App::~App() {
 std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::string* error) {
   std::unique_ptr<App> app(new App(flags, loaded));
   const Config& c = app->config_;
+  // Before any thread of ours starts: a later setup_logging (a reload) then
+  // changes the logger in place and never replaces the one that collector
+  // threads log through (ThreadSanitizer saw the old one freed under them).
+  setup_logging(c.log_level, c.log_format);
   app->registry_ = std::make_shared<SharedRegistry>(c.registry_dir, reader_options(c));
   // One retiring reader per directory.
   if (!app->registry_->with([&](RegistryReader& r) { return r.claim(error); })) return nullptr;
