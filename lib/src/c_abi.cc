@@ -284,7 +284,7 @@ int gym_operation_finished_k(int kind, int64_t duration_ns, int outcome, int64_t
     const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
     cell.active_ages.end(active);
     cell.active.add(-1);
-    cell.duration[static_cast<size_t>(outcome)].observe(duration_ns);
+    cell.duration(static_cast<gym::Outcome>(outcome)).observe(duration_ns);
     return GYM_OK;
   });
 }

@@ -45,7 +45,8 @@ LimitMeter::LimitMeter(int64_t limit, Component component, std::string_view limi
     : limit_(limit),
       labels_(limit_labels(limit, component, limit_name, server_name)),
       available_local_(new Slot{limit}),
-      queued_local_(new Slot{0}) {
+      queued_local_(new Slot{0}),
+      writer_(writer) {
   std::vector<Label> l = views(labels_);
   limit_gauge_ = writer.gauge(family::kConcurrencyLimit, l);
   available_ = writer.gauge(family::kConcurrencyAvailable, l);
@@ -57,13 +58,16 @@ LimitMeter::LimitMeter(int64_t limit, Component component, std::string_view limi
   // The timeouts series exists only for a limit that can time out.
   if (has_admission_timeout) timeouts_ = writer.counter(family::kAdmissionTimeouts, l);
   cancelled_ = writer.counter(family::kAdmissionCancelled, l);
-  l.push_back({label::kWaitOutcome, {}});
-  for (size_t i = 0; i < kWaitOutcomes.size(); ++i) {
-    if (i == size_t(WaitOutcome::kTimeout) && !has_admission_timeout) continue;
-    l.back().value = kWaitOutcomes[i];
-    waits_duration_[i] = writer.histogram(family::kConcurrencyWaitDuration, l, kOperationBoundsNs,
-                                          double(kNanosPerSecond), /*native=*/true);
-  }
+}
+
+const Histogram& LimitMeter::wait_duration(WaitOutcome outcome) const {
+  const auto i = static_cast<size_t>(outcome);
+  return waits_duration_[i].get([&] {
+    std::vector<Label> l = views(labels_);
+    l.push_back({label::kWaitOutcome, kWaitOutcomes[i]});
+    return writer_.histogram(family::kConcurrencyWaitDuration, l, kOperationBoundsNs,
+                             double(kNanosPerSecond), /*native=*/true);
+  });
 }
 
 bool LimitMeter::move_available(int64_t delta) const {
@@ -86,7 +90,7 @@ void LimitMeter::observe_wait(int64_t wait, WaitOutcome outcome) const {
   waits_.end(wait);
   const int64_t start = segment::ticket_start(wait);
   const int64_t waited = start > 0 ? std::max<int64_t>(segment::precise_now_ns() - start, 0) : 0;
-  waits_duration_[static_cast<size_t>(outcome)].observe(waited);
+  wait_duration(outcome).observe(waited);
 }
 
 std::optional<int64_t> LimitMeter::wait_admitted(int64_t wait) const {

@@ -45,24 +45,32 @@ const OperationMetrics::Cell& OperationMetrics::register_cell(Slot& s, Operation
   if (const Cell* c = s.cell.load(std::memory_order_relaxed)) return *c;
   const std::optional<ServerIdentity> server =
       process_ ? detail::identity_for_series() : declared_server();
-  std::vector<Label> labels = {{label::kOperation, to_string(op)},
-                               {label::kExecutor, to_string(ex)}};
-  if (server) labels.push_back({label::kServerName, server->name});
   Cell& c = *owned_.emplace_back(std::make_unique<Cell>());
+  c.writer = &writer_;
+  c.values = {std::string(to_string(op)), std::string(to_string(ex))};
+  if (server) c.values.push_back(server->name);
+  c.labels = {{label::kOperation, c.values[0]}, {label::kExecutor, c.values[1]}};
+  if (server) c.labels.push_back({label::kServerName, c.values[2]});
+  const std::span<const Label> labels = c.labels;
   c.queue_duration = writer_.histogram(family::kOperationQueueDuration, labels, kOperationBoundsNs,
                                        double(kNanosPerSecond), /*native=*/true);
   c.queued = writer_.gauge(family::kOperationQueued, labels);
   c.active = writer_.gauge(family::kOperationActive, labels);
   c.queued_ages = writer_.ages(family::kOperationOldestQueued, labels);
   c.active_ages = writer_.ages(family::kOperationOldestActive, labels);
-  labels.push_back({label::kOutcome, {}});
-  for (size_t i = 0; i < kOutcomes.size(); ++i) {
-    labels.back().value = kOutcomes[i];
-    c.duration[i] = writer_.histogram(family::kOperationDuration, labels, kOperationBoundsNs,
-                                      double(kNanosPerSecond), /*native=*/true);
-  }
+  c.labels.push_back({label::kOutcome, {}});  // its value: the outcome's, when it registers
   s.cell.store(&c, std::memory_order_release);
   return c;
+}
+
+const Histogram& OperationMetrics::Cell::duration(Outcome outcome) const {
+  const auto i = static_cast<size_t>(outcome);
+  return durations[i].get([&] {
+    std::vector<Label> l = labels;
+    l.back().value = kOutcomes[i];
+    return writer->histogram(family::kOperationDuration, l, kOperationBoundsNs,
+                             double(kNanosPerSecond), /*native=*/true);
+  });
 }
 
 }  // namespace gym

@@ -68,6 +68,39 @@ TEST(ResourcesOperation, RecordsQueueTimeActiveAndDurationWithOutcomeOk) {
   EXPECT_TRUE(limit.try_acquire()) << "the slot was released";
 }
 
+TEST(ResourcesOperation, AnOutcomesSeriesAppearsWithItsFirstOperationAndIsExactFromThen) {
+  Fixture f;
+  std::counting_semaphore<64> limit(64);
+  {
+    ResourcesOperation op(limit, Operation::kTool, Executor::kThread, {}, f.metrics);
+    const Snapshot& snap = f.reader.snapshot();
+    for (const char* outcome : {"ok", "error", "timeout", "cancelled", "crashed"})
+      EXPECT_EQ(find_series(snap, "gym_resources_operation_duration_seconds",
+                            outcome_labels("tool", "thread", outcome)),
+                nullptr)
+          << outcome << ": no operation has ended yet";
+  }
+  // Eight threads end their first operations at once, all with outcome
+  // error: one series, which counts each of them.
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 8; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) {
+        ResourcesOperation op(limit, Operation::kTool, Executor::kThread, {}, f.metrics);
+        op.set_outcome(Outcome::kError);
+      }
+    });
+  for (auto& t : threads) t.join();
+  const Snapshot& snap = f.reader.snapshot();
+  EXPECT_EQ(outcome_count(snap, outcome_labels("tool", "thread", "ok")), 1u);
+  EXPECT_EQ(outcome_count(snap, outcome_labels("tool", "thread", "error")), 800u);
+  for (const char* outcome : {"timeout", "cancelled", "crashed"})
+    EXPECT_EQ(find_series(snap, "gym_resources_operation_duration_seconds",
+                          outcome_labels("tool", "thread", outcome)),
+              nullptr)
+        << outcome << " never happened";
+}
+
 TEST(ResourcesOperation, OutcomeRulesExplicitWinsThenCancelledThenErrorThenOk) {
   Fixture f;
   std::counting_semaphore<4> limit(1);

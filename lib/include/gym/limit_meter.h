@@ -85,6 +85,9 @@ class LimitMeter {
 
  private:
   void observe_wait(int64_t wait, WaitOutcome outcome) const;
+  // The wait-duration histogram of `outcome`, registered at its first wait:
+  // a limit's waits that never happen take no space and no series.
+  const Histogram& wait_duration(WaitOutcome outcome) const;
 
   int64_t limit_;
   std::vector<std::pair<std::string, std::string>> labels_;
@@ -98,7 +101,8 @@ class LimitMeter {
   Gauge queued_;  // the registry's copy of queued()
   AgeSlots holds_;
   AgeSlots waits_;
-  Histogram waits_duration_[kWaitOutcomes.size()];
+  SegmentWriter& writer_;
+  LazyHistogram waits_duration_[kWaitOutcomes.size()];
   Counter timeouts_;
   Counter cancelled_;
 };

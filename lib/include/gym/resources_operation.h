@@ -26,6 +26,7 @@
 #include <mutex>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <vector>
 
 #include "gym/contract.h"
@@ -46,11 +47,18 @@ class OperationMetrics {
 
   struct Cell {
     Histogram queue_duration;
-    std::array<Histogram, kOutcomes.size()> duration;
     Gauge queued;
     Gauge active;
     AgeSlots queued_ages;  // gym_resources_operation_oldest_queued_seconds
     AgeSlots active_ages;  // gym_resources_operation_oldest_active_seconds
+    // The duration histogram of `outcome`, registered when the first
+    // operation ends with it: outcomes that never happen take no space.
+    const Histogram& duration(Outcome outcome) const;
+
+    SegmentWriter* writer = nullptr;
+    std::vector<Label> labels;        // views of label_values, outcome last
+    std::vector<std::string> values;  // the labels' values
+    std::array<LazyHistogram, kOutcomes.size()> durations;
   };
   const Cell& cell(Operation op, Executor ex) {
     Slot& s = cells_[static_cast<size_t>(op) * kExecutors.size() + static_cast<size_t>(ex)];
@@ -132,7 +140,7 @@ class ResourcesOperation {
     } else if (std::uncaught_exceptions() > exceptions_) {
       outcome = stop_.stop_requested() ? Outcome::kCancelled : Outcome::kError;
     }
-    cell_.duration[static_cast<size_t>(outcome)].observe(ran);
+    cell_.duration(outcome).observe(ran);
     limit_.release();
   }
 

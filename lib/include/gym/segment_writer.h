@@ -25,6 +25,7 @@
 // update path, and no signal reaches it.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -213,6 +214,27 @@ class Histogram {
   uint32_t native_base_ = 0;  // the native zero bucket's word within a shard; 0: none
   double unit_scale_ = 1.0;   // 1 / the unit divisor: a raw value in the exposed unit
   int64_t bounds_[segment::kBoundSlots] = {};
+};
+
+// A histogram registered at its first observation, by `make` (once, on
+// whichever thread observes first): an outcome that never happens takes no
+// space in the segment and no series. After that, one acquire load.
+class LazyHistogram {
+ public:
+  template <class Make>
+  const Histogram& get(Make&& make) const {
+    if (!ready_.load(std::memory_order_acquire))
+      std::call_once(once_, [&] {
+        histogram_ = make();
+        ready_.store(true, std::memory_order_release);
+      });
+    return histogram_;
+  }
+
+ private:
+  mutable std::once_flag once_;
+  mutable std::atomic<bool> ready_{false};
+  mutable Histogram histogram_;
 };
 
 class SegmentWriter {
