@@ -2,7 +2,6 @@
 
 #include <civetweb.h>
 #include <spdlog/spdlog.h>
-#include <zlib.h>
 
 #include <netdb.h>
 #include <strings.h>
@@ -26,42 +25,14 @@
 #include <vector>
 
 #include "exposition/negotiate.h"
+#include "http_tls.h"
 #include "logging.h"
 #include "procfs.h"
 #include "self_metrics.h"
 
-// The few OpenSSL calls made here (CivetWeb loads OpenSSL itself, at run
-// time; the exporter links libssl.so.3 for these alone, so no headers).
-extern "C" {
-struct ssl_st;
-struct ssl_ctx_st;
-void SSL_CTX_set_info_callback(ssl_ctx_st* ctx, void (*cb)(const ssl_st*, int, int));
-int SSL_get_fd(const ssl_st* ssl);
-unsigned long ERR_peek_last_error(void);
-void ERR_clear_error(void);
-}
-
 namespace gym::exporter {
 
 namespace {
-
-// Plain HTTP to the TLS port: OpenSSL fails the handshake on seeing an HTTP
-// request (SSL_R_HTTP_REQUEST) and CivetWeb closes the connection. As Go's
-// servers (and so node_exporter) do, answer 400 first, saying why.
-void answer_plain_http(const ssl_st* ssl, int where, int ret) {
-  constexpr int kAcceptExit = 0x2002;  // SSL_CB_ACCEPT_EXIT
-  if (where != kAcceptExit || ret > 0) return;
-  const unsigned long e = ERR_peek_last_error();
-  // OpenSSL 3's error codes: library in bits 23..30 (SSL is 20), reason in
-  // bits 0..22 (SSL_R_HTTP_REQUEST is 156); bit 31 marks system errors.
-  if ((e & 0x80000000UL) != 0 || ((e >> 23) & 0xFF) != 20 || (e & 0x7FFFFF) != 156) return;
-  static constexpr char kReply[] =
-      "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
-      "Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
-  if (const int fd = SSL_get_fd(ssl); fd >= 0)
-    (void)::send(fd, kReply, sizeof kReply - 1, MSG_NOSIGNAL);
-  ERR_clear_error();  // not left for the thread's next handshake to see
-}
 
 // The name[] query parameters (URL-decoded), as client_python reads them.
 std::set<std::string> requested_names(const char* query) {
@@ -91,21 +62,6 @@ void send(mg_connection* conn, const std::string& configured, int status, const 
 }
 
 }  // namespace
-
-bool accepts_gzip(const char* accept_encoding) {
-  if (accept_encoding == nullptr) return false;
-  // Codings with optional q-values (RFC 9110 12.5.3): gzip unless its q, or
-  // that of * when gzip is not named, is 0.
-  std::optional<double> gzip, any;
-  for (const HeaderItem& item : parse_header_list(accept_encoding)) {
-    if (item.value == "gzip")
-      gzip = item.q;
-    else if (item.value == "*")
-      any = item.q;
-  }
-  if (gzip) return *gzip > 0;
-  return any && *any > 0;
-}
 
 namespace {
 
@@ -180,49 +136,6 @@ std::string bind_error(const std::string& address) {
   return why;
 }
 
-// CivetWeb wants the certificate and its key in one PEM file: both go to an
-// anonymous memory file (memfd), named to CivetWeb by its /proc/self/fd
-// path. The key never reaches a filesystem, and nothing is left behind
-// however the exporter ends. Returns the descriptor (closed once the server
-// has read it) or -1 with a reason.
-int combined_pem(const WebConfig& web, std::string* path, std::string* error) {
-  std::string pem;
-  for (const std::string* f : {&web.cert_file, &web.key_file}) {
-    std::string text;
-    if (procfs::read_file(*f, text) != procfs::ReadStatus::kOk) {
-      *error = "cannot read " + *f;
-      return -1;
-    }
-    pem += text;
-    if (!pem.empty() && pem.back() != '\n') pem += '\n';
-  }
-  const int fd = ::memfd_create("gym-exporter-tls", MFD_CLOEXEC);
-  if (fd < 0) {
-    *error = std::string("cannot create a memory file for the TLS key: ") + std::strerror(errno);
-    return -1;
-  }
-  size_t done = 0;
-  while (done < pem.size()) {
-    const ssize_t n = ::write(fd, pem.data() + done, pem.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      *error = std::string("cannot write the TLS key to memory: ") + std::strerror(errno);
-      ::close(fd);
-      return -1;
-    }
-    done += size_t(n);
-  }
-  *path = "/proc/self/fd/" + std::to_string(fd);
-  return fd;
-}
-
-const char* protocol_version(const std::string& min_version) {
-  if (min_version == "TLS10") return "2";
-  if (min_version == "TLS11") return "3";
-  if (min_version == "TLS13") return "5";
-  return "4";  // TLS12
-}
-
 std::string base64_decode(const std::string& in) {
   static const std::string chars =
       "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -263,10 +176,10 @@ struct CivetOptions {
             "request_timeout_ms", "10000",       "enable_keep_alive", "yes",
             "max_request_size",   "16384"};
     if (web.tls) {
-      pem_fd = combined_pem(web, &pem, error);
+      pem_fd = tls::combined_pem(web, &pem, error);
       if (pem_fd < 0) return false;
       opts.insert(opts.end(), {"ssl_certificate", pem.c_str(), "ssl_protocol_version",
-                               protocol_version(web.min_version)});
+                               tls::protocol_version(web.min_version)});
       if (web.client_auth_type != "NoClientCert")
         opts.insert(opts.end(),
                     {"ssl_verify_peer",
@@ -279,22 +192,6 @@ struct CivetOptions {
 };
 
 }  // namespace
-
-std::string gzip_compress(const std::string& in) {
-  z_stream zs{};
-  if (deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK)
-    return {};
-  std::string out;
-  out.resize(deflateBound(&zs, in.size()) + 32);
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  deflate(&zs, Z_FINISH);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return out;
-}
 
 std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition& exposition,
                                               std::function<std::string()> landing_page,
@@ -316,10 +213,7 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
     spdlog::debug("civetweb: {}", message);
     return 1;
   };
-  callbacks.init_ssl = [](void* ssl_ctx, void*) {
-    SSL_CTX_set_info_callback(static_cast<ssl_ctx_st*>(ssl_ctx), answer_plain_http);
-    return 0;  // CivetWeb goes on with its own set-up
-  };
+  callbacks.init_ssl = &tls::init_ssl;
   mg_init_data init{};
   init.callbacks = &callbacks;
   init.user_data = server.get();
@@ -390,80 +284,81 @@ bool HttpServer::authorized(mg_connection* conn) {
   return passwords_.check(user, password, hash);  // bcrypt is slow: outside the lock
 }
 
+static_assert(HttpServer::kNotFound == SelfMetrics::kPaths.size() - 1, "the routes are the paths");
+
+size_t HttpServer::route(const std::string& uri) const {
+  if (uri == options_.telemetry_path) return kTelemetry;
+  if (uri == "/api/v1/snapshot" && options_.snapshot_json) return kSnapshot;
+  if (uri == "/-/healthy") return kHealthy;
+  if (uri == "/-/ready") return kReady;
+  if (uri == "/") return kLanding;
+  return kNotFound;
+}
+
 int HttpServer::handle(mg_connection* conn, void* self_ptr) {
   auto* self = static_cast<HttpServer*>(self_ptr);
   const mg_request_info* req = mg_get_request_info(conn);
-  const std::string uri = req->local_uri ? req->local_uri : "";
-  const int code = self->serve(conn, req, uri);
-  size_t path = SelfMetrics::kPaths.size() - 1;  // other
-  if (uri == self->options_.telemetry_path)
-    path = 0;
-  else if (uri == "/api/v1/snapshot" && self->options_.snapshot_json)
-    path = 1;
-  else if (uri == "/-/healthy")
-    path = 2;
-  else if (uri == "/-/ready")
-    path = 3;
-  else if (uri == "/")
-    path = 4;
-  SelfMetrics::process().count_request(path, code);
+  const size_t to = self->route(req->local_uri ? req->local_uri : "");
+  const int code = self->serve(conn, req, to);
+  SelfMetrics::process().count_request(to, code);
   return code;
 }
 
-int HttpServer::serve(mg_connection* conn, const mg_request_info* req, const std::string& uri) {
-  HttpServer* self = this;
-  if (!self->authorized(conn)) {
-    send(conn, configured_headers_, 401, "Unauthorized", "text/plain; charset=utf-8",
-         "Unauthorized\n", std::strcmp(req->request_method ? req->request_method : "", "HEAD") == 0,
-         "WWW-Authenticate: Basic realm=\"gym-exporter\"\r\n");
-    return 401;
-  }
+int HttpServer::serve(mg_connection* conn, const mg_request_info* req, size_t to) {
   const std::string method = req->request_method ? req->request_method : "";
   const bool head = method == "HEAD";
+  if (!authorized(conn)) {
+    send(conn, configured_headers_, 401, "Unauthorized", "text/plain; charset=utf-8",
+         "Unauthorized\n", head, "WWW-Authenticate: Basic realm=\"gym-exporter\"\r\n");
+    return 401;
+  }
   if (method != "GET" && !head) {
     send(conn, configured_headers_, 405, "Method Not Allowed", "text/plain; charset=utf-8",
          "method " + method + " not allowed\n", false, "Allow: GET, HEAD\r\n");
     return 405;
   }
-  if (uri == self->options_.telemetry_path) {
-    const char* accept = mg_get_header(conn, "Accept");
-    const Format format = negotiate(accept);
-    const Encoder& encoder = encoder_for(format, utf8_names(accept, format));
-    const std::string content_type(encoder.content_type());
-    std::string body = self->exposition_->render(encoder, requested_names(req->query_string));
-    const bool gzip = accepts_gzip(mg_get_header(conn, "Accept-Encoding"));
-    if (log_enabled(spdlog::level::debug))
-      log_event(spdlog::level::debug, "scrape",
-                {{"format", std::string(encoder.name())},
-                 {"bytes", std::to_string(body.size())},
-                 {"gzip", gzip ? "true" : "false"}});
-    // Vary on every reply, gzipped or not: caches must key on both.
-    if (gzip) {
-      send(conn, configured_headers_, 200, "OK", content_type.c_str(), gzip_compress(body), head,
-           "Content-Encoding: gzip\r\nVary: Accept, Accept-Encoding\r\n");
-    } else {
-      send(conn, configured_headers_, 200, "OK", content_type.c_str(), body, head,
-           "Vary: Accept, Accept-Encoding\r\n");
-    }
-    return 200;
+  switch (to) {
+    case kTelemetry:
+      return serve_telemetry(conn, req, head);
+    case kSnapshot:
+      send(conn, configured_headers_, 200, "OK", "application/json", options_.snapshot_json(),
+           head);
+      return 200;
+    case kHealthy:
+    case kReady:
+      send(conn, configured_headers_, 200, "OK", "text/plain; charset=utf-8", "OK\n", head);
+      return 200;
+    case kLanding:
+      send(conn, configured_headers_, 200, "OK", "text/html; charset=utf-8", landing_page_(), head);
+      return 200;
+    default:
+      send(conn, configured_headers_, 404, "Not Found", "text/plain; charset=utf-8",
+           "404 page not found\n", head);
+      return 404;
   }
-  if (uri == "/api/v1/snapshot" && self->options_.snapshot_json) {
-    send(conn, configured_headers_, 200, "OK", "application/json", self->options_.snapshot_json(),
-         head);
-    return 200;
+}
+
+int HttpServer::serve_telemetry(mg_connection* conn, const mg_request_info* req, bool head) {
+  const char* accept = mg_get_header(conn, "Accept");
+  const Format format = negotiate(accept);
+  const Encoder& encoder = encoder_for(format, utf8_names(accept, format));
+  const std::string content_type(encoder.content_type());
+  std::string body = exposition_->render(encoder, requested_names(req->query_string));
+  const bool gzip = accepts_gzip(mg_get_header(conn, "Accept-Encoding"));
+  if (log_enabled(spdlog::level::debug))
+    log_event(spdlog::level::debug, "scrape",
+              {{"format", std::string(encoder.name())},
+               {"bytes", std::to_string(body.size())},
+               {"gzip", gzip ? "true" : "false"}});
+  // Vary on every reply, gzipped or not: caches must key on both.
+  if (gzip) {
+    send(conn, configured_headers_, 200, "OK", content_type.c_str(), gzip_compress(body), head,
+         "Content-Encoding: gzip\r\nVary: Accept, Accept-Encoding\r\n");
+  } else {
+    send(conn, configured_headers_, 200, "OK", content_type.c_str(), body, head,
+         "Vary: Accept, Accept-Encoding\r\n");
   }
-  if (uri == "/-/healthy" || uri == "/-/ready") {
-    send(conn, configured_headers_, 200, "OK", "text/plain; charset=utf-8", "OK\n", head);
-    return 200;
-  }
-  if (uri == "/") {
-    send(conn, configured_headers_, 200, "OK", "text/html; charset=utf-8", self->landing_page_(),
-         head);
-    return 200;
-  }
-  send(conn, configured_headers_, 404, "Not Found", "text/plain; charset=utf-8",
-       "404 page not found\n", head);
-  return 404;
+  return 200;
 }
 
 }  // namespace gym::exporter

@@ -23,6 +23,11 @@ namespace gym::exporter {
 
 class HttpServer {
  public:
+  // What a request asks for, decided once (SelfMetrics::kPaths order): the
+  // reply and the request's count both follow from it.
+  enum Route : size_t { kTelemetry, kSnapshot, kHealthy, kReady, kLanding, kNotFound };
+  size_t route(const std::string& uri) const;
+
   struct Options {
     std::string listen_address = ":9478";  // [host]:port; port 0 picks a free one
     std::string telemetry_path = "/metrics";
@@ -43,10 +48,12 @@ class HttpServer {
 
  private:
   HttpServer() = default;
-  // CivetWeb's handler: serve(), then the request counted (self_metrics.h).
+  // CivetWeb's handler: the route, serve(), then the request counted
+  // (self_metrics.h).
   static int handle(::mg_connection* conn, void* self);
   // Answers one request; returns its status.
-  int serve(::mg_connection* conn, const ::mg_request_info* req, const std::string& uri);
+  int serve(::mg_connection* conn, const ::mg_request_info* req, size_t route);
+  int serve_telemetry(::mg_connection* conn, const ::mg_request_info* req, bool head);
   bool authorized(::mg_connection* conn);
   Options options_;
   std::string configured_headers_;  // web config http_server_config.headers, rendered
