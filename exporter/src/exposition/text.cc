@@ -164,21 +164,31 @@ std::string le_text(double bound) {
   return s;
 }
 
-// One family in either text format. OpenMetrics differs in: a counter's
-// family name has no _total (its samples do), # UNIT when the name ends in
-// the contract's unit, quotes escaped in HELP, "unknown" for untyped,
-// histogram buckets before _count and _sum, timestamps in seconds.
-// `spec`: the family's row, for its unit (null: none).
-void write_any(const MetricFamily& f, const FamilySpec* spec, const FamilyExtras* extras,
-               std::string& out, bool om) {
-  // Bucket bounds as text, remade only when the bounds change.
-  std::vector<double> le_bounds;
-  std::vector<std::string> le;
-  std::string_view family = f.name;
-  if (om && f.type == MetricType::Counter && family.ends_with("_total")) family.remove_suffix(6);
-  const std::string base(family);
-  const bool quoted = !legacy_name(base, true);
-  const char* const total = om && f.type == MetricType::Counter ? "_total" : "";
+// The samples of one family: its name as written, the format, and the
+// current metric's labels (rendered once for all of its samples).
+struct Samples {
+  std::string& out;
+  const std::string& base;
+  bool om;
+  bool quoted;  // a name outside the legacy rules: {"name",...}
+  std::string labels;
+
+  void value(const ClientMetric& m, const char* suffix, double v) {
+    append_sample(out, base, suffix, m, labels, nullptr, {}, v, false, 0, om, quoted);
+  }
+  void count(const ClientMetric& m, const char* suffix, uint64_t n, const char* label = nullptr,
+             const std::string& label_value = {}) {
+    append_sample(out, base, suffix, m, labels, label, label_value, 0, true, n, om, quoted);
+  }
+  void quantile(const ClientMetric& m, const std::string& q, double v) {
+    append_sample(out, base, "", m, labels, "quantile", q, v, false, 0, om, quoted);
+  }
+};
+
+// # HELP, # TYPE and (OpenMetrics, when the name ends in the contract's
+// unit) # UNIT.
+void write_metadata(const MetricFamily& f, const FamilySpec* spec, std::string_view family,
+                    const std::string& base, std::string& out, bool om) {
   if (!f.help.empty()) {
     out += "# HELP ";
     append_name(out, base, true);
@@ -191,88 +201,105 @@ void write_any(const MetricFamily& f, const FamilySpec* spec, const FamilyExtras
   out += ' ';
   out += type_name(f.type, om);
   out += '\n';
-  if (om) {
-    if (spec != nullptr && !spec->unit.empty() && family.size() > spec->unit.size() &&
-        family.ends_with(spec->unit) && family[family.size() - spec->unit.size() - 1] == '_') {
-      out += "# UNIT ";
-      append_name(out, base, true);
-      out += ' ';
-      out += spec->unit;
-      out += '\n';
-    }
+  if (om && spec != nullptr && !spec->unit.empty() && family.size() > spec->unit.size() &&
+      family.ends_with(spec->unit) && family[family.size() - spec->unit.size() - 1] == '_') {
+    out += "# UNIT ";
+    append_name(out, base, true);
+    out += ' ';
+    out += spec->unit;
+    out += '\n';
   }
-  std::string labels;
-  // OpenMetrics: a counter's or histogram's _created sample, where known.
+}
+
+// Bucket bounds as text, remade only when the bounds change.
+struct BoundTexts {
+  std::vector<double> bounds;
+  std::vector<std::string> texts;
+  const std::vector<std::string>& of(const ClientMetric::Histogram& h) {
+    bool same = bounds.size() == h.bucket.size();
+    for (size_t i = 0; same && i < h.bucket.size(); ++i)
+      same = bounds[i] == h.bucket[i].upper_bound;
+    if (!same) {
+      bounds.clear();
+      texts.clear();
+      for (const auto& b : h.bucket) {
+        bounds.push_back(b.upper_bound);
+        texts.push_back(le_text(b.upper_bound));
+      }
+    }
+    return texts;
+  }
+};
+
+// Text 0.0.4 puts _count and _sum first, OpenMetrics after the buckets.
+void write_summary(Samples& w, const ClientMetric& m) {
+  if (!w.om) {
+    w.count(m, "_count", m.summary.sample_count);
+    w.value(m, "_sum", m.summary.sample_sum);
+  }
+  for (const auto& q : m.summary.quantile) w.quantile(m, le_text(q.quantile), q.value);
+  if (w.om) {
+    w.count(m, "_count", m.summary.sample_count);
+    w.value(m, "_sum", m.summary.sample_sum);
+  }
+}
+
+void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le) {
+  const auto& h = m.histogram;
+  if (!w.om) {
+    w.count(m, "_count", h.sample_count);
+    w.value(m, "_sum", h.sample_sum);
+  }
+  const std::vector<std::string>& bounds = le.of(h);
+  for (size_t i = 0; i < h.bucket.size(); ++i)
+    w.count(m, "_bucket", h.bucket[i].cumulative_count, "le", bounds[i]);
+  if (w.om) {
+    w.count(m, "_count", h.sample_count);
+    w.value(m, "_sum", h.sample_sum);
+  }
+}
+
+// One family in either text format. OpenMetrics differs in: a counter's
+// family name has no _total (its samples do), # UNIT when the name ends in
+// the contract's unit, quotes escaped in HELP, "unknown" for untyped,
+// histogram buckets before _count and _sum, timestamps in seconds, and a
+// counter's or histogram's _created sample where known (`extras`).
+// `spec`: the family's row, for its unit (null: none).
+void write_any(const MetricFamily& f, const FamilySpec* spec, const FamilyExtras* extras,
+               std::string& out, bool om) {
+  std::string_view family = f.name;
+  if (om && f.type == MetricType::Counter && family.ends_with("_total")) family.remove_suffix(6);
+  const std::string base(family);
+  write_metadata(f, spec, family, base, out, om);
+  Samples w{out, base, om, !legacy_name(base, true), {}};
+  const char* const total = om && f.type == MetricType::Counter ? "_total" : "";
   auto created = [&](const ClientMetric& m, size_t i) {
-    if (!om || extras == nullptr || i >= extras->created.size() || !(extras->created[i] > 0))
-      return;
-    append_sample(out, base, "_created", m, labels, nullptr, {}, extras->created[i], false, 0, om,
-                  quoted);
+    if (om && extras != nullptr && i < extras->created.size() && extras->created[i] > 0)
+      w.value(m, "_created", extras->created[i]);
   };
+  BoundTexts le;
   for (size_t i = 0; i < f.metric.size(); ++i) {
     const ClientMetric& m = f.metric[i];
-    labels.clear();
-    append_labels(labels, m);
+    w.labels.clear();
+    append_labels(w.labels, m);
     switch (f.type) {
       case MetricType::Counter:
-        append_sample(out, base, total, m, labels, nullptr, {}, m.counter.value, false, 0, om,
-                      quoted);
+        w.value(m, total, m.counter.value);
         created(m, i);
         break;
       case MetricType::Gauge:
-        append_sample(out, base, "", m, labels, nullptr, {}, m.gauge.value, false, 0, om, quoted);
+        w.value(m, "", m.gauge.value);
         break;
       case MetricType::Untyped:
-        append_sample(out, base, "", m, labels, nullptr, {}, m.untyped.value, false, 0, om, quoted);
+        w.value(m, "", m.untyped.value);
         break;
       case MetricType::Summary:
-        if (!om) {
-          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true,
-                        m.summary.sample_count, om, quoted);
-          append_sample(out, base, "_sum", m, labels, nullptr, {}, m.summary.sample_sum, false, 0,
-                        om, quoted);
-        }
-        for (const auto& q : m.summary.quantile)
-          append_sample(out, base, "", m, labels, "quantile", le_text(q.quantile), q.value, false,
-                        0, om, quoted);
-        if (om) {
-          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true,
-                        m.summary.sample_count, om, quoted);
-          append_sample(out, base, "_sum", m, labels, nullptr, {}, m.summary.sample_sum, false, 0,
-                        om, quoted);
-        }
+        write_summary(w, m);
         break;
-      case MetricType::Histogram: {
-        const auto& h = m.histogram;
-        if (!om) {
-          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true, h.sample_count, om,
-                        quoted);
-          append_sample(out, base, "_sum", m, labels, nullptr, {}, h.sample_sum, false, 0, om,
-                        quoted);
-        }
-        bool same = le_bounds.size() == h.bucket.size();
-        for (size_t i = 0; same && i < h.bucket.size(); ++i)
-          same = le_bounds[i] == h.bucket[i].upper_bound;
-        if (!same) {
-          le_bounds.clear();
-          le.clear();
-          for (const auto& b : h.bucket) {
-            le_bounds.push_back(b.upper_bound);
-            le.push_back(le_text(b.upper_bound));
-          }
-        }
-        for (size_t i = 0; i < h.bucket.size(); ++i)
-          append_sample(out, base, "_bucket", m, labels, "le", le[i], 0, true,
-                        h.bucket[i].cumulative_count, om, quoted);
-        if (om) {
-          append_sample(out, base, "_count", m, labels, nullptr, {}, 0, true, h.sample_count, om,
-                        quoted);
-          append_sample(out, base, "_sum", m, labels, nullptr, {}, h.sample_sum, false, 0, om,
-                        quoted);
-          created(m, i);
-        }
+      case MetricType::Histogram:
+        write_histogram(w, m, le);
+        if (om) created(m, i);
         break;
-      }
       default:
         break;
     }
