@@ -85,6 +85,75 @@ bool reserve_pages(int fd, uint64_t begin, uint64_t end) {
   return rc == 0;
 }
 
+void write_header(Header* h, pid_t pid, uint64_t ticks) {
+  h->format_version = segment::kFormatVersion;
+  h->header_bytes = segment::kHeaderBytes;
+  h->record_bytes = segment::kRecordBytes;
+  h->max_records = segment::kMaxRecords;
+  h->line_bytes = segment::kLineBytes;
+  h->value_lines = segment::kValueLines;
+  h->records_offset = segment::kRecordsOffset;
+  h->values_offset = segment::kValuesOffset;
+  h->total_bytes = segment::kTotalBytes;
+  h->owner_pid = pid;
+  h->owner_start_ticks = ticks;
+  h->owner_pid_ns = detail::pid_namespace();
+  detail::read_boot_id(h->owner_boot_id);
+  h->created_unix_ns = now_unix_ns();
+}
+
+// After a fork: the parent's first `count` records into the child's segment
+// at `base`. Counters and histograms start at zero in the child (the
+// parent's counts stay in the parent's segment). Gauges keep the values of
+// the objects the child inherited, for the child's own use, but are not
+// exported from the child (inherited): the parent still reports them.
+void copy_inherited(unsigned char* base, unsigned char* parent, uint32_t count) {
+  std::memcpy(base + segment::kRecordsOffset, parent + segment::kRecordsOffset,
+              uint64_t{count} * segment::kRecordBytes);
+  for (uint32_t i = 0; i < count; ++i) {
+    Record* r = record_of(base, i);
+    if (r->kind != static_cast<uint8_t>(SeriesKind::kGauge) &&
+        r->kind != static_cast<uint8_t>(SeriesKind::kAges))
+      continue;
+    const uint32_t lines = segment::value_lines_for(static_cast<SeriesKind>(r->kind), 0, 1, 0);
+    if (r->value_line + lines > segment::kValueLines) continue;
+    std::memcpy(line_of(base, r->value_line), line_of(parent, r->value_line),
+                uint64_t{lines} * segment::kLineBytes);
+    if (r->kind == static_cast<uint8_t>(SeriesKind::kAges)) {
+      // Counts of beginnings are counters: the child's start from zero.
+      auto* w = reinterpret_cast<int64_t*>(line_of(base, r->value_line));
+      std::fill(w + segment::kAgeFirstLane, w + segment::kAgeWords, 0);
+    }
+    if (r->state == segment::kRecordLive) r->state = segment::kRecordInherited;
+  }
+}
+
+// Links the open segment `fd` (or the named temporary `temp_path`) into
+// `dir` under its final name; EEXIST only if another writer raced us for
+// the same sequence number, so it tries the next. The path, or empty with
+// errno set.
+std::string link_segment(const std::string& dir, int fd, const char* temp_path, pid_t pid,
+                         uint64_t ticks) {
+  char proc_fd[64];
+  {
+    char* p = proc_fd;
+    const char* prefix = "/proc/self/fd/";
+    while (*prefix) *p++ = *prefix++;
+    p = detail::format_decimal(p, static_cast<uint64_t>(fd));
+    *p = '\0';
+  }
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::string path = dir + "/gym-" + std::to_string(pid) + "-" + std::to_string(ticks) + "-" +
+                       std::to_string(g_sequence.fetch_add(1)) + ".seg";
+    const int rc = temp_path != nullptr
+                       ? ::link(temp_path, path.c_str())
+                       : ::linkat(AT_FDCWD, proc_fd, AT_FDCWD, path.c_str(), AT_SYMLINK_FOLLOW);
+    if (rc == 0) return path;
+    if (errno != EEXIST) break;
+  }
+  return {};
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- SegmentWriter
@@ -268,45 +337,12 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
   auto* base = static_cast<unsigned char*>(map);
 
   Header* h = header_of(base);
-  h->format_version = segment::kFormatVersion;
-  h->header_bytes = segment::kHeaderBytes;
-  h->record_bytes = segment::kRecordBytes;
-  h->max_records = segment::kMaxRecords;
-  h->line_bytes = segment::kLineBytes;
-  h->value_lines = segment::kValueLines;
-  h->records_offset = segment::kRecordsOffset;
-  h->values_offset = segment::kValuesOffset;
-  h->total_bytes = segment::kTotalBytes;
-  h->owner_pid = pid;
-  h->owner_start_ticks = ticks;
-  h->owner_pid_ns = detail::pid_namespace();
-  detail::read_boot_id(h->owner_boot_id);
-  h->created_unix_ns = now_unix_ns();
+  write_header(h, pid, ticks);
 
   if (after_fork && base_ != nullptr) {
-    // Same records; counters and histograms start at zero in the child (the
-    // parent's counts stay in the parent's segment). Gauges keep the values
-    // of the objects the child inherited, for the child's own use, but are
-    // not exported from the child: the parent still reports them.
+    // Same records (copy_inherited says what the child keeps).
     const uint32_t count = inherited_count;
-    std::memcpy(base + segment::kRecordsOffset, base_ + segment::kRecordsOffset,
-                uint64_t{count} * segment::kRecordBytes);
-    for (uint32_t i = 0; i < count; ++i) {
-      Record* r = record_of(base, i);
-      if (r->kind != static_cast<uint8_t>(SeriesKind::kGauge) &&
-          r->kind != static_cast<uint8_t>(SeriesKind::kAges))
-        continue;
-      const uint32_t lines = segment::value_lines_for(static_cast<SeriesKind>(r->kind), 0, 1, 0);
-      if (r->value_line + lines > segment::kValueLines) continue;
-      std::memcpy(line_of(base, r->value_line), line_of(base_, r->value_line),
-                  uint64_t{lines} * segment::kLineBytes);
-      if (r->kind == static_cast<uint8_t>(SeriesKind::kAges)) {
-        // Counts of beginnings are counters: the child's start from zero.
-        auto* w = reinterpret_cast<int64_t*>(line_of(base, r->value_line));
-        std::fill(w + segment::kAgeFirstLane, w + segment::kAgeWords, 0);
-      }
-      if (r->state == segment::kRecordLive) r->state = segment::kRecordInherited;
-    }
+    copy_inherited(base, base_, count);
     if (detail::writer_mapping_lost(base_)) {
       // The parent's file lost its pages under the copy: what was copied
       // is zeros, not the parent's records. This child goes unmetered.
@@ -318,32 +354,10 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
   }
   segment::store_release(&h->magic, segment::magic_word());
 
-  // Link it under its final name; EEXIST only if another writer raced us for
-  // the same sequence number, so try the next.
-  std::string final_path;
-  char proc_fd[64];
-  {
-    char* p = proc_fd;
-    const char* prefix = "/proc/self/fd/";
-    while (*prefix) *p++ = *prefix++;
-    p = detail::format_decimal(p, static_cast<uint64_t>(fd));
-    *p = '\0';
-  }
-  bool linked = false;
-  for (int attempt = 0; attempt < 16 && !linked; ++attempt) {
-    final_path = dir_ + "/gym-" + std::to_string(pid) + "-" + std::to_string(ticks) + "-" +
-                 std::to_string(g_sequence.fetch_add(1)) + ".seg";
-    int rc = named_temp
-                 ? ::link(temp_path.c_str(), final_path.c_str())
-                 : ::linkat(AT_FDCWD, proc_fd, AT_FDCWD, final_path.c_str(), AT_SYMLINK_FOLLOW);
-    if (rc == 0) {
-      linked = true;
-    } else if (errno != EEXIST) {
-      break;
-    }
-  }
+  const std::string final_path =
+      link_segment(dir_, fd, named_temp ? temp_path.c_str() : nullptr, pid, ticks);
   if (named_temp) ::unlink(temp_path.c_str());
-  if (!linked) {
+  if (final_path.empty()) {
     error_ = errno_text("cannot link segment into", dir_);
     ::munmap(base, segment::kTotalBytes);
     ::close(fd);
