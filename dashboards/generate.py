@@ -295,6 +295,31 @@ MEMORY = dashboard(
              "OOM kills on {{instance}}"),
         ], description="Server root processes that exited (oom_kill: killed by the OOM killer), "
                        "OOM kills in servers' own cgroups, and on the whole host."),
+        panel("Which server's event loop is blocked, and for how long", "s", [
+            (f"max by (instance, nemo_gym_server_name) "
+             f"(gym_python_event_loop_blocked_seconds{{{SEL}}})",
+             "{{nemo_gym_server_name}} {{instance}}"),
+        ], description="How long each Python server's event loop has not run its heartbeat, now "
+                       "(0: it runs): a synchronous call or a CPU-bound verifier run inline "
+                       "holds the loop, and nothing else in that server runs meanwhile."),
+        panel("Event loop lag (p99)", "s", [
+            (f"histogram_quantile(0.99, sum by (le, instance, nemo_gym_server_name) "
+             f"({rate('gym_python_event_loop_lag_seconds_bucket')}))",
+             "{{nemo_gym_server_name}} {{instance}}"),
+        ], description="How late each server's loop ran a callback that was due: a loop that is "
+                       "busy, not blocked, is late by milliseconds."),
+        panel("Event loop tasks and threads", "short", [
+            (f"sum by (instance, nemo_gym_server_name) (gym_python_event_loop_tasks{{{SEL}}})",
+             "tasks {{nemo_gym_server_name}} {{instance}}"),
+            (f"sum by (instance, nemo_gym_server_name) (gym_python_threads{{{SEL}}})",
+             "threads {{nemo_gym_server_name}} {{instance}}"),
+        ], description="Tasks alive in each server's event loop, and its process's threads."),
+        panel("Time paused by garbage collection", "percentunit", [
+            (f"sum by (instance, nemo_gym_server_name, nemo_gym_python_gc_generation) "
+             f"({rate('gym_python_gc_pause_seconds_sum')})",
+             "{{nemo_gym_server_name}} gen {{nemo_gym_python_gc_generation}} {{instance}}"),
+        ], description="Share of time each Python server was paused by its garbage collector, "
+                       "by generation.", stack=True),
         panel("Memory sample time", "s", [
             (f"max by (instance) (gym_exporter_memory_sample_duration_seconds{{{HOST}}})",
              "{{instance}}")]),

@@ -2,7 +2,10 @@
 // libgymmetrics: a rollout driver, an agent, a model server and two resources
 // servers with declared identities; limits with and without admission
 // timeouts, some too small so that queues build; operations of every kind,
-// executor and outcome; verifier subprocesses that allocate and free memory.
+// executor and outcome; verifier subprocesses that allocate and free memory;
+// and an asyncio server's runtime, simulated (llm_judge: its event loop's
+// probe, a synchronous verifier that blocks the loop now and then, tasks,
+// garbage collections), as gym_metrics.instrument_runtime reports it.
 //
 //   gym-demo [--registry.dir=DIR] [--duration=SECONDS]
 #include <signal.h>
@@ -22,6 +25,7 @@
 
 #include "gym/metered_semaphore.h"
 #include "gym/resources_operation.h"
+#include "gym/runtime_meter.h"
 #include "gym/server_identity.h"
 
 namespace {
@@ -103,6 +107,41 @@ void resources_server(const char* name, int limit, int workers) {
   for (auto& t : threads) t.join();
 }
 
+// A Python asyncio server's runtime, simulated with what its instrumentation
+// reports: the loop's probe every 350 ms, callbacks of a few milliseconds
+// that make it late, and every 20 s or so a synchronous "verifier" run
+// inline that blocks the loop for 2 to 4 s; tasks that come and go; young
+// collections often, a full one every 10 s.
+void python_server() {
+  using Clock = std::chrono::steady_clock;
+  gym::declare_server("llm_judge", "resources_server");
+  gym::LoopMeter loop(std::nullopt, gym::SegmentWriter::process());
+  gym::RuntimeMeter runtime(std::nullopt, gym::SegmentWriter::process());
+  std::mt19937 rng(unsigned(::getpid()));
+  constexpr auto kInterval = 350ms;
+  constexpr auto kGrace = 50ms;  // gym_metrics.instrument_runtime's defaults
+  Clock::time_point due = Clock::now();
+  for (int tick = 0; !g_stop; ++tick) {
+    const Clock::time_point now = Clock::now();
+    loop.beat(std::chrono::nanoseconds(now - due).count(),
+              std::chrono::nanoseconds(kInterval + kGrace).count());
+    due = now + kInterval;
+    if (tick % 3 == 0) {
+      loop.set_tasks(20 + int(rng() % 40));
+      runtime.set_threads(3);
+    }
+    runtime.collected(0, 100000 + int64_t(rng() % 1900000));
+    if (tick % 6 == 0) runtime.collected(1, 1000000 + int64_t(rng() % 9000000));
+    if (tick % 30 == 0) runtime.collected(2, 20000000 + int64_t(rng() % 180000000));
+    if (tick > 0 && rng() % 60 == 0) {  // the inline verifier: the loop is blocked
+      const Clock::time_point end = now + std::chrono::milliseconds(2000 + rng() % 2000);
+      while (!g_stop && Clock::now() < end) std::this_thread::sleep_for(50ms);
+    } else {
+      std::this_thread::sleep_until(due + std::chrono::milliseconds(rng() % 20));
+    }
+  }
+}
+
 void server(const std::string& role) {
   std::signal(SIGTERM, [](int) { g_stop = true; });
   if (role == "rollout_driver") {
@@ -123,6 +162,8 @@ void server(const std::string& role) {
     resources_server("math_verifier", 4, 10);
   } else if (role == "code") {
     resources_server("code_sandbox", 8, 6);
+  } else if (role == "judge") {
+    python_server();
   }
 }
 
@@ -144,7 +185,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const std::vector<std::string> roles = {"rollout_driver", "agent", "model", "math", "code"};
+  const std::vector<std::string> roles = {"rollout_driver", "agent", "model",
+                                          "math",           "code",  "judge"};
   std::vector<pid_t> children;
   for (const auto& role : roles) {
     pid_t pid = ::fork();

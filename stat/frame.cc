@@ -10,6 +10,7 @@ namespace gym::stat {
 using exporter::HistogramView;
 using exporter::LimitView;
 using exporter::OperationView;
+using exporter::ServerView;
 using exporter::View;
 
 namespace {
@@ -168,17 +169,33 @@ void operation_lines(const View& now, const View* prev, double dt, const FrameOp
   }
 }
 
-void server_and_writer_lines(const View& now, const FrameOptions& o, std::vector<Line>& out) {
+// A server's event-loop lag p99 over the window since `prev` (since the
+// start without one), and how long its loop is blocked now.
+std::string loop_columns(const ServerView& s, const View* prev) {
+  if (!s.loop_lag) return pad("-", 10) + "-";
+  HistogramView lag = *s.loop_lag;
+  if (prev != nullptr)
+    for (const ServerView& was : prev->servers)
+      if (was.server_name == s.server_name && was.loop_lag &&
+          was.loop_lag->buckets.size() == lag.buckets.size() && was.loop_lag->count <= lag.count)
+        lag = lag.minus(*was.loop_lag);
+  return pad(seconds(lag.quantile(0.99)), 10) + seconds(s.loop_blocked_seconds);
+}
+
+void server_and_writer_lines(const View& now, const View* prev, const FrameOptions& o,
+                             std::vector<Line>& out) {
   out.push_back({Line::Kind::kTitle, "SERVERS"});
   out.push_back({Line::Kind::kHeader, pad("SERVER", 22) + pad("TYPE", 18) + pad("PID", 9) +
-                                          pad("RSS", 12) + pad("GPU MEM", 12) + "PROCESSES"});
+                                          pad("RSS", 12) + pad("GPU MEM", 12) +
+                                          pad("PROCESSES", 11) + pad("LAG P99", 10) + "BLOCKED"});
   for (const auto& s : now.servers) {
     if (!room(out, o)) break;
     if (!matches(o.filter, {&s.server_name, &s.server_type})) continue;
     out.push_back({Line::Kind::kRow, pad(s.server_name, 22) + pad(s.server_type, 18) +
                                          pad(std::to_string(s.pid), 9) +
                                          pad(bytes(s.rss_bytes), 12) + pad(bytes(s.gpu_bytes), 12) +
-                                         (s.processes ? std::to_string(*s.processes) : "-")});
+                                         pad(s.processes ? std::to_string(*s.processes) : "-", 11) +
+                                         loop_columns(s, prev)});
   }
   out.push_back({Line::Kind::kTitle, "WRITERS (" + std::to_string(now.writers.size()) + ")"});
   out.push_back({Line::Kind::kHeader,
@@ -222,7 +239,7 @@ std::vector<Line> frame(const View& now, const View* previous, const FrameOption
   out.push_back({Line::Kind::kBlank, ""});
   operation_lines(now, previous, dt, options, out);
   out.push_back({Line::Kind::kBlank, ""});
-  server_and_writer_lines(now, options, out);
+  server_and_writer_lines(now, previous, options, out);
   return out;
 }
 

@@ -153,6 +153,12 @@ void servers_and_writers(Json& j, const View& v) {
     j.optional_number("rss_bytes", s.rss_bytes);
     j.optional_number("processes", s.processes);
     j.optional_number("gpu_memory_bytes", s.gpu_bytes);
+    j.key("event_loop_lag_seconds");
+    if (s.loop_lag)
+      histogram(j, *s.loop_lag);
+    else
+      j.literal("null");
+    j.optional_number("event_loop_blocked_seconds", s.loop_blocked_seconds);
     j.close('}');
   }
   j.close(']');

@@ -187,6 +187,22 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
   }
 }
 
+// Each declared server's event-loop lag and blocked time (the gym_python_
+// event-loop series carrying its name).
+void add_runtimes(const Snapshot& snap, const std::map<std::string, size_t>& row, View& v) {
+  for (const SeriesSample& s : snap.series) {
+    const bool lag = s.info->family == family::kEventLoopLag;
+    if (!lag && s.info->family != family::kEventLoopBlocked) continue;
+    auto it = row.find(label_of(*s.info, label::kServerName));
+    if (it == row.end()) continue;
+    ServerView& server = v.servers[it->second];
+    if (lag)
+      assign_histogram(server.loop_lag.emplace(), s);
+    else if (s.in_progress)
+      server.loop_blocked_seconds = age_seconds(snap, s);
+  }
+}
+
 void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
                         const procfs::ProcessTable* table, double boot_time, View& v,
                         const std::map<pid_t, uint64_t>* gpu_by_pid) {
@@ -219,7 +235,8 @@ void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
     declared[d.pid] = d.name;
     auto [it, fresh] = row.emplace(d.name, v.servers.size());
     if (fresh) {
-      v.servers.push_back({d.name, d.server_type, d.pid, std::nullopt, std::nullopt, std::nullopt});
+      v.servers.push_back({d.name, d.server_type, d.pid, std::nullopt, std::nullopt, std::nullopt,
+                           std::nullopt, std::nullopt});
       roots.emplace_back();
     }
     if (table == nullptr) continue;
@@ -245,6 +262,7 @@ void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
       v.servers[i].gpu_bytes = gpu;
     }
   }
+  add_runtimes(snap, row, v);
   v.writers.clear();
   static const double ticks = double(::sysconf(_SC_CLK_TCK));
   for (const WriterInfo& w : snap.writers) {

@@ -66,6 +66,11 @@ struct ServerView {
   std::optional<uint64_t> processes;
   // GPU memory of its processes over every GPU, when NVML was read (nvml.h).
   std::optional<uint64_t> gpu_bytes;
+  // Its event loop, when instrumented (gym_metrics.instrument_runtime): the
+  // lag histogram, and how long the loop's heartbeat is overdue now (its
+  // most overdue loop's).
+  std::optional<HistogramView> loop_lag;
+  std::optional<double> loop_blocked_seconds;
 };
 
 struct WriterView {

@@ -116,6 +116,27 @@ int gym_operation_finished_k(int kind, int64_t duration_ns, int outcome, int64_t
  * one its operation series took (declare before the first operation). */
 int gym_declare_server(const char* name, const char* server_type);
 
+/* A language runtime's event loop and process (gym/runtime_meter.h): the
+ * gym_python_* families. server_name NULL: the server this process declared,
+ * if any (at open). Nothing here starts a thread or a timer: the loop's own
+ * periodic probe calls gym_loop_beat. */
+typedef struct gym_loop gym_loop;
+typedef struct gym_runtime gym_runtime;
+int gym_loop_open(const char* server_name, gym_loop** out);
+/* Closes it: its lag histogram stays, its heartbeat and tasks stop reporting. */
+void gym_loop_close(gym_loop* loop);
+/* The loop's probe ran lag_ns late (negative: 0) and the next beat is due in
+ * due_in_ns (the probe's interval plus a grace): from then until the next
+ * beat, gym_python_event_loop_blocked_seconds counts how long it is overdue. */
+int gym_loop_beat(gym_loop* loop, int64_t lag_ns, int64_t due_in_ns);
+int gym_loop_tasks(gym_loop* loop, int64_t tasks);
+int gym_runtime_open(const char* server_name, gym_runtime** out);
+void gym_runtime_close(gym_runtime* runtime);
+/* A garbage collection of `generation` (0, 1 or 2; else GYM_EINVAL) paused
+ * the process for pause_ns. */
+int gym_runtime_gc(gym_runtime* runtime, int generation, int64_t pause_ns);
+int gym_runtime_threads(gym_runtime* runtime, int64_t threads);
+
 /* The message of this thread's last failing call ("" if none). Valid until
  * the thread's next call. */
 const char* gym_last_error(void);

@@ -8,10 +8,17 @@
 
 #include "gym/limit_meter.h"
 #include "gym/resources_operation.h"
+#include "gym/runtime_meter.h"
 #include "gym/server_identity.h"
 
 struct gym_limit {
   gym::LimitMeter meter;
+};
+struct gym_loop {
+  gym::LoopMeter meter;
+};
+struct gym_runtime {
+  gym::RuntimeMeter meter;
 };
 
 namespace {
@@ -50,6 +57,11 @@ Enum parse_or_throw(const char* what, const char* s, const std::array<std::strin
   auto v = gym::parse_value<Enum>(s, table);
   if (!v) throw std::invalid_argument("unknown " + std::string(what) + " '" + s + "'");
   return *v;
+}
+
+std::optional<std::string_view> optional_name(const char* s) {
+  if (s == nullptr) return std::nullopt;
+  return std::string_view(s);
 }
 
 int64_t seconds_to_ns(const char* what, double s) {
@@ -342,6 +354,58 @@ int gym_declare_server(const char* name, const char* server_type) {
     gym::declare_server(name, server_type);
     return GYM_OK;
   });
+}
+
+int gym_loop_open(const char* server_name, gym_loop** out) {
+  return guarded([&] {
+    if (out == nullptr) throw std::invalid_argument("out is NULL");
+    *out = new gym_loop{{optional_name(server_name), gym::SegmentWriter::process()}};
+    return GYM_OK;
+  });
+}
+
+void gym_loop_close(gym_loop* loop) {
+  delete loop;
+}
+
+int gym_loop_beat(gym_loop* loop, int64_t lag_ns, int64_t due_in_ns) {
+  if (loop == nullptr) return fail(GYM_EINVAL, "loop is NULL");
+  loop->meter.beat(lag_ns, due_in_ns);
+  return GYM_OK;
+}
+
+int gym_loop_tasks(gym_loop* loop, int64_t tasks) {
+  if (loop == nullptr) return fail(GYM_EINVAL, "loop is NULL");
+  loop->meter.set_tasks(tasks);
+  return GYM_OK;
+}
+
+int gym_runtime_open(const char* server_name, gym_runtime** out) {
+  return guarded([&] {
+    if (out == nullptr) throw std::invalid_argument("out is NULL");
+    *out = new gym_runtime{{optional_name(server_name), gym::SegmentWriter::process()}};
+    return GYM_OK;
+  });
+}
+
+void gym_runtime_close(gym_runtime* runtime) {
+  delete runtime;
+}
+
+int gym_runtime_gc(gym_runtime* runtime, int generation, int64_t pause_ns) {
+  if (runtime == nullptr) return fail(GYM_EINVAL, "runtime is NULL");
+  return guarded([&] {
+    if (!runtime->meter.collected(generation, pause_ns))
+      throw std::invalid_argument("unknown garbage-collector generation " +
+                                  std::to_string(generation) + " (0, 1 or 2)");
+    return GYM_OK;
+  });
+}
+
+int gym_runtime_threads(gym_runtime* runtime, int64_t threads) {
+  if (runtime == nullptr) return fail(GYM_EINVAL, "runtime is NULL");
+  runtime->meter.set_threads(threads);
+  return GYM_OK;
 }
 
 const char* gym_last_error(void) {

@@ -166,6 +166,12 @@ def test_once_prints_one_plain_table_without_escape_codes(demo):
     assert set(limit_rows(out)) == set(configured_limits(demo))
     # Rates over the interval: some operation ran.
     assert re.search(r"^\S+\s+(verify|tool|judge|other)\s+\S+\s+\d+\s+\d+\s+\d+\.\d", out, re.M)
+    # The servers' event loops: the judge's lag p99 (over the interval: "-"
+    # when its loop was blocked all along) and blocked time, "-" for servers
+    # without an instrumented loop.
+    assert "LAG P99" in out and "BLOCKED" in out
+    assert re.search(r"^llm_judge\s.*\s(\d+ms|\d+\.\d\ds|-)\s+(\d+ms|\d+\.\d\ds)$", out, re.M), out
+    assert re.search(r"^simple_agent\s.*\s-\s+-$", out, re.M), out
 
 
 def metrics_limits(text):
@@ -226,8 +232,23 @@ def test_json_validates_and_agrees_with_the_exporters_metrics_and_api(demo, tmp_
             assert 0 <= l["active"] <= l["limit"] and l["available"] == l["limit"] - l["active"]
         names = {s["server_name"] for s in after["servers"]}
         assert names == {"rollout_driver", "simple_agent", "policy_model", "math_verifier",
-                         "code_sandbox"}
+                         "code_sandbox", "llm_judge"}
         assert all(s["rss_bytes"] > 0 and s["processes"] >= 1 for s in after["servers"])
+        # The demo's one instrumented event loop (llm_judge): its lag histogram
+        # agrees with /metrics within one update, and it has a blocked time.
+        for doc in (before, after, api):
+            for srv in doc["servers"]:
+                loop = srv["server_name"] == "llm_judge"
+                assert (srv["event_loop_lag_seconds"] is not None) == loop, srv
+                assert (srv["event_loop_blocked_seconds"] is not None) == loop, srv
+        judge = {d: next(x for x in doc["servers"] if x["server_name"] == "llm_judge")
+                 for d, doc in (("before", before), ("after", after))}
+        served_lag = re.search(r'^gym_python_event_loop_lag_seconds_count'
+                               r'\{nemo_gym_server_name="llm_judge"\} (\S+)$', metrics.decode(), re.M)
+        assert served_lag, "the exposition has the judge's lag"
+        assert (judge["before"]["event_loop_lag_seconds"]["count"] <= float(served_lag.group(1))
+                <= judge["after"]["event_loop_lag_seconds"]["count"])
+        assert judge["after"]["event_loop_blocked_seconds"] >= 0
     finally:
         ex.send_signal(signal.SIGTERM)
         ex.wait(timeout=STOP_S)

@@ -280,7 +280,7 @@ def test_both_formats_carry_the_same_samples(exporter):
     assert len(om_keys) > 100
 
 
-REGISTRY_FAMILIES = ("gym_concurrency_", "gym_resources_")
+REGISTRY_FAMILIES = ("gym_concurrency_", "gym_resources_", "gym_python_")
 
 # The seeds' OpenTelemetry names (concurrency.txt, resources_operations.txt),
 # and those the later families take in their image.
@@ -301,6 +301,12 @@ OTEL_FAMILIES = {
     "gym.resources.operation.active": "gym_resources_operation_active",
     "gym.resources.operation.oldest_queued": "gym_resources_operation_oldest_queued_seconds",
     "gym.resources.operation.oldest_active": "gym_resources_operation_oldest_active_seconds",
+    "gym.python.event_loop.lag": "gym_python_event_loop_lag_seconds",
+    "gym.python.event_loop.blocked": "gym_python_event_loop_blocked_seconds",
+    "gym.python.event_loop.tasks": "gym_python_event_loop_tasks",
+    "gym.python.gc.pause": "gym_python_gc_pause_seconds",
+    "gym.python.gc.collections": "gym_python_gc_collections",
+    "gym.python.threads": "gym_python_threads",
 }
 OTEL_LABELS = {
     "nemo.gym.concurrency.component": "nemo_gym_concurrency_component",
@@ -311,6 +317,7 @@ OTEL_LABELS = {
     "nemo.gym.resources.executor": "nemo_gym_resources_executor",
     "nemo.gym.resources.operation.outcome": "nemo_gym_resources_operation_outcome",
     "nemo.gym.concurrency.wait_outcome": "nemo_gym_concurrency_wait_outcome",
+    "nemo.gym.python.gc.generation": "nemo_gym_python_gc_generation",
 }
 
 
@@ -350,7 +357,7 @@ def test_prometheus_3_gets_the_opentelemetry_names_and_the_same_samples(exporter
     assert set(mapped) - requests == set(legacy) - requests
     for k in set(legacy) - requests:
         # The registry's series, but ages: they grow while the demo is paused.
-        if k[0].startswith(REGISTRY_FAMILIES) and "oldest" not in k[0]:
+        if k[0].startswith(REGISTRY_FAMILIES) and "oldest" not in k[0] and "blocked" not in k[0]:
             assert mapped[k] == legacy[k], k
     names = {f["name"] for f in decode_delimited(body)}
     assert {"gym.concurrency.limit", "gym.concurrency.admission_cancelled_total",
@@ -612,7 +619,8 @@ def test_protobuf_is_negotiated_and_decodes_to_the_texts_samples(exporter):
 
 NATIVE_FAMILIES = {"gym_resources_operation_duration_seconds",
                    "gym_resources_operation_queue_duration_seconds",
-                   "gym_concurrency_wait_duration_seconds"}
+                   "gym_concurrency_wait_duration_seconds",
+                   "gym_python_event_loop_lag_seconds"}
 
 
 def start_prometheus(tmp_path, target):

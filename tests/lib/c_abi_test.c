@@ -88,6 +88,30 @@ int main(void) {
   CHECK(gym_operation_dequeued_k(kind, wait) == GYM_OK);
   CHECK(gym_operation_dequeued_k(kind, wait) == GYM_ESTATE);
 
+  /* The runtime: a loop's and the process's handles. */
+  gym_loop* loop = NULL;
+  gym_runtime* runtime = NULL;
+  CHECK(gym_loop_open("", &loop) == GYM_EINVAL);
+  CHECK(loop == NULL);
+  CHECK(gym_loop_open(NULL, NULL) == GYM_EINVAL);
+  CHECK(gym_loop_open(NULL, &loop) == GYM_OK); /* the declared server, "math" */
+  CHECK(gym_loop_beat(loop, 1000, 350000000) == GYM_OK);
+  CHECK(gym_loop_beat(loop, -5, -5) == GYM_OK); /* negatives count as 0 */
+  CHECK(gym_loop_tasks(loop, 12) == GYM_OK);
+  CHECK(gym_loop_beat(NULL, 0, 0) == GYM_EINVAL);
+  CHECK(gym_loop_tasks(NULL, 1) == GYM_EINVAL);
+  CHECK(gym_runtime_open("judge", &runtime) == GYM_OK);
+  CHECK(gym_runtime_gc(runtime, 2, 5000000) == GYM_OK);
+  CHECK(gym_runtime_gc(runtime, 3, 5000000) == GYM_EINVAL);
+  CHECK(strstr(gym_last_error(), "generation 3") != NULL);
+  CHECK(gym_runtime_gc(NULL, 0, 1) == GYM_EINVAL);
+  CHECK(gym_runtime_threads(runtime, 4) == GYM_OK);
+  CHECK(gym_runtime_threads(NULL, 4) == GYM_EINVAL);
+  gym_loop_close(loop);
+  gym_runtime_close(runtime);
+  gym_loop_close(NULL);
+  gym_runtime_close(NULL);
+
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
   if (system(cmd) != 0) ++failures;

@@ -33,6 +33,14 @@ inline constexpr std::string_view kOperationOldestQueued =
     "gym_resources_operation_oldest_queued_seconds";
 inline constexpr std::string_view kOperationOldestActive =
     "gym_resources_operation_oldest_active_seconds";
+// A Python server's runtime (gym_metrics.instrument_runtime: LoopMeter,
+// RuntimeMeter).
+inline constexpr std::string_view kEventLoopLag = "gym_python_event_loop_lag_seconds";
+inline constexpr std::string_view kEventLoopBlocked = "gym_python_event_loop_blocked_seconds";
+inline constexpr std::string_view kEventLoopTasks = "gym_python_event_loop_tasks";
+inline constexpr std::string_view kGcPause = "gym_python_gc_pause_seconds";
+inline constexpr std::string_view kGcCollections = "gym_python_gc_collections_total";
+inline constexpr std::string_view kPythonThreads = "gym_python_threads";
 // Written by declare_server(); read by the exporter, not exposed as is.
 inline constexpr std::string_view kServerIdentity = "gym_server_identity";
 }  // namespace family
@@ -46,6 +54,7 @@ inline constexpr std::string_view kOperation = "nemo_gym_resources_operation";
 inline constexpr std::string_view kExecutor = "nemo_gym_resources_executor";
 inline constexpr std::string_view kOutcome = "nemo_gym_resources_operation_outcome";
 inline constexpr std::string_view kWaitOutcome = "nemo_gym_concurrency_wait_outcome";
+inline constexpr std::string_view kGcGeneration = "nemo_gym_python_gc_generation";
 }  // namespace label
 
 enum class Component : uint8_t {
@@ -108,6 +117,14 @@ inline constexpr int64_t kNanosPerSecond = 1000000000;
 inline constexpr std::array<int64_t, 13> kOperationBoundsNs = {
     1000000,    5000000,     10000000,    50000000,    100000000,    500000000,    1000000000,
     5000000000, 10000000000, 30000000000, 60000000000, 300000000000, 1800000000000};
+
+// Garbage-collector pause bounds, 100 us to 5 s (a young collection takes
+// microseconds, a full one of a large heap seconds), in nanoseconds.
+inline constexpr std::array<int64_t, 10> kGcPauseBoundsNs = {
+    100000,   500000,    1000000,   5000000,    10000000,
+    50000000, 100000000, 500000000, 1000000000, 5000000000};
+// CPython's collector generations: 0, 1 and 2.
+inline constexpr std::array<std::string_view, 3> kGcGenerations = {"0", "1", "2"};
 
 // A limit name: [a-z][a-z0-9_]*, at most 64 characters.
 inline constexpr size_t kMaxLimitNameBytes = 64;
