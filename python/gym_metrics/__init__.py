@@ -20,10 +20,12 @@ import time
 from typing import Any, Deque, Dict, List, Literal, Optional
 
 from . import _gym_metrics as _abi
+from .runtime import RuntimeInstrumentation, instrument_runtime
 
 __all__ = [
     "COMPONENTS", "EXECUTORS", "OPERATIONS", "OUTCOMES", "MeteredSemaphore",
-    "ResourcesOperation", "declare_server", "resources_operation",
+    "ResourcesOperation", "RuntimeInstrumentation", "declare_server", "instrument_runtime",
+    "resources_operation",
 ]
 
 COMPONENTS = frozenset({"rollout_driver", "agent_server", "model_server", "resources_server",
@@ -294,9 +296,16 @@ def resources_operation(limit: Any, operation: str, executor: str) -> ResourcesO
     return ResourcesOperation(limit, operation, executor)
 
 
-def declare_server(name: str, server_type: str) -> None:
+def declare_server(name: str, server_type: str, *, runtime: bool = False) -> None:
     """Declare which Gym server this process is: its resources-operation
     series then carry nemo_gym_server_name, and gym-exporter samples its
     process tree's memory. Declare before the first operation: afterwards
-    another identity raises RuntimeError and changes nothing."""
+    another identity raises RuntimeError and changes nothing.
+
+    runtime=True also instruments the running event loop and the garbage
+    collector (instrument_runtime); it needs a running loop (RuntimeError,
+    declaring nothing, without one)."""
+    loop = asyncio.get_running_loop() if runtime else None
     _abi.declare_server(name, server_type)
+    if loop is not None:
+        instrument_runtime(loop, server_name=name)

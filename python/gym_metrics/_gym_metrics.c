@@ -180,6 +180,94 @@ static PyObject* declare_server(PyObject* self, PyObject* args) {
   Py_RETURN_NONE;
 }
 
+/* The runtime: a loop's handle ("gym_metrics.loop") and the process's
+ * ("gym_metrics.runtime"), opened with a server name or None (the declared
+ * server). */
+static const char* kLoopCapsule = "gym_metrics.loop";
+static const char* kRuntimeCapsule = "gym_metrics.runtime";
+
+static void close_loop(PyObject* capsule) {
+  gym_loop* l = (gym_loop*)PyCapsule_GetPointer(capsule, kLoopCapsule);
+  if (l != NULL) gym_loop_close(l);
+}
+
+static void close_runtime(PyObject* capsule) {
+  gym_runtime* r = (gym_runtime*)PyCapsule_GetPointer(capsule, kRuntimeCapsule);
+  if (r != NULL) gym_runtime_close(r);
+}
+
+static PyObject* loop_open(PyObject* self, PyObject* args) {
+  const char* server_name;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "z", &server_name)) return NULL;
+  gym_loop* l = NULL;
+  int rc = gym_loop_open(server_name, &l);
+  if (rc != GYM_OK) return raise_error(rc);
+  return PyCapsule_New(l, kLoopCapsule, close_loop);
+}
+
+static PyObject* runtime_open(PyObject* self, PyObject* args) {
+  const char* server_name;
+  (void)self;
+  if (!PyArg_ParseTuple(args, "z", &server_name)) return NULL;
+  gym_runtime* r = NULL;
+  int rc = gym_runtime_open(server_name, &r);
+  if (rc != GYM_OK) return raise_error(rc);
+  return PyCapsule_New(r, kRuntimeCapsule, close_runtime);
+}
+
+/* (handle, lag_ns, interval_ns) */
+static PyObject* loop_beat(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  long long a[2];
+  (void)self;
+  if (n != 3) {
+    PyErr_SetString(PyExc_TypeError, "loop_beat(handle, lag_ns, interval_ns)");
+    return NULL;
+  }
+  gym_loop* l = (gym_loop*)PyCapsule_GetPointer(args[0], kLoopCapsule);
+  if (l == NULL || int_args(args + 1, 2, 2, a) != 0) return NULL;
+  int rc = gym_loop_beat(l, (int64_t)a[0], (int64_t)a[1]);
+  if (rc != GYM_OK) return raise_error(rc);
+  Py_RETURN_NONE;
+}
+
+/* (loop handle, tasks, runtime handle, threads) */
+static PyObject* loop_tasks(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  (void)self;
+  if (n != 4) {
+    PyErr_SetString(PyExc_TypeError, "loop_tasks(loop, tasks, runtime, threads)");
+    return NULL;
+  }
+  gym_loop* l = (gym_loop*)PyCapsule_GetPointer(args[0], kLoopCapsule);
+  if (l == NULL) return NULL;
+  gym_runtime* r = (gym_runtime*)PyCapsule_GetPointer(args[2], kRuntimeCapsule);
+  if (r == NULL) return NULL;
+  long long tasks = PyLong_AsLongLong(args[1]);
+  if (tasks == -1 && PyErr_Occurred()) return NULL;
+  long long threads = PyLong_AsLongLong(args[3]);
+  if (threads == -1 && PyErr_Occurred()) return NULL;
+  int rc = gym_loop_tasks(l, (int64_t)tasks);
+  if (rc == GYM_OK) rc = gym_runtime_threads(r, (int64_t)threads);
+  if (rc != GYM_OK) return raise_error(rc);
+  Py_RETURN_NONE;
+}
+
+/* (handle, generation, pause_ns) */
+static PyObject* runtime_gc(PyObject* self, PyObject* const* args, Py_ssize_t n) {
+  long long a[2];
+  (void)self;
+  if (n != 3) {
+    PyErr_SetString(PyExc_TypeError, "runtime_gc(handle, generation, pause_ns)");
+    return NULL;
+  }
+  gym_runtime* r = (gym_runtime*)PyCapsule_GetPointer(args[0], kRuntimeCapsule);
+  if (r == NULL || int_args(args + 1, 2, 2, a) != 0) return NULL;
+  if (a[0] < 0 || a[0] > 2) return raise_error(gym_runtime_gc(r, -1, 0));
+  int rc = gym_runtime_gc(r, (int)a[0], (int64_t)a[1]);
+  if (rc != GYM_OK) return raise_error(rc);
+  Py_RETURN_NONE;
+}
+
 static PyMethodDef kMethods[] = {
     {"limit_open", limit_open, METH_VARARGS, "Open a concurrency limit; returns its handle."},
     {"limit_acquired", limit_acquired, METH_O, "A slot was taken without waiting; the hold."},
@@ -204,6 +292,14 @@ static PyMethodDef kMethods[] = {
     {"operation_finished", (PyCFunction)(void (*)(void))operation_finished, METH_FASTCALL,
      "(kind, duration_ns, outcome, run): an operation left its limit."},
     {"declare_server", declare_server, METH_VARARGS, "Declare this process's server identity."},
+    {"loop_open", loop_open, METH_VARARGS, "(server_name or None): an event loop's handle."},
+    {"runtime_open", runtime_open, METH_VARARGS, "(server_name or None): the process's handle."},
+    {"loop_beat", (PyCFunction)(void (*)(void))loop_beat, METH_FASTCALL,
+     "(loop, lag_ns, interval_ns): the loop's probe ran lag_ns late; next in interval_ns."},
+    {"loop_tasks", (PyCFunction)(void (*)(void))loop_tasks, METH_FASTCALL,
+     "(loop, tasks, runtime, threads): tasks alive in the loop, threads in the process."},
+    {"runtime_gc", (PyCFunction)(void (*)(void))runtime_gc, METH_FASTCALL,
+     "(runtime, generation, pause_ns): a garbage collection paused the process."},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT,

@@ -5,8 +5,11 @@ import atexit
 import os
 import re
 import shutil
+import socket
 import subprocess
 import tempfile
+import time
+import urllib.request
 
 import pytest
 
@@ -45,3 +48,36 @@ def value(samples, name, **labels):
 @pytest.fixture
 def registry():
     return REGISTRY
+
+
+def parse(text):
+    samples = {}
+    for line in text.splitlines():
+        m = SAMPLE.match(line)
+        if m:
+            samples[(m.group(1), frozenset(LABEL.findall(m.group(2) or "")))] = float(m.group(3))
+    return samples
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served_exporter(tmp_path):
+    port = free_port()
+    p = subprocess.Popen([EXPORTER, f"--registry.dir={REGISTRY}",
+                          f"--web.listen-address=127.0.0.1:{port}"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/metrics"
+    for _ in range(100):
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield url
+    p.terminate()
+    p.wait()

@@ -3,26 +3,16 @@ from Python writers beside a C++ one, and the hand-off of a released slot to
 a waiter as an outside scrape sees it."""
 import asyncio
 import os
-import socket
 import subprocess
 import time
 import urllib.request
 
 import pytest
 
-from conftest import BUILD, EXPORTER, REGISTRY, LABEL, SAMPLE, scrape, value
+from conftest import BUILD, EXPORTER, REGISTRY, parse, scrape, value
 from gym_metrics import MeteredSemaphore
 
 HOLDER = os.path.join(BUILD, "tests", "gym_hold_limit")
-
-
-def parse(text):
-    samples = {}
-    for line in text.splitlines():
-        m = SAMPLE.match(line)
-        if m:
-            samples[(m.group(1), frozenset(LABEL.findall(m.group(2) or "")))] = float(m.group(3))
-    return samples
 
 
 def start_cpp_holder(limit_name, holds=1):
@@ -62,30 +52,6 @@ def test_ages_agree_between_a_cpp_and_a_python_writer_sharing_a_limits_labels():
     age = value(python_only, "gym_concurrency_oldest_hold_seconds", **labels)
     assert 0.3 <= age < 1.4, age
     assert value(none, "gym_concurrency_oldest_hold_seconds", **labels) == 0
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
-def served_exporter(tmp_path):
-    port = free_port()
-    p = subprocess.Popen([EXPORTER, f"--registry.dir={REGISTRY}",
-                          f"--web.listen-address=127.0.0.1:{port}"],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}/metrics"
-    for _ in range(100):
-        try:
-            urllib.request.urlopen(url, timeout=2).read()
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield url
-    p.terminate()
-    p.wait()
 
 
 CONTEND = """
