@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a user installs: cmake --install (library, headers, pkg-config file,
 # CMake package), a C program built with pkg-config against it, and the
-# Python package with pip against it.
+# Python package with pip (self-contained) into fresh venvs.
 #   tests/install_test.sh BUILD_DIR SOURCE_DIR
 set -euo pipefail
 build="$1"
@@ -37,41 +37,58 @@ C
 cc -std=c11 "$work/use.c" $(pkg-config --cflags --libs gymmetrics) -o "$work/use"
 GYM_METRICS_DIR="$work/registry" LD_LIBRARY_PATH="$work/prefix/lib" "$work/use"
 
-cp -r "$source/python" "$work/python"
-# What a local pip install may have left in the source tree is not the package.
-rm -rf "$work/python/build" "$work/python"/*.egg-info
+# The Python package, self-contained: pip compiles the library into the
+# extension from the source tree (copied, so that the build leaves nothing
+# in the checkout). A fresh venv sees the system's setuptools and wheel
+# (--system-site-packages: only Debian's archive is reachable here).
+mkdir "$work/src"
+cp -r "$source/lib" "$source/python" "$source/CMakeLists.txt" "$work/src/"
+rm -rf "$work/src/python/build" "$work/src/python"/*.egg-info
 check_python='
 import asyncio, gym_metrics
 async def main():
+    gym_metrics.declare_server("pip_check", "resources_server", runtime=True)
     s = gym_metrics.MeteredSemaphore(2, "agent_server", "install_check")
     async with s:
         assert s.active == 1
     async with gym_metrics.resources_operation(s, "tool", "inline"):
         pass
-asyncio.run(main())
-print("python ok")'
+    await asyncio.sleep(0.1)
+    print(gym_metrics.__version__)
+asyncio.run(main())'
 
-# Without pkg-config's help, a clear error rather than a missing header.
-if out="$(PKG_CONFIG_PATH="$work/none" PKG_CONFIG_LIBDIR="$work/none" /usr/bin/python3 -m pip \
-  install --no-build-isolation --break-system-packages --target "$work/nowhere" \
-  "$work/python" 2>&1)"; then
-  echo "pip install without the library succeeded" >&2
+# One pip command into a fresh venv; then a server writes and the exporter
+# reads what it wrote. The extension needs no library of ours.
+/usr/bin/python3 -m venv --system-site-packages "$work/venv"
+"$work/venv/bin/pip" install -q --no-build-isolation "$work/src/python"
+so="$(ls "$work"/venv/lib/python3*/site-packages/gym_metrics/_gym_metrics*.so)"
+if ldd "$so" | grep -q gymmetrics; then echo "the extension links libgymmetrics" >&2; exit 1; fi
+nm -D --defined-only "$so" | grep -q ' T PyInit__gym_metrics$'
+[ "$(nm -D --defined-only "$so" | wc -l)" -le 2 ] || { echo "the extension exports more than PyInit" >&2; exit 1; }
+test -f "$(dirname "$so")/py.typed" && test -f "$(dirname "$so")/_gym_metrics.pyi"
+venv_version="$(cd "$work" && GYM_METRICS_DIR="$work/registry-pip" "$work/venv/bin/python" -c "$check_python")"
+once="$("$build/exporter/gym-exporter" --once --registry.dir="$work/registry-pip")"
+grep -q '^gym_resources_operation_duration_seconds_count{nemo_gym_resources_executor="inline",nemo_gym_resources_operation="tool",nemo_gym_resources_operation_outcome="ok",nemo_gym_server_name="pip_check"} 1$' <<<"$once" ||
+  { echo "the exporter does not see the pip-installed package's writes" >&2; echo "$once" >&2; exit 1; }
+grep -q '^gym_python_event_loop_lag_seconds_count{nemo_gym_server_name="pip_check"} [1-9]' <<<"$once"
+echo "pip install into a venv ok"
+
+# A wheel built from the same tree installs into another venv.
+"$work/venv/bin/pip" wheel -q --no-build-isolation --no-deps -w "$work/dist" "$work/src/python"
+/usr/bin/python3 -m venv --system-site-packages "$work/venv2"
+"$work/venv2/bin/pip" install -q "$work"/dist/gym_metrics-*.whl
+wheel_version="$(cd "$work" && GYM_METRICS_DIR="$work/registry-pip" "$work/venv2/bin/python" -c "$check_python")"
+echo "wheel ok"
+
+# python/ without the library's sources beside it: a clear error.
+cp -r "$work/src/python" "$work/python-alone"
+rm -rf "$work/python-alone/build" "$work/python-alone"/*.egg-info
+if out="$("$work/venv/bin/pip" install --no-build-isolation "$work/python-alone" 2>&1)"; then
+  echo "pip install without the library's sources succeeded" >&2
   exit 1
 fi
-grep -q "pkg-config cannot find libgymmetrics" <<<"$out" || { echo "$out" >&2; exit 1; }
-echo "missing library: clear error"
-
-# The system Python, and a venv that sees the system's packages (setuptools,
-# wheel): each finds the library with no LD_LIBRARY_PATH, and has the types.
-/usr/bin/python3 -m pip install -q --no-build-isolation --break-system-packages \
-  --target "$work/site" "$work/python" 2>/dev/null
-GYM_METRICS_DIR="$work/registry" PYTHONPATH="$work/site" /usr/bin/python3 -c "$check_python"
-test -f "$work/site/gym_metrics/py.typed"
-test -f "$work/site/gym_metrics/_gym_metrics.pyi"
-/usr/bin/python3 -m venv --system-site-packages "$work/venv"
-"$work/venv/bin/pip" install -q --no-build-isolation "$work/python" 2>/dev/null
-GYM_METRICS_DIR="$work/registry" "$work/venv/bin/python" -c "$check_python"
-echo "venv ok"
+grep -q "the library's sources are not beside this package" <<<"$out" || { echo "$out" >&2; exit 1; }
+echo "python/ alone: clear error"
 
 # One version number: CMake's, which the library, the exporter and the Python
 # package all carry.
@@ -79,7 +96,9 @@ cmake_version="$(sed -n 's/^project(gym-exporter VERSION \([0-9.]*\).*/\1/p' "$s
 lib_version="$(pkg-config --modversion gymmetrics)"
 exporter_version="$("$work/prefix/bin/gym-exporter" --version | awk '{print $3}')"
 python_version="$("$work/venv/bin/python" -c 'import importlib.metadata as m; print(m.version("gym-metrics"))')"
-echo "versions: cmake $cmake_version lib $lib_version exporter $exporter_version python $python_version"
+echo "versions: cmake $cmake_version lib $lib_version exporter $exporter_version python $python_version" \
+  "__version__ $venv_version (wheel $wheel_version)"
 [ -n "$cmake_version" ] && [ "$lib_version" = "$cmake_version" ] &&
-  [ "$exporter_version" = "$cmake_version" ] && [ "$python_version" = "$cmake_version" ] ||
+  [ "$exporter_version" = "$cmake_version" ] && [ "$python_version" = "$cmake_version" ] &&
+  [ "$venv_version" = "$cmake_version" ] && [ "$wheel_version" = "$cmake_version" ] ||
   { echo "the versions differ" >&2; exit 1; }

@@ -22,6 +22,8 @@ from typing import Any, Deque, Dict, List, Literal, Optional
 from . import _gym_metrics as _abi
 from .runtime import RuntimeInstrumentation, instrument_runtime
 
+__version__: str = _abi.__version__
+
 __all__ = [
     "COMPONENTS", "EXECUTORS", "OPERATIONS", "OUTCOMES", "MeteredSemaphore",
     "ResourcesOperation", "RuntimeInstrumentation", "declare_server", "instrument_runtime",

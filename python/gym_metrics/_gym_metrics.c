@@ -312,6 +312,16 @@ static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
                                      NULL,
                                      NULL};
 
+/* The project's version (CMake's project(... VERSION)), given by the build. */
+#ifndef GYM_VERSION
+#error "GYM_VERSION must be defined by the build"
+#endif
+
 PyMODINIT_FUNC PyInit__gym_metrics(void) {
-  return PyModule_Create(&kModule);
+  PyObject* m = PyModule_Create(&kModule);
+  if (m != NULL && PyModule_AddStringConstant(m, "__version__", GYM_VERSION) != 0) {
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
 }

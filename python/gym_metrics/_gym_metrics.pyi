@@ -2,6 +2,8 @@
 # are opaque capsules; tickets and kinds are integers.
 from typing import Any, Optional
 
+__version__: str
+
 def limit_open(component: str, limit_name: str, server_name: Optional[str], limit: int,
                admission_timeout_s: float) -> Any: ...
 def limit_acquired(handle: Any) -> int: ...
