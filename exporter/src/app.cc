@@ -130,6 +130,10 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
              {"tls", app->web_.tls ? "true" : "false"},
              {"basic_auth", app->web_.basic_auth_users.empty() ? "false" : "true"},
              {"max_connections", std::to_string(c.max_connections)}});
+  if (!c.sd.file.empty()) {
+    if (!app->sd_.write(c.sd, app->server_->port(), error)) return nullptr;
+    spdlog::info("service discovery: this exporter's target written to {}", c.sd.file);
+  }
   return app;
 }
 
@@ -178,6 +182,13 @@ void App::apply(Config next, const WebConfig& web) {
     }
     exposition_->replace(make_collectors(next, context_for(registry_)));
   }
+  if (!(next.sd == config_.sd)) {
+    std::string error;
+    if (next.sd.file.empty())
+      sd_.remove();
+    else if (!sd_.write(next.sd, server_->port(), &error))
+      spdlog::error("reload: {}; keeping the previous entry", error);
+  }
   std::lock_guard<std::mutex> lock(state_mu_);
   config_ = std::move(next);
   page_ = landing_page(config_, flags_.config_file);
@@ -214,6 +225,7 @@ std::string App::snapshot_json() {
 }
 
 void App::stop() {
+  sd_.remove();  // first: Prometheus stops scraping what is going away
   if (exposition_) exposition_->stop();
   server_.reset();
 }

@@ -67,6 +67,7 @@ class App {
   std::mutex state_mu_;  // guards what HTTP threads read: page_, registry_ (the pointer)
   std::string page_;
   std::unique_ptr<HttpServer> server_;
+  SdFile sd_;  // this exporter's file_sd entry, while it runs
   // The snapshot's NVML (nvml.h), loaded at the first snapshot asked for
   // while the gpu section is on; guarded by nvml_mu_.
   std::mutex nvml_mu_;

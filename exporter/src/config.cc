@@ -59,6 +59,32 @@ void read_web(YamlReader& rd, const YAML::Node& n, Config& c) {
                }}});
 }
 
+void read_service_discovery(YamlReader& rd, const YAML::Node& n, Config& c) {
+  rd.mapping(
+      n, "service_discovery",
+      {{"file", [&](const YAML::Node& v) { rd.string(v, "service_discovery.file", c.sd.file); }},
+       {"target",
+        [&](const YAML::Node& v) { rd.string(v, "service_discovery.target", c.sd.target); }},
+       {"labels", [&](const YAML::Node& v) {
+          if (!v.IsMap()) {
+            rd.error(v, "service_discovery.labels must map label names to values");
+            return;
+          }
+          for (const auto& kv : v) {
+            const std::string name = kv.first.Scalar();
+            std::string value;
+            if (!valid_sd_label(name) || name == "host") {
+              rd.error(kv.first, "service_discovery.labels: '" + name +
+                                     "' is not a label name a target may carry "
+                                     "([a-zA-Z_][a-zA-Z0-9_]*, not __*, not host)");
+              continue;
+            }
+            if (rd.string(kv.second, "service_discovery.labels." + name, value))
+              c.sd.labels[name] = value;
+          }
+        }}});
+}
+
 void read_log(YamlReader& rd, const YAML::Node& n, Config& c) {
   rd.mapping(n, "log",
              {{"level", [&](const YAML::Node& v) { rd.string(v, "log.level", c.log_level); }},
@@ -71,9 +97,11 @@ ConfigResult parse_root(YamlReader& rd, const std::optional<YAML::Node>& root) {
   if (!root) return r;
   Config& c = r.config;
   std::map<std::string, YAML::Node> sections;
-  YamlReader::Keys keys = {{"web", [&](const YAML::Node& n) { read_web(rd, n, c); }},
-                           {"registry", [&](const YAML::Node& n) { read_registry(rd, n, c); }},
-                           {"log", [&](const YAML::Node& n) { read_log(rd, n, c); }}};
+  YamlReader::Keys keys = {
+      {"web", [&](const YAML::Node& n) { read_web(rd, n, c); }},
+      {"registry", [&](const YAML::Node& n) { read_registry(rd, n, c); }},
+      {"log", [&](const YAML::Node& n) { read_log(rd, n, c); }},
+      {"service_discovery", [&](const YAML::Node& n) { read_service_discovery(rd, n, c); }}};
   for (const CollectorKind* kind : collector_kinds())
     if (kind->parse)
       keys[kind->name] = [&, kind](const YAML::Node& n) { sections[kind->name] = n; };
@@ -105,6 +133,7 @@ void ConfigOverrides::apply(Config& c) const {
   if (registry_dir) c.registry_dir = *registry_dir;
   if (log_level) c.log_level = *log_level;
   if (log_format) c.log_format = *log_format;
+  if (sd_file) c.sd.file = *sd_file;
 }
 
 std::vector<std::string> validate(const Config& c, const std::string& origin) {
@@ -130,6 +159,9 @@ std::vector<std::string> validate(const Config& c, const std::string& origin) {
   if (!port_ok)
     errors.push_back(p + "listen address must be [host]:port, got '" + c.listen_address + "'");
   if (c.registry_dir.empty()) errors.push_back(p + "registry directory must not be empty");
+  if (!c.sd.file.empty() && !c.sd.file.ends_with(".json"))
+    errors.push_back(p + "service discovery file must end in .json (Prometheus file_sd), got '" +
+                     c.sd.file + "'");
   return errors;
 }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gym/contract.h"
+#include "sd_file.h"
 
 namespace gym::exporter {
 
@@ -37,6 +38,8 @@ struct Config {
   // forgotten; at most max_series series are tracked (the rest are counted).
   double retired_series_ttl_seconds = 3600;
   int max_series = 100000;
+  // Prometheus file_sd entry of this exporter (sd_file.h).
+  SdConfig sd;
   // Every collector kind that has a section, by name (defaults when the file
   // has none).
   std::map<std::string, CollectorSection> collectors;
@@ -55,6 +58,7 @@ struct ConfigOverrides {
   std::optional<std::string> registry_dir;
   std::optional<std::string> log_level;
   std::optional<std::string> log_format;
+  std::optional<std::string> sd_file;
   void apply(Config& c) const;
 };
 

@@ -7,6 +7,23 @@
 
 namespace gym::exporter {
 
+std::string json_quote(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out + '"';
+}
+
 namespace {
 
 // Appends JSON; commas go in by themselves (after a value, before the next).
@@ -15,20 +32,7 @@ class Json {
   std::string out;
   void str(const std::string& s) {
     separate();
-    out += '"';
-    for (unsigned char c : s) {
-      if (c == '"' || c == '\\') {
-        out += '\\';
-        out += char(c);
-      } else if (c < 0x20) {
-        char buf[8];
-        std::snprintf(buf, sizeof buf, "\\u%04x", c);
-        out += buf;
-      } else {
-        out += char(c);
-      }
-    }
-    out += '"';
+    out += json_quote(s);
     after_value_ = true;
   }
   void num(double v) {

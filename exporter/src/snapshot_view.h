@@ -146,5 +146,7 @@ View make_view(const Snapshot& snap, const std::string& registry_dir,
 double boot_time_seconds(const std::string& proc_root = "/proc");
 
 std::string to_json(const View& v);
+// `s` as a JSON string literal, quoted and escaped.
+std::string json_quote(const std::string& s);
 
 }  // namespace gym::exporter

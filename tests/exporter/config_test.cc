@@ -1,7 +1,13 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <map>
+#include <string>
+
 #include "collectors/memory.h"
 #include "config.h"
+#include "sd_file.h"
+#include "test_support.h"
 #include "web_config.h"
 
 namespace gym::exporter {
@@ -131,6 +137,61 @@ TEST(ExporterConfig, FlagsOverrideTheFile) {
   o.apply(r.config);
   EXPECT_EQ(r.config.registry_dir, "/b");
   EXPECT_EQ(r.config.log_level, "debug");
+}
+
+TEST(ExporterConfig, ServiceDiscoveryLabelsAreCheckedAndTheFlagNamesTheFile) {
+  ConfigResult r = parse_config(
+      "service_discovery:\n  file: /sd/a.json\n  target: node7\n  labels:\n"
+      "    gym_run: math\n    slurm_job_id: '42'\n",
+      "g.yml");
+  ASSERT_TRUE(r.ok()) << r.errors.at(0);
+  EXPECT_EQ(r.config.sd.file, "/sd/a.json");
+  EXPECT_EQ(r.config.sd.target, "node7");
+  EXPECT_EQ(r.config.sd.labels,
+            (std::map<std::string, std::string>{{"gym_run", "math"}, {"slurm_job_id", "42"}}));
+  ConfigOverrides o;
+  o.sd_file = "/other/b.json";
+  o.apply(r.config);
+  EXPECT_EQ(r.config.sd.file, "/other/b.json");
+  for (const char* bad : {"__meta: x", "host: me", "9lives: x", "a-b: x"})
+    EXPECT_TRUE(has_error(
+        parse_config(std::string("service_discovery:\n  labels:\n    ") + bad + "\n", "g.yml"),
+        "g.yml:3:5: service_discovery.labels"))
+        << bad;
+  EXPECT_TRUE(has_error(parse_config("service_discovery:\n  labels: [a]\n", "g.yml"),
+                        "must map label names"));
+  EXPECT_TRUE(has_error(parse_config("service_discovery:\n  file: /sd/a.yml\n", "g.yml"),
+                        "must end in .json"));
+}
+
+TEST(SdFile, WritesItsEntryAtomicallyAndRemovesOnlyWhatItWrote) {
+  testing::TempDir tmp;
+  const std::string path = tmp.path() + "/a.json";
+  SdConfig c{path, "10.0.0.7", {{"gym_run", "say \"hi\"\n"}}};
+  std::string error;
+  {
+    SdFile sd;
+    ASSERT_TRUE(sd.write(c, 9478, &error)) << error;
+    std::ifstream in(path);
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    EXPECT_EQ(text,
+              "[{\"targets\": [\"10.0.0.7:9478\"], \"labels\": {\"gym_run\": "
+              "\"say \\\"hi\\\"\\u000a\", \"host\": \"" +
+                  host_name() + "\"}}]\n");
+  }
+  EXPECT_FALSE(std::ifstream(path).good()) << "removed when it stops";
+  {
+    SdFile sd;
+    c.target = "node7:9100";
+    ASSERT_TRUE(sd.write(c, 1, &error));
+    std::ofstream(path) << "[]\n";  // another exporter took the path over
+  }
+  EXPECT_TRUE(std::ifstream(path).good()) << "what another wrote stays";
+  SdFile sd;
+  c.file = tmp.path() + "/missing/a.json";
+  EXPECT_FALSE(sd.write(c, 1, &error));
+  EXPECT_NE(error.find("cannot write service discovery file"), std::string::npos) << error;
+  EXPECT_TRUE(sd.path().empty());
 }
 
 TEST(ExporterConfig, MemoryTargetsAndTheirErrors) {
