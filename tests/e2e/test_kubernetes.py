@@ -1,0 +1,213 @@
+"""deploy/kubernetes/, checked without a cluster: every manifest parses; the
+built-in kinds are validated against the Kubernetes API's own models
+(Debian's python3-kubernetes, generated from the API's OpenAPI schema: every
+field known, of its type, required ones present); the Prometheus Operator's
+PodMonitor and PrometheusRule against the fields of theirs we use; the
+PrometheusRule is what config/rules/ holds; the DaemonSet and the sidecar
+keep the settings their comments promise."""
+import glob
+import os
+import re
+import sys
+
+import jsonschema
+import kubernetes.client as k8s
+import pytest
+import yaml
+
+SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+DEPLOY = os.path.join(SOURCE, "deploy", "kubernetes")
+MODELS = {("v1", "Namespace"): "V1Namespace", ("v1", "Pod"): "V1Pod",
+          ("apps/v1", "DaemonSet"): "V1DaemonSet"}
+
+
+def problems(value, type_name, path="$"):
+    """Where `value` does not fit the API model `type_name`: unknown fields,
+    wrong types. (Required fields: the models' own validation, below.)"""
+    out = []
+    if type_name in ("str", "int", "bool", "float"):
+        types = {"str": str, "int": int, "bool": bool, "float": (int, float)}[type_name]
+        if not isinstance(value, types) or (type_name == "int" and isinstance(value, bool)):
+            out.append(f"{path}: {value!r} is not {type_name}")
+        return out
+    if type_name == "object":
+        return out
+    m = re.fullmatch(r"list\[(.+)\]", type_name)
+    if m:
+        if not isinstance(value, list):
+            return [f"{path}: not a list"]
+        for i, v in enumerate(value):
+            out += problems(v, m.group(1), f"{path}[{i}]")
+        return out
+    m = re.fullmatch(r"dict\(str, (.+)\)", type_name)
+    if m:
+        if not isinstance(value, dict):
+            return [f"{path}: not a mapping"]
+        for key, v in value.items():
+            out += problems(v, m.group(1), f"{path}.{key}")
+        return out
+    model = getattr(k8s, type_name)
+    if not isinstance(value, dict):
+        return [f"{path}: not a {type_name}"]
+    by_json = {json: attr for attr, json in model.attribute_map.items()}
+    for key, v in value.items():
+        if key not in by_json:
+            out.append(f"{path}.{key}: no such field in {type_name}")
+            continue
+        t = model.openapi_types[by_json[key]]
+        # IntOrString fields (ports of probes) are "object" in the models.
+        out += problems(v, t, f"{path}.{key}")
+    return out
+
+
+def validate_builtin(doc):
+    name = MODELS[(doc["apiVersion"], doc["kind"])]
+    errors = problems(doc, name)
+    try:  # required fields, as the client validates them
+        k8s.ApiClient()._ApiClient__deserialize(doc, name)
+    except ValueError as e:
+        errors.append(str(e))
+    return errors
+
+
+def manifests():
+    out = []
+    for path in sorted(glob.glob(os.path.join(DEPLOY, "**", "*.yaml"), recursive=True)):
+        with open(path) as f:
+            out += [(os.path.relpath(path, DEPLOY), d) for d in yaml.safe_load_all(f) if d]
+    return out
+
+
+def test_the_validator_refuses_unknown_fields_wrong_types_and_missing_containers():
+    ds = next(d for p, d in manifests() if d["kind"] == "DaemonSet")
+    assert validate_builtin(ds) == []
+    bad = yaml.safe_load(yaml.safe_dump(ds))
+    c = bad["spec"]["template"]["spec"]["containers"][0]
+    c["securityContext"]["readOnlyRootFileSystem"] = True  # a typo of a real field
+    c["ports"][0]["containerPort"] = "9478"
+    errors = validate_builtin(bad)
+    assert any("readOnlyRootFileSystem: no such field in V1SecurityContext" in e for e in errors)
+    assert any("containerPort: '9478' is not int" in e for e in errors)
+    del bad["spec"]["template"]["spec"]["containers"]
+    assert any("containers" in e for e in validate_builtin(bad))
+
+
+@pytest.mark.parametrize("path,doc", manifests(), ids=lambda x: x if isinstance(x, str) else "")
+def test_every_manifest_fits_the_api(path, doc):
+    if doc["apiVersion"].startswith("monitoring.coreos.com/"):
+        jsonschema.validate(doc, OPERATOR_SCHEMAS[doc["kind"]])
+    else:
+        assert validate_builtin(doc) == [], path
+
+
+# The Prometheus Operator's kinds (monitoring.coreos.com/v1), the fields we
+# use, strictly: what its CRDs say of them.
+_META = {"type": "object", "required": ["name", "namespace"],
+         "properties": {"name": {"type": "string"}, "namespace": {"type": "string"},
+                        "labels": {"type": "object",
+                                   "additionalProperties": {"type": "string"}}},
+         "additionalProperties": False}
+_RULE = {"type": "object", "required": ["expr"], "additionalProperties": False,
+         "properties": {"record": {"type": "string"}, "alert": {"type": "string"},
+                        "expr": {"type": ["string", "integer"]}, "for": {"type": "string"},
+                        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                        "annotations": {"type": "object",
+                                        "additionalProperties": {"type": "string"}}},
+         "oneOf": [{"required": ["record"]}, {"required": ["alert"]}]}
+OPERATOR_SCHEMAS = {
+    "PodMonitor": {
+        "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+        "additionalProperties": False,
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": "PodMonitor"},
+            "metadata": _META,
+            "spec": {"type": "object", "required": ["selector", "podMetricsEndpoints"],
+                     "additionalProperties": False,
+                     "properties": {
+                         "selector": {"type": "object", "additionalProperties": False,
+                                      "properties": {"matchLabels": {"type": "object"}}},
+                         "podMetricsEndpoints": {"type": "array", "items": {
+                             "type": "object", "additionalProperties": False,
+                             "properties": {"port": {"type": "string"},
+                                            "path": {"type": "string"},
+                                            "interval": {"type": "string",
+                                                         "pattern": "^[0-9]+(ms|s|m|h)$"}}}}}}}},
+    "PrometheusRule": {
+        "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+        "additionalProperties": False,
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": "PrometheusRule"}, "metadata": _META,
+            "spec": {"type": "object", "required": ["groups"], "additionalProperties": False,
+                     "properties": {"groups": {"type": "array", "items": {
+                         "type": "object", "required": ["name", "rules"],
+                         "additionalProperties": False,
+                         "properties": {"name": {"type": "string"},
+                                        "interval": {"type": "string"},
+                                        "rules": {"type": "array", "items": _RULE}}}}}}}},
+}
+
+
+def test_the_prometheusrule_is_what_config_rules_holds():
+    sys.path.insert(0, DEPLOY)
+    import generate
+    with open(os.path.join(DEPLOY, "node", "prometheusrule.yaml")) as f:
+        assert f.read() == generate.text(), \
+            "run python3 deploy/kubernetes/generate.py after changing config/rules/"
+    names = [r.get("alert") for g in generate.rule_object()["spec"]["groups"] for r in g["rules"]]
+    assert "GymEventLoopBlocked" in names and "GymExporterDown" in names
+
+
+def node_daemonset():
+    return next(d for p, d in manifests() if d["kind"] == "DaemonSet")
+
+
+def test_the_daemonset_sees_the_nodes_processes_and_needs_no_privilege():
+    ds = node_daemonset()
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["hostPID"] is True
+    assert pod.get("hostNetwork") is not True and pod.get("hostIPC") is not True
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    (c,) = pod["containers"]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc.get("privileged") is not True and sc["capabilities"] == {"drop": ["ALL"]}
+    assert "add" not in sc["capabilities"]
+    # Requests and a memory limit, from the measured footprint.
+    assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+    assert c["resources"]["limits"]["memory"]
+    # The registry: the node's tmpfs path the Gym pods mount, where the
+    # exporter's flag says.
+    (vol,) = pod["volumes"]
+    (mount,) = c["volumeMounts"]
+    assert vol["hostPath"]["path"].startswith("/dev/shm/") and mount["name"] == vol["name"]
+    assert f"--registry.dir={mount['mountPath']}" in c["args"]
+    assert c["ports"][0]["containerPort"] == 9478 and c["ports"][0]["name"] == "metrics"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/-/ready"
+
+
+def test_the_sidecar_shares_the_registry_and_the_process_namespace():
+    pod = next(d for p, d in manifests() if d["kind"] == "Pod")["spec"]
+    assert pod["shareProcessNamespace"] is True
+    (vol,) = pod["volumes"]
+    assert vol["emptyDir"]["medium"] == "Memory" and vol["emptyDir"]["sizeLimit"]
+    gym, exporter = pod["containers"]
+    env = {e["name"]: e["value"] for e in gym["env"]}
+    assert f"--registry.dir={env['GYM_METRICS_DIR']}" in exporter["args"]
+    for c in (gym, exporter):
+        assert {(m["name"], m["mountPath"]) for m in c["volumeMounts"]} == \
+            {(vol["name"], env["GYM_METRICS_DIR"])}
+    assert exporter["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_the_podmonitor_selects_the_daemonsets_pods_on_its_port():
+    pm = next(d for p, d in manifests() if d["kind"] == "PodMonitor")
+    ds = node_daemonset()
+    labels = ds["spec"]["template"]["metadata"]["labels"]
+    assert pm["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    ports = {p["name"] for p in ds["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {e["port"] for e in pm["spec"]["podMetricsEndpoints"]} <= ports
+    assert pm["metadata"]["namespace"] == ds["metadata"]["namespace"]
