@@ -74,3 +74,18 @@ def test_every_page_of_docs_is_linked_from_the_readme():
     readme = open(README).read()
     for path in DOCS:
         assert f"(docs/{os.path.basename(path)})" in readme, f"{path} is not linked"
+
+
+def test_every_alert_has_a_runbook_section_and_every_section_an_alert():
+    import yaml
+    with open(os.path.join(SOURCE, "config", "rules", "gym-alerts.yml")) as f:
+        alerts = [r for g in yaml.safe_load(f)["groups"] for r in g["rules"]]
+    with open(os.path.join(SOURCE, "docs", "runbook.md")) as f:
+        text = f.read()
+    sections = re.findall(r"^## (\S+)$", text, re.M)
+    assert sorted(sections) == sorted(a["alert"] for a in alerts)
+    for a in alerts:
+        assert a["annotations"]["runbook_url"] == f"docs/runbook.md#{a['alert'].lower()}"
+    # Each section says what it means, how to confirm it and what to do.
+    for body in re.split(r"^## \S+$", text, flags=re.M)[1:]:
+        assert "**Means:**" in body and "**Confirm:**" in body and "**Do:**" in body
