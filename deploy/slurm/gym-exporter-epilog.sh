@@ -2,7 +2,9 @@
 # Slurm Epilog (slurm.conf: Epilog=/path/gym-exporter-epilog.sh): stops the
 # job's gym-exporter on this node (which removes its file_sd entry), and
 # removes the entry anyway if it was left (an exporter killed), the job's
-# registry and the exporter's files. Settings as for gym-exporter-prolog.sh.
+# registry and the exporter's files. Settings as for gym-exporter-prolog.sh,
+# and GYM_EXPORTER_STOP_SECONDS: how long it may take to stop before SIGKILL
+# (default 10).
 # Never fails (exit 0).
 set -uo pipefail
 job="${SLURM_JOB_ID:?SLURM_JOB_ID is not set: run me as a Slurm epilog}"
@@ -14,7 +16,7 @@ if pid="$(cat "$run_dir/pid" 2>/dev/null)"; then
   # Only our exporter: the pid's command line names this job's configuration.
   if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$run_dir/gym-exporter.yml"; then
     kill -TERM "$pid" 2>/dev/null
-    for _ in $(seq 100); do
+    for _ in $(seq "$((${GYM_EXPORTER_STOP_SECONDS:-10} * 10))"); do
       kill -0 "$pid" 2>/dev/null || break
       sleep 0.1
     done

@@ -16,6 +16,7 @@
 #   GYM_EXPORTER_PORT the port (default: any free one; the entry says which)
 #   GYM_RUN           the gym_run label (default: SLURM_JOB_NAME, else the job id)
 #   GYM_RUN_DIR       where the job's exporter keeps its files (default /run/gym-exporter)
+#   GYM_EXPORTER_START_SECONDS  how long to wait for it to listen (default 10)
 # The job's tasks find the registry through GYM_METRICS_DIR, which
 # gym-task-prolog.sh (TaskProlog) exports: /dev/shm/gym-metrics-JOBID.
 set -uo pipefail
@@ -52,7 +53,7 @@ setsid "$exporter" --config.file="$run_dir/gym-exporter.yml" \
   >>"$run_dir/exporter.log" 2>&1 </dev/null &
 echo $! >"$run_dir/pid"
 # Listening, with its entry written: or say why not.
-for _ in $(seq 100); do
+for _ in $(seq "$((${GYM_EXPORTER_START_SECONDS:-10} * 10))"); do
   [ -f "$GYM_SD_DIR/slurm-$job-$node.json" ] && exit 0
   kill -0 "$(cat "$run_dir/pid")" 2>/dev/null || break
   sleep 0.1
