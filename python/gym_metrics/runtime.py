@@ -8,9 +8,9 @@ collections and its threads.
         # or, for a loop of one's own: instrument_runtime(server_name=...)
 
 The loop is watched by a probe callback of its own, every `interval_s`: it
-records how late it ran, sets the time the next one is due (plus `grace_s`)
-as the start of a heartbeat in the registry, and (every second) counts the loop's tasks and the
-process's threads. The exporter serves how long that heartbeat is overdue as
+records how late it ran, sets the time the next one is due (plus
+`grace_s`) as the start of a heartbeat in the registry, and (every second)
+counts the loop's tasks and the process's threads. The exporter serves how long that heartbeat is overdue as
 of each scrape, so a loop blocked for 30 s shows 30 s while it is blocked,
 with no thread watching it. Garbage collections are timed by a gc.callbacks
 hook, once per process. Nothing here raises into the loop: a call into the
@@ -70,9 +70,9 @@ def _runtime_handle(server_name: Optional[str]) -> Any:
 
 
 class RuntimeInstrumentation:
-    """One instrumented event loop; close() stops its probe (its heartbeat,
-    tasks and threads then stop reporting; counts and the lag histogram
-    stay)."""
+    """One instrumented event loop; close() stops its probe (its heartbeat
+    and tasks then stop reporting; the lag histogram stays, and so do the
+    process's collections and threads, which belong to the process)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop, server_name: Optional[str],
                  interval_s: float, grace_s: float) -> None:
