@@ -221,7 +221,10 @@ def exporter():
         while True:
             try:
                 _, text = get(port)
-                if "gym_resources_operation_duration_seconds_bucket" in text:
+                # The demo's operations, and the servers' CPU, which the cpu
+                # collector serves from its first sample of the servers on.
+                if ("gym_resources_operation_duration_seconds_bucket" in text
+                        and "gym_server_cpu_seconds_total" in text):
                     break
             except OSError:
                 pass
