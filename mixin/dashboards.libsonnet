@@ -1,0 +1,238 @@
+// The three Grafana dashboards: concurrency limits, resources operations,
+// and memory (with CPU, GPU, exits and the Python runtime, per server).
+local g = import 'lib/grafana.libsonnet';
+
+local BASE = 'job=~"$job", instance=~"$instance"';
+local LIMIT = 'nemo_gym_concurrency_component, nemo_gym_concurrency_limit_name, nemo_gym_server_name';
+local OP = 'nemo_gym_resources_operation, nemo_gym_resources_executor';
+local SERVER = 'nemo_gym_server_name, nemo_gym_server_type';
+
+{
+  grafanaDashboards+:: {
+    local c = $._config,
+    local panel = g.panel,
+    local rateOf(sel) = function(metric) 'rate(%s{%s}[%s])' % [metric, sel, c.dashboardRateInterval],
+    local increaseOf(sel) = function(metric) 'increase(%s{%s}[%s])' % [metric, sel, c.dashboardRateInterval],
+
+    'gym-concurrency.json':
+      local SEL = BASE + ', nemo_gym_concurrency_component=~"$component", nemo_gym_concurrency_limit_name=~"$limit", nemo_gym_server_name=~"$server"';
+      local rate = rateOf(SEL);
+      local s = { SEL: SEL, LIMIT: LIMIT };
+      local byLimit(metric) = 'sum by (%s) (%s{%s})' % [LIMIT, metric, SEL];
+      local perLimit = '{{nemo_gym_concurrency_component}}/{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}';
+      g.dashboard(c,
+                  'gym-concurrency',
+                  'Gym / Concurrency limits',
+                  'Every concurrency limit: its slots, who holds them and who waits.',
+                  [
+                    panel('Limit, active and queued', 'short', [
+                      [byLimit('gym_concurrency_limit'), 'limit {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}'],
+                      [byLimit('gym_concurrency_active'), 'active {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}'],
+                      [byLimit('gym_concurrency_queue_depth'), 'queued {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}'],
+                    ], description='Summed over the selected hosts.'),
+                    panel('Saturation', 'percentunit', [
+                      ['%s / %s' % [byLimit('gym_concurrency_active'), byLimit('gym_concurrency_limit')], perLimit],
+                    ], description='Share of slots held; 100% with a queue means work waits on this limit.'),
+                    panel('Most saturated limits, per host', 'percentunit', [
+                      [
+                        'topk(5, sum by (instance, %(LIMIT)s) (gym_concurrency_active{%(SEL)s}) / sum by (instance, %(LIMIT)s) (gym_concurrency_limit{%(SEL)s}))' % s,
+                        '{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}',
+                      ],
+                    ], description='The five limits with the largest share of slots held on one host: a limit full on one host can hide in a sum over many.'),
+                    panel('Longest queues, per host', 'short', [
+                      [
+                        'topk(5, sum by (instance, %(LIMIT)s) (gym_concurrency_queue_depth{%(SEL)s}))' % s,
+                        '{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}',
+                      ],
+                    ]),
+                    panel('Queue depth', 'short', [[byLimit('gym_concurrency_queue_depth'), perLimit]], stack=true),
+                    panel('Free slots', 'short', [[byLimit('gym_concurrency_available'), perLimit]]),
+                    panel('Oldest hold', 's', [
+                      [
+                        'max by (instance, %(LIMIT)s) (gym_concurrency_oldest_hold_seconds{%(SEL)s})' % s,
+                        '{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}',
+                      ],
+                    ], description='How long the longest-held slot of each limit has been held, per host. A line that keeps climbing while admissions stay flat is a wedged holder.'),
+                    panel('Oldest wait', 's', [
+                      [
+                        'max by (instance, %(LIMIT)s) (gym_concurrency_oldest_wait_seconds{%(SEL)s})' % s,
+                        '{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}',
+                      ],
+                    ], description='How long the longest-waiting caller of each limit has waited, per host.'),
+                    panel('Admissions', 'ops', [
+                      [
+                        'sum by (%s) (%s)' % [LIMIT, rate('gym_concurrency_admissions_total')],
+                        '{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}',
+                      ],
+                    ], description='Callers that got a slot, per second: the flow through each limit.'),
+                    panel('Wait p99', 's', [
+                      [
+                        'histogram_quantile(0.99, sum by (le, %s) (%s))' % [LIMIT, rate('gym_concurrency_wait_duration_seconds_bucket')],
+                        '{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}',
+                      ],
+                    ], description='99th percentile of the waits for a slot, timed out and cancelled ones included.'),
+                    panel('Admission timeouts', 'ops', [
+                      [
+                        'sum by (%s) (%s)' % [LIMIT, rate('gym_concurrency_admission_timeouts_total')],
+                        '{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}',
+                      ],
+                    ], description='Waits that ran out of the admission timeout, per second.'),
+                    panel('Admission cancellations', 'ops', [
+                      [
+                        'sum by (%s) (%s)' % [LIMIT, rate('gym_concurrency_admission_cancelled_total')],
+                        '{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}',
+                      ],
+                    ], description='Waits cancelled before a slot was free, per second.'),
+                  ],
+                  [
+                    g.labelVariable('component', 'Component', 'gym_concurrency_limit', 'nemo_gym_concurrency_component', BASE),
+                    g.labelVariable('limit', 'Limit', 'gym_concurrency_limit', 'nemo_gym_concurrency_limit_name', BASE),
+                    g.labelVariable('server', 'Server', 'gym_concurrency_limit', 'nemo_gym_server_name', BASE),
+                  ]),
+
+    'gym-resources-operations.json':
+      local SEL = BASE + ', nemo_gym_resources_operation=~"$operation", nemo_gym_server_name=~"$server"';
+      local rate = rateOf(SEL);
+      local s = { SEL: SEL, OP: OP };
+      local quantiles(family) = [
+        [
+          'histogram_quantile(%g, sum by (le, %s) (%s))' % [q, OP, rate(family + '_bucket')],
+          'p%d {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}}' % (q * 100 + 0.5),
+        ]
+        for q in [0.5, 0.9, 0.99]
+      ];
+      g.dashboard(c,
+                  'gym-resources-operations',
+                  'Gym / Resources operations',
+                  'Bounded work of resources servers: how long it queued, ran, and how it ended.',
+                  [
+                    panel('Queue time quantiles', 's', quantiles('gym_resources_operation_queue_duration_seconds')),
+                    panel('Run time quantiles', 's', quantiles('gym_resources_operation_duration_seconds')),
+                    panel('Queue time', 's', [['sum by (le) (%s)' % rate('gym_resources_operation_queue_duration_seconds_bucket'), '{{le}}']], kind='heatmap'),
+                    panel('Run time', 's', [['sum by (le) (%s)' % rate('gym_resources_operation_duration_seconds_bucket'), '{{le}}']], kind='heatmap'),
+                    panel('Outcomes', 'ops', [
+                      [
+                        'sum by (nemo_gym_resources_operation_outcome) (%s)' % rate('gym_resources_operation_duration_seconds_count'),
+                        '{{nemo_gym_resources_operation_outcome}}',
+                      ],
+                    ], stack=true, description='Finished operations per second, by outcome.'),
+                    panel('Oldest queued and running', 's', [
+                      [
+                        'max by (instance, %(OP)s) (gym_resources_operation_oldest_queued_seconds{%(SEL)s})' % s,
+                        'queued {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}} {{instance}}',
+                      ],
+                      [
+                        'max by (instance, %(OP)s) (gym_resources_operation_oldest_active_seconds{%(SEL)s})' % s,
+                        'running {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}} {{instance}}',
+                      ],
+                    ], description='Age of the longest-waiting and the longest-running operation, per host: a stuck operation shows here long before it records a duration.'),
+                    panel('Slowest operations (p99 run time)', 's', [
+                      [
+                        'topk(5, histogram_quantile(0.99, sum by (le, %s, nemo_gym_server_name) (%s)))' % [OP, rate('gym_resources_operation_duration_seconds_bucket')],
+                        '{{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}} {{nemo_gym_server_name}}',
+                      ],
+                    ], description='The five operations with the longest 99th percentile run time.'),
+                    panel('Queued and running', 'short', [
+                      [
+                        'sum by (%(OP)s) (gym_resources_operation_queued{%(SEL)s})' % s,
+                        'queued {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}}',
+                      ],
+                      [
+                        'sum by (%(OP)s) (gym_resources_operation_active{%(SEL)s})' % s,
+                        'running {{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}}',
+                      ],
+                    ]),
+                  ],
+                  [
+                    g.labelVariable('operation', 'Operation', 'gym_resources_operation_queued', 'nemo_gym_resources_operation', BASE),
+                    g.labelVariable('server', 'Server', 'gym_resources_operation_queued', 'nemo_gym_server_name', BASE),
+                  ]),
+
+    'gym-memory.json':
+      local SEL = BASE + ', nemo_gym_server_name=~"$server"';
+      local HOST = BASE;  // host-wide series have no server
+      local rate = rateOf(SEL);
+      local increase = increaseOf(SEL);
+      local s = { SEL: SEL, HOST: HOST, SERVER: SERVER, hostOoms: increaseOf(HOST)('gym_host_oom_kills_total') };
+      local perServerHost = '{{nemo_gym_server_name}} {{instance}}';
+      g.dashboard(c,
+                  'gym-memory',
+                  'Gym / Memory',
+                  "Memory of every Gym server's whole process tree, and of the host.",
+                  [
+                    panel('Server RSS', 'bytes', [
+                      ['sum by (%(SERVER)s) (gym_server_memory_usage_bytes{%(SEL)s, memory_type="rss"})' % s, '{{nemo_gym_server_name}}'],
+                      ['max by (%(SERVER)s) (gym_server_memory_sampled_peak_bytes{%(SEL)s, memory_type="rss"})' % s, 'peak {{nemo_gym_server_name}}'],
+                    ]),
+                    panel('Server PSS', 'bytes', [
+                      ['sum by (%(SERVER)s) (gym_server_memory_usage_bytes{%(SEL)s, memory_type="pss"})' % s, '{{nemo_gym_server_name}}'],
+                      ['max by (%(SERVER)s) (gym_server_memory_sampled_peak_bytes{%(SEL)s, memory_type="pss"})' % s, 'peak {{nemo_gym_server_name}}'],
+                    ], description='Proportional set size: shared pages split between the processes sharing them.'),
+                    panel('Largest servers (RSS), per host', 'bytes', [
+                      ['topk(5, max by (instance, %(SERVER)s) (gym_server_memory_usage_bytes{%(SEL)s, memory_type="rss"}))' % s, perServerHost],
+                    ]),
+                    panel('CPU per server', 'percentunit', [
+                      ['sum by (instance, %s) (%s)' % [SERVER, rate('gym_server_cpu_seconds_total')], perServerHost],
+                    ], description="Cores used by each server's process tree, reaped children included."),
+                    panel('Processes per server', 'short', [
+                      ['sum by (%(SERVER)s) (gym_server_processes{%(SEL)s})' % s, '{{nemo_gym_server_name}}'],
+                    ]),
+                    panel('Host memory', 'bytes', [
+                      ['sum by (instance) (gym_host_memory_usage_bytes{%(HOST)s})' % s, 'used {{instance}}'],
+                      ['sum by (instance) (gym_host_memory_available_bytes{%(HOST)s})' % s, 'available {{instance}}'],
+                      ['sum by (instance) (gym_host_memory_total_bytes{%(HOST)s})' % s, 'total {{instance}}'],
+                      ['max by (instance) (gym_host_memory_sampled_peak_bytes{%(HOST)s})' % s, 'peak used {{instance}}'],
+                    ]),
+                    panel("Servers' share of host memory", 'percentunit', [
+                      [
+                        'max by (instance, %(SERVER)s) (gym_server_memory_usage_bytes{%(SEL)s, memory_type="rss"}) / on (instance) group_left sum by (instance) (gym_host_memory_total_bytes{%(HOST)s})' % s,
+                        perServerHost,
+                      ],
+                    ]),
+                    panel("Servers' cgroups", 'bytes', [
+                      ['sum by (instance, %(SERVER)s) (gym_server_cgroup_memory_usage_bytes{%(SEL)s})' % s, perServerHost],
+                      ['max by (instance, %(SERVER)s) (gym_server_cgroup_memory_peak_bytes{%(SEL)s})' % s, 'peak ' + perServerHost],
+                      ['max by (instance, %(SERVER)s) (gym_server_cgroup_memory_limit_bytes{%(SEL)s})' % s, 'limit ' + perServerHost],
+                    ], description='Memory charged to the cgroup of each server that has one of its own (page cache included), its peak and its limit.'),
+                    panel('GPU memory by server, per GPU', 'bytes', [
+                      ['sum by (instance, %(SERVER)s, gpu) (gym_server_gpu_memory_bytes{%(SEL)s})' % s, '{{nemo_gym_server_name}} GPU {{gpu}} {{instance}}'],
+                      ['max by (instance, %(SERVER)s, gpu) (gym_server_gpu_memory_sampled_peak_bytes{%(SEL)s})' % s, 'peak {{nemo_gym_server_name}} GPU {{gpu}} {{instance}}'],
+                    ], description="GPU memory (NVML) held by each server's processes on each GPU, and its sampled peak."),
+                    panel('GPU utilization by server, per GPU', 'percentunit', [
+                      ['max by (instance, %(SERVER)s, gpu) (gym_server_gpu_utilization_ratio{%(SEL)s})' % s, '{{nemo_gym_server_name}} GPU {{gpu}} {{instance}}'],
+                    ], description="Share of time a kernel of each server's processes ran on each GPU (NVML's per-process SM utilization)."),
+                    panel('GPUs: used, unattributed, total', 'bytes', [
+                      ['sum by (instance, gpu) (gym_gpu_memory_used_bytes{%(HOST)s})' % s, 'used GPU {{gpu}} {{instance}}'],
+                      ['sum by (instance, gpu) (gym_gpu_memory_unattributed_bytes{%(HOST)s})' % s, "no server's GPU {{gpu}} {{instance}}"],
+                      ['sum by (instance, gpu) (gym_gpu_memory_total_bytes{%(HOST)s})' % s, 'total GPU {{gpu}} {{instance}}'],
+                    ], description="Memory in use on each GPU; of it, what no known server holds (other processes, the driver); and the GPU's memory."),
+                    panel('Exits and OOM kills', 'short', [
+                      ['sum by (instance, %s, reason) (%s)' % [SERVER, increase('gym_server_exits_total')], '{{nemo_gym_server_name}} {{reason}} {{instance}}'],
+                      ['sum by (instance, %s) (%s)' % [SERVER, increase('gym_server_cgroup_oom_kills_total')], "OOM kills in {{nemo_gym_server_name}}'s cgroup {{instance}}"],
+                      ['sum by (instance) (%(hostOoms)s)' % s, 'OOM kills on {{instance}}'],
+                    ], description="Server root processes that exited (oom_kill: killed by the OOM killer), OOM kills in servers' own cgroups, and on the whole host."),
+                    panel("Which server's event loop is blocked, and for how long", 's', [
+                      ['max by (instance, nemo_gym_server_name) (gym_python_event_loop_blocked_seconds{%(SEL)s})' % s, perServerHost],
+                    ], description="How long each Python server's event loop has not run its heartbeat, now (0: it runs): a synchronous call or a CPU-bound verifier run inline holds the loop, and nothing else in that server runs meanwhile."),
+                    panel('Event loop lag (p99)', 's', [
+                      ['histogram_quantile(0.99, sum by (le, instance, nemo_gym_server_name) (%s))' % rate('gym_python_event_loop_lag_seconds_bucket'), perServerHost],
+                    ], description="How late each server's loop ran a callback that was due: a loop that is busy, not blocked, is late by milliseconds."),
+                    panel('Event loop tasks and threads', 'short', [
+                      ['sum by (instance, nemo_gym_server_name) (gym_python_event_loop_tasks{%(SEL)s})' % s, 'tasks ' + perServerHost],
+                      ['sum by (instance, nemo_gym_server_name) (gym_python_threads{%(SEL)s})' % s, 'threads ' + perServerHost],
+                    ], description="Tasks alive in each server's event loop, and its process's threads."),
+                    panel('Time paused by garbage collection', 'percentunit', [
+                      [
+                        'sum by (instance, nemo_gym_server_name, nemo_gym_python_gc_generation) (%s)' % rate('gym_python_gc_pause_seconds_sum'),
+                        '{{nemo_gym_server_name}} gen {{nemo_gym_python_gc_generation}} {{instance}}',
+                      ],
+                    ], description='Share of time each Python server was paused by its garbage collector, by generation.', stack=true),
+                    panel('Memory sample time', 's', [
+                      ['max by (instance) (gym_exporter_memory_sample_duration_seconds{%(HOST)s})' % s, '{{instance}}'],
+                    ]),
+                  ],
+                  [
+                    g.labelVariable('server', 'Server', 'gym_server_up', 'nemo_gym_server_name', BASE),
+                  ]),
+  },
+}
