@@ -121,9 +121,9 @@ def exporter_memory(build, segments, scrapes=10):
             time.sleep(0.01)
         assert port, open(log.name).read()
 
-        def rss():
+        def rss(field="VmRSS"):
             with open(f"/proc/{exporter.pid}/status") as f:
-                return int(re.search(r"VmRSS:\s+(\d+)", f.read()).group(1))
+                return int(re.search(field + r":\s+(\d+)", f.read()).group(1))
 
         before, private_before = rss(), private_kib(exporter.pid)
         times, gzipped = [], []
@@ -136,7 +136,8 @@ def exporter_memory(build, segments, scrapes=10):
             start = time.perf_counter()
             urllib.request.urlopen(req, timeout=60).read()
             gzipped.append(time.perf_counter() - start)
-        return {"rss_before": before, "rss": rss(), "private_before": private_before,
+        return {"rss_before": before, "rss": rss(), "peak": rss("VmHWM"),
+                "private_before": private_before,
                 "private": private_kib(exporter.pid), "plain": statistics.median(times),
                 "gzip": statistics.median(gzipped), "bytes": len(body)}
     finally:
