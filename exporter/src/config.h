@@ -30,7 +30,7 @@ struct Config {
   std::string registry_dir = kDefaultRegistryDir;
   std::string log_level = "info";     // debug, info, warn, error
   std::string log_format = "logfmt";  // logfmt, json
-  int max_connections = 1024;         // HTTP worker threads
+  int max_connections = 1024;         // HTTP connections open at once
   // Users whose segments are read; empty: the registry directory's owner and
   // the exporter's own user.
   std::vector<int> trusted_uids;

@@ -1,8 +1,9 @@
-// The exporter's HTTP server on CivetWeb: the telemetry path, a landing page,
-// /-/healthy and /-/ready, /api/v1/snapshot; gzip when asked; 405 for methods other than GET and
-// HEAD; a bounded number of worker threads.
+// The exporter's HTTP server: the telemetry path, a landing page, /-/healthy
+// and /-/ready, /api/v1/snapshot; gzip when asked; 405 for methods other
+// than GET and HEAD; basic auth and TLS from the web configuration. Its
+// connections are http_loop.h's: a few threads, made when needed.
 //
-// Thread-safety: requests are served concurrently by CivetWeb's workers;
+// Thread-safety: requests are served concurrently by the loop's workers;
 // the Exposition serializes scrapes.
 #pragma once
 
@@ -13,11 +14,8 @@
 #include <string>
 
 #include "exposition/exposition.h"
+#include "http_loop.h"
 #include "web_config.h"
-
-struct mg_context;
-struct mg_connection;
-struct mg_request_info;
 
 namespace gym::exporter {
 
@@ -31,8 +29,8 @@ class HttpServer {
   struct Options {
     std::string listen_address = ":9478";  // [host]:port; port 0 picks a free one
     std::string telemetry_path = "/metrics";
-    int threads = 1024;
-    WebConfig web;  // TLS and basic auth (--web.config.file)
+    int max_connections = 1024;  // open at once (idle ones included)
+    WebConfig web;               // TLS and basic auth (--web.config.file)
     // The registry as JSON at /api/v1/snapshot (docs/snapshot.schema.json);
     // none: 404.
     std::function<std::string()> snapshot_json;
@@ -42,19 +40,21 @@ class HttpServer {
                                            std::function<std::string()> landing_page,
                                            std::string* error);
   ~HttpServer();
-  int port() const { return port_; }
+  int port() const { return loop_->port(); }
   // Replaces the basic auth users (a reload); empty: no authentication.
   void set_basic_auth_users(std::map<std::string, std::string> users);
 
  private:
   HttpServer() = default;
-  // CivetWeb's handler: the route, serve(), then the request counted
+  // The loop's handler: the route, serve(), then the request counted
   // (self_metrics.h).
-  static int handle(::mg_connection* conn, void* self);
-  // Answers one request; returns its status.
-  int serve(::mg_connection* conn, const ::mg_request_info* req, size_t route);
-  int serve_telemetry(::mg_connection* conn, const ::mg_request_info* req, bool head);
-  bool authorized(::mg_connection* conn);
+  HttpReply handle(const HttpRequest& req);
+  HttpReply serve(const HttpRequest& req, size_t route);
+  HttpReply serve_telemetry(const HttpRequest& req, bool head);
+  bool authorized(const HttpRequest& req);
+  // A reply with the configured headers, a content type and `extra` headers.
+  HttpReply reply(int status, const char* type, std::string body, bool head,
+                  const char* extra = "") const;
   Options options_;
   std::string configured_headers_;  // web config http_server_config.headers, rendered
   std::mutex users_mu_;
@@ -62,8 +62,7 @@ class HttpServer {
   PasswordCache passwords_;
   Exposition* exposition_ = nullptr;
   std::function<std::string()> landing_page_;
-  mg_context* ctx_ = nullptr;
-  int port_ = 0;
+  std::unique_ptr<HttpLoop> loop_;  // last: stopped first
 };
 
 // gzip of `in` (RFC 1952).

@@ -87,13 +87,13 @@ void read_tls(YamlReader& rd, const YAML::Node& v, WebConfig& c) {
        {"max_version",
         [&](const YAML::Node& n) {
           rd.error(n,
-                   "max_version is not supported: CivetWeb (Debian 12) sets only the lowest "
-                   "TLS version; use min_version");
+                   "max_version is not supported: gym-exporter sets only the lowest TLS "
+                   "version; use min_version");
         }},
        {"cipher_suites",
         [&](const YAML::Node& n) {
           rd.error(n,
-                   "cipher_suites is not supported: CivetWeb takes OpenSSL's cipher list, not "
+                   "cipher_suites is not supported: OpenSSL names its ciphers, not with "
                    "Go's suite names; min_version: TLS13 limits the suites to TLS 1.3's");
         }},
        {"prefer_server_cipher_suites", [&](const YAML::Node& n) {
@@ -113,7 +113,7 @@ void read_http(YamlReader& rd, const YAML::Node& v, WebConfig& c) {
       v, "http_server_config",
       {{"http2",
         [&](const YAML::Node& n) {
-          bool ignored = false;  // CivetWeb speaks HTTP/1.1 only
+          bool ignored = false;  // the exporter speaks HTTP/1.1 only
           rd.boolean(n, "http2", ignored);
         }},
        {"headers", [&](const YAML::Node& n) {

@@ -15,9 +15,8 @@
 //       Strict-Transport-Security: max-age=31536000
 //     http2: false                                    # accepted: HTTP/1.1 only
 //
-// max_version and cipher_suites are refused with the reason: CivetWeb (as
-// Debian 12 ships it) can set only the lowest TLS version, and its cipher
-// list is OpenSSL's, not Go's names.
+// max_version and cipher_suites are refused with the reason: only the lowest
+// TLS version is set, and OpenSSL's cipher names are not Go's.
 //
 // Thread-safety: plain values; verify_password is reentrant; PasswordCache
 // is thread-safe.

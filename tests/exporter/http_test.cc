@@ -8,6 +8,7 @@
 #include "exposition/exposition.h"
 #include "exposition/negotiate.h"
 #include "gym/families.h"
+#include "http_loop.h"
 #include "http_server.h"
 
 namespace gym::exporter {
@@ -158,6 +159,46 @@ TEST(Accept, HeaderListsKeepParametersAndQualities) {
   EXPECT_EQ(items[1].q, 0) << "out of range";
   EXPECT_EQ(items[2].q, 1);
   EXPECT_TRUE(items[2].params.empty()) << "a parameter without a value";
+}
+
+TEST(RequestHead, MethodPathQueryVersionAndHeadersWithNamesInLowerCase) {
+  HttpRequest r;
+  ASSERT_EQ(parse_request_head("GET /a%20b/c?name%5B%5D=x&y=1 HTTP/1.0\r\n"
+                               "Accept-Encoding:  gzip \r\nX-Empty:\r\nACCEPT: text/plain",
+                               &r),
+            0);
+  EXPECT_EQ(r.method, "GET");
+  EXPECT_EQ(r.path, "/a b/c") << "percent-decoded";
+  EXPECT_EQ(r.query, "name%5B%5D=x&y=1") << "as sent";
+  EXPECT_EQ(r.minor, 0);
+  ASSERT_NE(r.header("accept-encoding"), nullptr);
+  EXPECT_STREQ(r.header("accept-encoding"), "gzip") << "trimmed";
+  EXPECT_STREQ(r.header("x-empty"), "");
+  EXPECT_STREQ(r.header("accept"), "text/plain");
+  EXPECT_EQ(r.header("authorization"), nullptr);
+}
+
+TEST(RequestHead, MalformedLinesGet400AndOtherVersions505) {
+  HttpRequest r;
+  EXPECT_EQ(parse_request_head("GET /", &r), 400) << "no version";
+  EXPECT_EQ(parse_request_head("GET  / HTTP/1.1", &r), 400) << "two spaces";
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.1 x", &r), 400);
+  EXPECT_EQ(parse_request_head("G(T / HTTP/1.1", &r), 400) << "not a token";
+  EXPECT_EQ(parse_request_head("GET / HTTP/2.0", &r), 505);
+  EXPECT_EQ(parse_request_head("GET / FTP/1.1", &r), 400);
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\nNo-Colon", &r), 400);
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\n: empty name", &r), 400);
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\nA: b\r\n folded", &r), 400);
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\nBad Name: x", &r), 400);
+  EXPECT_EQ(parse_request_head("GET /%zz%4 HTTP/1.1", &r), 0);
+  EXPECT_EQ(r.path, "/%zz%4") << "a malformed escape is kept as sent";
+}
+
+TEST(QueryValues, EveryValueOfAKeyDecodedWhetherTheKeyIsEscapedOrNot) {
+  EXPECT_EQ(query_values("name[]=a&name%5B%5D=b%20c&x=1&name[]=d+e&name[]", "name[]"),
+            (std::vector<std::string>{"a", "b c", "d e", ""}));
+  EXPECT_TRUE(query_values("", "name[]").empty());
+  EXPECT_TRUE(query_values("names=a", "name[]").empty());
 }
 
 }  // namespace
