@@ -9,7 +9,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(segment_reader config procfs)
+[ ${#targets[@]} -gt 0 ] || targets=(segment_reader config procfs http_request)
 
 "$root/scripts/deps.sh"
 build="$root/build-fuzz"

@@ -190,6 +190,9 @@ TEST(RequestHead, MalformedLinesGet400AndOtherVersions505) {
   EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\n: empty name", &r), 400);
   EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\nA: b\r\n folded", &r), 400);
   EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\nBad Name: x", &r), 400);
+  using namespace std::string_view_literals;
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\nA\0B: x"sv, &r), 400) << "a NUL in a name";
+  EXPECT_EQ(parse_request_head("G\0T / HTTP/1.1"sv, &r), 400) << "a NUL in the method";
   EXPECT_EQ(parse_request_head("GET /%zz%4 HTTP/1.1", &r), 0);
   EXPECT_EQ(r.path, "/%zz%4") << "a malformed escape is kept as sent";
 }
