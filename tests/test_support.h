@@ -2,6 +2,7 @@
 // processes, and lookups in a reader snapshot.
 #pragma once
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/mount.h>
@@ -20,6 +21,16 @@
 #include "gym/registry_reader.h"
 
 namespace gym::testing {
+
+// Threads of process `pid` now (0 when it is gone).
+inline int threads_of(pid_t pid) {
+  int n = 0;
+  if (DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/task").c_str())) {
+    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
+    ::closedir(d);
+  }
+  return n;
+}
 
 // A fresh directory under /dev/shm (where the registry lives by default),
 // removed with everything in it at the end of the test.

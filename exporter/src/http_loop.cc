@@ -44,8 +44,6 @@ const char* reason_of(int status) {
       return "Not Found";
     case 405:
       return "Method Not Allowed";
-    case 408:
-      return "Request Timeout";
     case 431:
       return "Request Header Fields Too Large";
     case 500:
@@ -67,41 +65,50 @@ struct Conn {
   std::list<Conn*>::iterator waiting;  // in the loop's list while it waits
   uint32_t events = 0;                 // what epoll waits for
   bool eof = false;                    // the peer sent all it will
+  bool closing = false;                // answered, to close (after lingering)
+  bool notified = false;               // TLS close_notify sent
 };
 
-// Reads and discards what the peer has sent and we have not read: closing a
-// socket with unread data sends a reset, which can overtake the reply.
-void drain(int fd) {
+// Reads and discards what the peer has sent (up to 1 MiB now). Returns
+// whether the peer may send more: false once it has closed, or failed.
+bool drain(int fd) {
   char buf[16384];
   for (size_t total = 0; total < (1u << 20);) {
     const ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n <= 0) return;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+    if (n <= 0) return false;
     total += size_t(n);
   }
+  return true;
 }
 
-// One try at sending a small reply on a connection that is being dropped:
-// the waiting thread never blocks on a peer.
-void send_once(Conn* c, const std::string& data) {
-  drain(c->fd);
-  if (c->ssl != nullptr) {
+// One try at sending a small reply on a connection about to close (through
+// TLS unless `raw`): the waiting thread never blocks on a peer.
+void send_now(Conn* c, std::string_view data, bool raw = false) {
+  if (c->ssl != nullptr && !raw) {
     ERR_clear_error();
     (void)SSL_write(c->ssl, data.data(), int(data.size()));
     ERR_clear_error();
   } else {
     (void)::send(c->fd, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   }
-  (void)::shutdown(c->fd, SHUT_WR);
 }
 
-// Closes a connection (a TLS one with a close_notify, if it can go now).
-void close_conn(Conn* c) {
+// Closes a connection's socket (a TLS one with a close_notify, if it can go
+// now); the Conn itself stays, with fd -1.
+void release(Conn* c) {
   if (c->ssl != nullptr) {
-    if (c->handshaken) (void)SSL_shutdown(c->ssl);
+    if (c->handshaken && !c->notified) (void)SSL_shutdown(c->ssl);
     SSL_free(c->ssl);
+    c->ssl = nullptr;
     ERR_clear_error();
   }
   if (c->fd >= 0) ::close(c->fd);
+  c->fd = -1;
+}
+
+void close_conn(Conn* c) {
+  release(c);
   delete c;
 }
 
@@ -173,7 +180,7 @@ size_t head_end(const std::string& in) {
 struct HttpLoop::State : std::enable_shared_from_this<HttpLoop::State> {
   Options opts;
   Handler handler;
-  std::vector<int> listeners;
+  int listener = -1;
   int port = 0;
   int epfd = -1;
   int wake = -1;  // eventfd: stop, or connections handed back
@@ -191,20 +198,25 @@ struct HttpLoop::State : std::enable_shared_from_this<HttpLoop::State> {
 
   // The loop thread's own.
   std::list<Conn*> waiting;  // connections in epoll, oldest first
+  bool accepting = true;     // the listener is in epoll
+  // Dropped during this round of events, deleted after it: a later event
+  // of the same round may still name one.
+  std::vector<Conn*> dropped;
 
   ~State() {
-    for (int fd : listeners) ::close(fd);
+    if (listener >= 0) ::close(listener);
     if (epfd >= 0) ::close(epfd);
     if (wake >= 0) ::close(wake);
     if (opts.tls != nullptr) SSL_CTX_free(opts.tls);
   }
 
-  static constexpr uint64_t kWakeTag = 1;  // epoll data of the eventfd
-  // epoll data of listener i: (i + 1) << 1 | 1; of a connection: its pointer
-  // (aligned, so its low bit is 0).
+  // epoll data: these tags for the eventfd and the listener; a connection's
+  // pointer (aligned, so never either) for a connection.
+  static constexpr uint64_t kWakeTag = 1;
+  static constexpr uint64_t kListenTag = 3;
 
   void run();
-  void accept_from(int fd);
+  void accept_new();
   void on_event(Conn* c);
   // Waits for `events` on `c`; `timeout` from now when given, else the
   // deadline it has.
@@ -214,9 +226,32 @@ struct HttpLoop::State : std::enable_shared_from_this<HttpLoop::State> {
   void drop(Conn* c) {
     unwait(c);
     open.fetch_sub(1);
-    close_conn(c);
+    release(c);
+    dropped.push_back(c);
+  }
+  // A closing connection's lingering close: its write side is shut (after a
+  // TLS close_notify), and what the peer still sends is read and dropped
+  // until it closes too or kLinger passes. Closing a socket with unread
+  // data sends a reset, which can overtake the reply.
+  void linger(Conn* c) {
+    if (c->ssl != nullptr && c->handshaken && !c->notified) (void)SSL_shutdown(c->ssl);
+    ERR_clear_error();
+    c->notified = true;
+    c->closing = true;
+    (void)::shutdown(c->fd, SHUT_WR);
+    wait_for(c, EPOLLIN | EPOLLRDHUP, Clock::duration(kLinger));
   }
   void take_back();
+  // Takes the listener in or out of epoll: at max_connections with every
+  // connection being answered, new ones wait in the kernel's backlog.
+  void set_accepting(bool on) {
+    if (on == accepting) return;
+    epoll_event ev{};
+    ev.events = on ? uint32_t{EPOLLIN} : 0u;
+    ev.data.u64 = kListenTag;
+    (void)epoll_ctl(epfd, EPOLL_CTL_MOD, listener, &ev);
+    accepting = on;
+  }
   void expire();
   static void work_loop(std::shared_ptr<State> self);
   void serve(Conn* c);
@@ -244,9 +279,19 @@ void HttpLoop::State::unwait(Conn* c) {
   c->events = 0;
 }
 
-void HttpLoop::State::accept_from(int lfd) {
+void HttpLoop::State::accept_new() {
   for (;;) {
-    const int fd = ::accept4(lfd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    // At max_connections, the connection that has waited the longest (idle,
+    // or sending its head slowly) makes room for a new one. With none
+    // waiting (all being answered), the new one waits to be accepted until
+    // one is done. Those the workers have just answered wait again first:
+    // they may not have been taken back yet.
+    const bool full = open.load() >= opts.max_connections;
+    if (full) {
+      take_back();
+      if (waiting.empty()) return set_accepting(false);
+    }
+    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
       // Out of descriptors: the connection idle the longest goes, or the
       // next try waits a little (the listener stays readable).
@@ -258,16 +303,7 @@ void HttpLoop::State::accept_from(int lfd) {
       return;
     }
     if (fd < 0) return;  // EAGAIN: all taken
-    if (open.load() >= opts.max_connections) {
-      // The connection that has waited the longest (idle, or sending its
-      // head slowly) makes room; with none waiting (all being answered),
-      // the new one is refused.
-      if (waiting.empty()) {
-        ::close(fd);
-        continue;
-      }
-      drop(waiting.front());
-    }
+    if (full && !waiting.empty()) drop(waiting.front());
     const int on = 1;
     (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
     auto* c = new Conn;
@@ -287,6 +323,11 @@ void HttpLoop::State::accept_from(int lfd) {
 }
 
 void HttpLoop::State::on_event(Conn* c) {
+  if (c->fd < 0) return;  // dropped earlier in this round
+  if (c->closing) {
+    if (!drain(c->fd)) drop(c);
+    return;
+  }
   if (!c->handshaken) {
     if (!c->peeked) {
       // Before the handshake: what is not a TLS record is not served. Plain
@@ -297,17 +338,12 @@ void HttpLoop::State::on_event(Conn* c) {
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
       if (n <= 0) return drop(c);
       if (first != 0x16) {
-        if (first >= 'A' && first <= 'Z') {
-          static constexpr char kReply[] =
-              "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
-              "Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n";
-          drain(c->fd);
-          (void)::send(c->fd, kReply, sizeof kReply - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-          (void)::shutdown(c->fd, SHUT_WR);
-        } else {
-          drain(c->fd);
-        }
-        return drop(c);
+        if (first >= 'A' && first <= 'Z')
+          send_now(c,
+                   "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                   "Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n",
+                   true);
+        return linger(c);
       }
       c->peeked = true;  // OpenSSL reads the rest, however it is split
     }
@@ -352,8 +388,8 @@ void HttpLoop::State::on_event(Conn* c) {
   }
   if (head_end(c->in) != 0) return dispatch(c);
   if (c->in.size() > kMaxHead) {
-    send_once(c, refusal(431));
-    return drop(c);
+    send_now(c, refusal(431));
+    return linger(c);
   }
   // The head's clock starts at its first byte; until then, the idle one.
   if (was_empty && !c->in.empty() && c->events != 0) {
@@ -383,15 +419,15 @@ void HttpLoop::State::dispatch(Conn* c) {
 }
 
 void HttpLoop::State::take_back() {
-  uint64_t n;
-  (void)!::read(wake, &n, sizeof n);
   std::vector<Conn*> back;
   {
     std::lock_guard<std::mutex> lock(mu);
     back.swap(returned);
   }
   for (Conn* c : back) {
-    if (head_end(c->in) != 0) {
+    if (c->closing) {
+      linger(c);  // answered; the worker asked for the connection to close
+    } else if (head_end(c->in) != 0) {
       dispatch(c);  // a pipelined request, already here
     } else if (c->ssl != nullptr && SSL_pending(c->ssl) > 0) {
       on_event(c);
@@ -423,9 +459,11 @@ void HttpLoop::State::run() {
     for (int i = 0; i < n; ++i) {
       const uint64_t tag = events[i].data.u64;
       if (tag == kWakeTag) {
+        uint64_t count;
+        (void)!::read(wake, &count, sizeof count);
         take_back();
-      } else if ((tag & 1) != 0) {
-        accept_from(listeners[(tag >> 1) - 1]);
+      } else if (tag == kListenTag) {
+        accept_new();
       } else {
         on_event(static_cast<Conn*>(events[i].data.ptr));
       }
@@ -434,10 +472,16 @@ void HttpLoop::State::run() {
       expire();
       last_expiry = Clock::now();
     }
+    for (Conn* c : dropped) delete c;
+    dropped.clear();
+    // Room again (a connection closed here or by a worker): accept.
+    if (!accepting && (open.load() < opts.max_connections || !waiting.empty())) set_accepting(true);
   }
   // Stopping: the waiting connections close; those being answered close
   // when their worker is done.
   while (!waiting.empty()) drop(waiting.front());
+  for (Conn* c : dropped) delete c;
+  dropped.clear();
   std::vector<Conn*> back;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -450,6 +494,7 @@ void HttpLoop::State::run() {
 }
 
 void HttpLoop::State::serve(Conn* c) {
+  bool keep = false;  // kept alive: back to wait for the next request
   for (;;) {
     const size_t end = head_end(c->in);
     HttpRequest req;
@@ -458,8 +503,7 @@ void HttpLoop::State::serve(Conn* c) {
     c->in.erase(0, end);
     bool close = c->eof;
     if (bad != 0) {
-      drain(c->fd);
-      if (write_all(c, refusal(bad))) (void)::shutdown(c->fd, SHUT_WR);
+      c->closing = write_all(c, refusal(bad));
       break;
     }
     // A body (none is expected) is skipped when it is all here; otherwise
@@ -501,22 +545,30 @@ void HttpLoop::State::serve(Conn* c) {
     }
     const auto deadline = Clock::now() + kReplyTimeout;
     if (!write_all(c, head, deadline) || (!reply.head_only && !write_all(c, reply.body, deadline)))
+      break;  // the peer is gone, or too slow: closed at once
+    if (close) {
+      c->closing = true;
       break;
-    if (close) break;
-    if (head_end(c->in) != 0) continue;  // pipelined
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      if (!stopping) {
-        returned.push_back(c);
-        const uint64_t one = 1;
-        (void)!::write(wake, &one, sizeof one);
-        return;
-      }
     }
+    if (head_end(c->in) != 0) continue;  // pipelined
+    keep = true;
     break;
+  }
+  // Back to the waiting thread: to wait for the next request, or (closing)
+  // for a lingering close. A connection whose reply failed closes now.
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!stopping && (keep || c->closing)) {
+      returned.push_back(c);
+      const uint64_t one = 1;
+      (void)!::write(wake, &one, sizeof one);
+      return;
+    }
   }
   open.fetch_sub(1);
   close_conn(c);
+  const uint64_t one = 1;  // a listener paused at max_connections resumes
+  (void)!::write(wake, &one, sizeof one);
 }
 
 void HttpLoop::State::work_loop(std::shared_ptr<State> self) {
@@ -603,7 +655,7 @@ std::unique_ptr<HttpLoop> HttpLoop::start(Options options, Handler handler, std:
   int port = 0;
   const int fd = listen_on(options.listen_address, &port, error);
   if (fd < 0) return nullptr;
-  state->listeners.push_back(fd);
+  state->listener = fd;
   state->port = port;
   state->epfd = ::epoll_create1(EPOLL_CLOEXEC);
   state->wake = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -615,10 +667,8 @@ std::unique_ptr<HttpLoop> HttpLoop::start(Options options, Handler handler, std:
   ev.events = EPOLLIN;
   ev.data.u64 = State::kWakeTag;
   (void)epoll_ctl(state->epfd, EPOLL_CTL_ADD, state->wake, &ev);
-  for (size_t i = 0; i < state->listeners.size(); ++i) {
-    ev.data.u64 = ((i + 1) << 1) | 1;
-    (void)epoll_ctl(state->epfd, EPOLL_CTL_ADD, state->listeners[i], &ev);
-  }
+  ev.data.u64 = State::kListenTag;
+  (void)epoll_ctl(state->epfd, EPOLL_CTL_ADD, state->listener, &ev);
   std::unique_ptr<HttpLoop> loop(new HttpLoop);
   loop->state_ = state;
   state->loop = std::thread([s = state.get()] { s->run(); });

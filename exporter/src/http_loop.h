@@ -10,10 +10,11 @@
 // Limits: a request head over 16 KiB gets 431; one not complete within the
 // head timeout (10 s) is closed, as is a kept-alive connection idle for the
 // idle timeout (60 s); at max_connections, a new connection closes the one
-// that has waited the longest (or is refused when all are being answered).
-// A reply that makes no progress for kWriteTimeout, or is not sent within
-// kReplyTimeout, is abandoned. At most kMaxWorkers requests are answered at
-// once; more wait, in order, for a worker.
+// that has waited the longest (or, when all are being answered, waits in the
+// kernel's backlog until one is done). A reply that makes no progress for
+// kWriteTimeout, or is not sent within kReplyTimeout, is abandoned; one that
+// closes its connection is followed by a lingering close (kLinger). At most kMaxWorkers requests
+// are answered at once; more wait, in order, for a worker.
 //
 // Thread-safety: start() and the destructor from one thread; the handler is
 // called from any worker, concurrently.
@@ -47,6 +48,9 @@ class HttpLoop {
  public:
   static constexpr auto kWriteTimeout = std::chrono::seconds(10);  // per step of progress
   static constexpr auto kReplyTimeout = std::chrono::seconds(60);  // a whole reply
+  // After a reply that closes its connection, what the peer still sends is
+  // read and dropped for this long at most, then the connection closes.
+  static constexpr auto kLinger = std::chrono::seconds(1);
   static constexpr size_t kMaxHead = 16384;
   static constexpr int kMaxWorkers = 8;
 

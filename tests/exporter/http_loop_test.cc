@@ -2,7 +2,6 @@
 // HTTP/1.0, the limits (head size, head and idle timeouts, connections at
 // once), workers made on demand and retired, and that idle connections hold
 // no thread. The parsers alone are in http_test.cc.
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -16,21 +15,13 @@
 
 #include "http_client.h"
 #include "http_loop.h"
+#include "test_support.h"
 
 namespace gym::exporter {
 namespace {
 
 using namespace std::chrono_literals;
 using testing::connect_loopback;
-
-int threads_of_this_process() {
-  int n = 0;
-  if (DIR* d = ::opendir("/proc/self/task")) {
-    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
-    ::closedir(d);
-  }
-  return n;
-}
 
 // A loop on a free loopback port whose handler answers the path, counts
 // requests, and throws for /throw.
@@ -45,6 +36,7 @@ struct Loop {
         [this](const HttpRequest& r) {
           ++requests;
           if (r.path == "/throw") throw std::runtime_error("no");
+          if (r.path == "/slow") std::this_thread::sleep_for(300ms);
           HttpReply reply;
           reply.headers = "Content-Type: text/plain\r\n";
           reply.body = "path " + r.path + " query " + r.query + "\n";
@@ -229,6 +221,19 @@ TEST(HttpLoop, AtMaxConnectionsTheOneIdleLongestMakesRoom) {
   for (int fd : idle) ::close(fd);
 }
 
+TEST(HttpLoop, AtMaxConnectionsWithAllBeingAnsweredANewOneWaitsItsTurn) {
+  HttpLoop::Options o;
+  o.max_connections = 1;
+  Loop l(o);
+  std::thread slow([&] { EXPECT_EQ(testing::http(l.port(), "GET", "/slow").status, 200); });
+  std::this_thread::sleep_for(100ms);  // /slow is being answered
+  const testing::Response r = testing::http(l.port(), "GET", "/next");
+  EXPECT_EQ(r.status, 200) << "accepted once /slow was done, not refused";
+  EXPECT_NE(r.body.find("path /next"), std::string::npos);
+  slow.join();
+  EXPECT_EQ(l.requests.load(), 2);
+}
+
 TEST(HttpLoop, IdleAndHalfSentConnectionsHoldNoThreadAndWorkersRetire) {
   HttpLoop::Options o;
   o.worker_idle = 300ms;
@@ -238,14 +243,14 @@ TEST(HttpLoop, IdleAndHalfSentConnectionsHoldNoThreadAndWorkersRetire) {
   EXPECT_GE(l.loop->workers(), 1);
   for (int i = 0; i < 100 && l.loop->workers() > 0; ++i) std::this_thread::sleep_for(20ms);
   EXPECT_EQ(l.loop->workers(), 0) << "retired after worker_idle";
-  const int before = threads_of_this_process();
+  const int before = testing::threads_of(::getpid());
   std::vector<int> fds;
   for (int i = 0; i < 500; ++i) {
     fds.push_back(connect_loopback(l.port()));
     if (i % 2 == 1) send_all(fds.back(), "GET /metrics HTTP/1.1\r\nHost: x\r\n");
   }
   std::this_thread::sleep_for(200ms);
-  EXPECT_EQ(threads_of_this_process(), before) << "500 waiting connections, no thread more";
+  EXPECT_EQ(testing::threads_of(::getpid()), before) << "500 waiting connections, no thread more";
   std::vector<std::thread> clients;
   std::atomic<int> ok{0};
   for (int i = 0; i < 16; ++i)

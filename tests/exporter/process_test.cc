@@ -1,7 +1,6 @@
 // gym-exporter as a user runs it: a real process, real writers in child
 // processes, a real HTTP client, and Prometheus' own promtool.
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -282,16 +281,6 @@ int idle_connection(int port, bool half_sent) {
   return fd;
 }
 
-// Threads of process `pid` now.
-int threads_of(pid_t pid) {
-  int n = 0;
-  if (DIR* d = ::opendir(("/proc/" + std::to_string(pid) + "/task").c_str())) {
-    while (dirent* e = ::readdir(d)) n += e->d_name[0] != '.';
-    ::closedir(d);
-  }
-  return n;
-}
-
 TEST(ExporterProcess, AScrapeIsAnsweredBeside500IdleAndHalfSentConnectionsByFewThreads) {
   // Idle and half-sent connections wait in the exporter's one connection
   // thread (http_loop.h), not in a worker each: with CivetWeb's thread per
@@ -305,7 +294,7 @@ TEST(ExporterProcess, AScrapeIsAnsweredBeside500IdleAndHalfSentConnectionsByFewT
   for (int i = 0; i < 500; ++i) fds.push_back(idle_connection(ex.port(), i % 2 == 1));
   EXPECT_EQ(std::count(fds.begin(), fds.end(), -1), 0);
   std::this_thread::sleep_for(200ms);  // every connection accepted and waiting
-  const int threads = threads_of(ex.pid());
+  const int threads = testing::threads_of(ex.pid());
   EXPECT_GT(threads, 0);
   EXPECT_LE(threads, 16) << "500 waiting connections";
   Response m = http(ex.port(), "GET", "/metrics");
