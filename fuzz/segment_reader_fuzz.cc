@@ -1,7 +1,8 @@
 // Fuzz target: the segment reader on hostile segment files.
 //
 // A valid segment is larger than fuzz inputs, so the input is applied to a
-// real segment made by the writer (counters, gauges, histograms):
+// real segment made by the writer (counters, gauges, histograms, one with
+// native buckets):
 //   byte 0: flags (bit 0: hold the owner lock, so the segment is live and
 //           read as such; bit 1: truncate the file to the length in bytes 1-4)
 //   then patches: [offset: 4 bytes LE][length: 1 byte][bytes], the offset
@@ -37,6 +38,11 @@ const std::vector<unsigned char>& segment_template() {
       const int64_t bounds[] = {1000, 5000, 10000};
       gym::Label o[] = {{"nemo_gym_resources_operation", "verify"}};
       writer.histogram("gym_resources_operation_duration_seconds", o, bounds, 1e9).observe(42);
+      // With native buckets: its shards, then the one native array (format 5).
+      gym::Histogram native = writer.histogram("gym_resources_operation_queue_duration_seconds", o,
+                                               bounds, 1e9, /*native=*/true);
+      native.observe(4200);
+      native.observe(0);
       const std::string path = writer.path();
       out.resize(std::filesystem::file_size(path));
       int fd = ::open(path.c_str(), O_RDONLY);

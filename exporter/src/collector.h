@@ -21,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,8 +39,9 @@ class ServerWatcher;
 // for, by the index of the sample in the family.
 struct FamilyExtras {
   // Native histograms (gym/native_histogram.h): the counts of the zero bucket,
-  // then one per key, not cumulative; empty for a sample without them.
-  std::vector<std::vector<uint64_t>> native;
+  // then one per key, not cumulative; empty for a sample without them. Views
+  // of counts that live at least until the family is emitted.
+  std::vector<std::span<const uint64_t>> native;
   // Counters and histograms: since when the sample counts (Unix seconds), 0
   // when not known; empty when no sample has one.
   std::vector<double> created;

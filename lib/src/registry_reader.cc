@@ -167,6 +167,25 @@ const Snapshot& RegistryReader::snapshot() {
   return snapshot_;
 }
 
+// A series' native counts: a view of its live or its folded part's when
+// only one has them (nearly always), else both added up in merged_[merged++].
+std::span<const uint64_t> RegistryReader::native_view(const Accumulator& live,
+                                                      const Accumulator& ret, size_t classic,
+                                                      size_t words, size_t& merged) {
+  static constexpr uint64_t kZeros[native::kWords] = {};
+  const bool in_live = live.buckets.size() >= classic + words;
+  const bool in_ret = ret.buckets.size() >= classic + words;
+  if (in_live && !in_ret) return {live.buckets.data() + classic, words};
+  if (in_ret && !in_live) return {ret.buckets.data() + classic, words};
+  if (!in_live) return {kZeros, std::min<size_t>(words, native::kWords)};
+  if (merged_.size() <= merged) merged_.emplace_back();
+  std::vector<uint64_t>& sum = merged_[merged++];
+  sum.resize(words);
+  for (size_t w = 0; w < words; ++w)
+    sum[w] = sat_add(live.buckets[classic + w], ret.buckets[classic + w]);
+  return sum;
+}
+
 void RegistryReader::build_output() {
   if (order_dirty_) {
     ++snapshot_.series_epoch;
@@ -182,6 +201,7 @@ void RegistryReader::build_output() {
     order_dirty_ = false;
   }
   size_t n = 0;
+  size_t merged = 0;  // native counts of both parts added up in merged_ so far
   for (uint32_t id : order_) {
     const Accumulator& live = current_[id];
     const Accumulator& ret = retired_[id];
@@ -211,15 +231,10 @@ void RegistryReader::build_output() {
         running = sat_add(running, b < ret.buckets.size() ? ret.buckets[b] : 0);
         out.cumulative_buckets[b] = running;
       }
-      out.native.resize(info.native_words);
-      for (size_t w = 0; w < info.native_words; ++w) {
-        const size_t b = buckets + w;
-        out.native[w] = sat_add(b < live.buckets.size() ? live.buckets[b] : 0,
-                                b < ret.buckets.size() ? ret.buckets[b] : 0);
-      }
+      out.native = native_view(live, ret, buckets, info.native_words, merged);
     } else {
       out.cumulative_buckets.clear();
-      out.native.clear();
+      out.native = {};
     }
   }
   snapshot_.series.resize(n);

@@ -65,6 +65,40 @@ inline uint64_t sat_add(uint64_t a, uint64_t b) {
   return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
+// Two words at a time (GCC's vector extension: SSE2 on x86-64, whatever the
+// target has elsewhere), for the loops over a histogram's ~200 words a shard.
+using Words2 = uint64_t __attribute__((vector_size(16)));
+inline Words2 load2(const uint64_t* p) {
+  Words2 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// dst[i] = sat_add(dst[i], src[i]) for i < n.
+inline void sat_add_words(uint64_t* dst, const uint64_t* src, size_t n) {
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    const Words2 a = load2(dst + i), b = load2(src + i), r = a + b;
+    const Words2 carry = ((a & b) | ((a | b) & ~r)) >> 63;  // 1 where a + b wrapped
+    const Words2 out = r | -carry;
+    std::memcpy(dst + i, &out, sizeof out);
+  }
+  if (i < n) dst[i] = sat_add(dst[i], src[i]);
+}
+
+// Whether any now[i] < before[i], i < n (a counter that went down).
+inline bool any_below(const uint64_t* now, const uint64_t* before, size_t n) {
+  Words2 borrow = {0, 0};  // top bits: some now - before borrowed
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    const Words2 a = load2(now + i), b = load2(before + i);
+    borrow |= (~a & b) | ((~a | b) & (a - b));
+  }
+  bool below = ((borrow[0] | borrow[1]) >> 63) != 0;
+  if (i < n) below |= now[i] < before[i];
+  return below;
+}
+
 // Runs `body`, which loads from [lo, lo + size); false when a load faulted
 // (the file lost pages): what `body` read is then worthless.
 template <class Body>

@@ -81,11 +81,10 @@ int32_t RegistryReader::intern(const Record& rec, std::string* why) {
     id = free_ids_.back();
     free_ids_.pop_back();
     infos_[id] = std::move(info);
-    keys_[id] = key;
   } else {
     id = static_cast<uint32_t>(infos_.size());
     infos_.push_back(std::move(info));
-    keys_.push_back(key);
+    keys_.push_back(nullptr);
     refs_.push_back(0);
     last_change_.push_back(0);
     retired_.emplace_back();
@@ -95,7 +94,7 @@ int32_t RegistryReader::intern(const Record& rec, std::string* why) {
   last_change_[id] = now_ns();
   retired_[id] = Accumulator{};
   ++live_series_;
-  series_ids_.emplace(std::move(key), id);
+  keys_[id] = &series_ids_.emplace(std::move(key), id).first->first;
   order_dirty_ = true;
   return static_cast<int32_t>(id);
 }
@@ -120,7 +119,7 @@ void RegistryReader::parse_new_records(Segment& s, uint32_t count) {
       const uint32_t lines =
           rec.bound_count <= segment::kMaxBounds
               ? segment::value_lines_for(static_cast<SeriesKind>(rec.kind), rec.bound_count, shards,
-                                         rec.native_words)
+                                         rec.native_words, s.version)
               : 0;
       if (uint64_t{rec.value_line} + lines > s.value_lines) {
         why = "value out of range";
@@ -154,7 +153,12 @@ void RegistryReader::parse_new_records(Segment& s, uint32_t count) {
     e.scratch = s.scratch_words;
     e.last = static_cast<uint32_t>(s.last.size());
     const uint32_t hist_words = segment::shard_words(e.bound_count, e.native_words);
-    s.scratch_words += e.kind == SeriesKind::kHistogram ? e.shards * hist_words
+    // Copied out: every shard's words, as the segment has them (version 4:
+    // each with native words; 5: the buckets and sum, then one native array).
+    const uint32_t copied = s.version >= segment::kSharedNativeVersion
+                                ? e.shards * (e.bound_count + 2u) + e.native_words
+                                : e.shards * hist_words;
+    s.scratch_words += e.kind == SeriesKind::kHistogram ? copied
                        : e.kind == SeriesKind::kAges    ? segment::kAgeWords
                                                         : 1u;
     if (e.kind == SeriesKind::kCounter || e.kind == SeriesKind::kAges) s.last.push_back(0);
@@ -168,6 +172,53 @@ void RegistryReader::parse_new_records(Segment& s, uint32_t count) {
     snapshot_.problems.push_back("skipped " + std::to_string(invalid - 1) +
                                  " more invalid records of " + dir_ + "/" + s.name);
 }
+
+namespace {
+// A version 5 histogram's values into `to`: each shard's buckets and sum
+// (bound_count + 2 words), then the native array. Both kinds of bucket of
+// one moment: the native words first (acquire), then the classic ones. A
+// writer adds the classic bucket before the native one (released), so the
+// classic total is never below the native one; they agree unless an
+// observation was in flight, and then the histogram is read again. False
+// when they never agreed. A histogram with no classic observation has its
+// native counts taken as zero, not read (many outcomes never happen; a
+// classic count never falls back to zero, so native counts never fall).
+bool read_shared_native(uint32_t shards, uint32_t bound_count, uint32_t native_words,
+                        const uint64_t* line, uint64_t* to) {
+  const uint32_t classic = bound_count + 1u;
+  const uint32_t stride = segment::shard_lines(bound_count, native_words) * segment::kLineBytes / 8;
+  const uint64_t* native = line + shards * stride;
+  uint64_t* native_to = to + shards * (classic + 1u);
+  auto read_classic = [&] {
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < shards; ++k) {
+      const uint64_t* shard = line + k * stride;
+      uint64_t* out = to + k * (classic + 1u);
+      for (uint32_t w = 0; w < classic; ++w) total += (out[w] = segment::load_relaxed(&shard[w]));
+      out[classic] = segment::load_relaxed(&shard[classic]);  // the sum
+    }
+    return total;
+  };
+  if (native_words == 0) {
+    read_classic();
+    return true;
+  }
+  bool agree = false;
+  for (int attempt = 0; attempt < kConsistentReadAttempts && !agree; ++attempt) {
+    uint64_t native_total = 0;
+    for (uint32_t w = 0; w < native_words; ++w)
+      native_total += (native_to[w] = segment::load_acquire(&native[w]));
+    const uint64_t classic_total = read_classic();
+    if (classic_total == 0) {
+      std::fill(native_to, native_to + native_words, uint64_t{0});
+      return true;
+    }
+    agree = native_total == classic_total;
+  }
+  return agree;
+}
+
+}  // namespace
 
 // Copies the segment's header counts, states and values out of shared memory
 // into scratch_ with aligned atomic loads (untorn), under the SIGBUS guard.
@@ -204,9 +255,14 @@ bool RegistryReader::read_values(Segment& s, uint32_t* count) {
         *to = segment::load_relaxed(line);
         continue;
       }
+      if (seg.version >= segment::kSharedNativeVersion) {
+        if (!read_shared_native(e.shards, e.bound_count, e.native_words, line, to))
+          inconsistent[j] = 1;
+        continue;
+      }
       const uint32_t words = segment::shard_words(e.bound_count, e.native_words);
-      const uint32_t stride =
-          segment::shard_lines(e.bound_count, e.native_words) * segment::kLineBytes / 8;
+      const uint32_t stride = segment::shard_lines(e.bound_count, e.native_words, seg.version) *
+                              segment::kLineBytes / 8;
       const uint32_t classic = e.bound_count + 1u;
       for (uint32_t k = 0; k < e.shards; ++k, line += stride) {
         uint64_t observed = 0;
@@ -255,7 +311,7 @@ void add_words(std::vector<uint64_t>& buckets, uint64_t& counter, int64_t& sum, 
   }
   const size_t n = segment::shard_words(bound_count, native_words) - 1;
   if (buckets.size() != n) buckets.assign(n, 0);
-  for (size_t b = 0; b < n; ++b) buckets[b] = sat_add(buckets[b], words[b]);
+  sat_add_words(buckets.data(), words, n);
   sum = segment::wrapping_add(sum, static_cast<int64_t>(words[n]));
 }
 }  // namespace
@@ -382,11 +438,26 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
     } else {
       // The shards' buckets and sums added up.
       words = segment::shard_words(e.bound_count, e.native_words);
-      std::fill(folded, folded + words, 0);
-      for (uint32_t k = 0; k < e.shards; ++k) {
-        const uint64_t* shard = cur + k * words;
-        for (uint32_t w = 0; w + 1 < words; ++w) folded[w] = sat_add(folded[w], shard[w]);
-        folded[words - 1] += shard[words - 1];  // the sum wraps, as writers' adds do
+      if (s.version >= segment::kSharedNativeVersion) {
+        // Shards of buckets and sum, then the native array: into the buckets,
+        // the native buckets, the sum.
+        const uint32_t classic = e.bound_count + 1u;
+        std::copy(cur, cur + classic, folded);
+        folded[words - 1] = cur[classic];
+        for (uint32_t k = 1; k < e.shards; ++k) {
+          const uint64_t* shard = cur + k * (classic + 1u);
+          sat_add_words(folded, shard, classic);
+          folded[words - 1] += shard[classic];  // the sum wraps, as writers' adds do
+        }
+        const uint64_t* native = cur + e.shards * (classic + 1u);
+        std::copy(native, native + e.native_words, folded + classic);
+      } else {
+        std::copy(cur, cur + words, folded);
+        for (uint32_t k = 1; k < e.shards; ++k) {
+          const uint64_t* shard = cur + k * words;
+          sat_add_words(folded, shard, words - 1);
+          folded[words - 1] += shard[words - 1];  // the sum wraps, as writers' adds do
+        }
       }
     }
     // A histogram whose buckets could not be read at one moment (a writer
@@ -395,10 +466,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
       std::copy(last, last + words, folded);
       ++snapshot_.stats.inconsistent_reads_total;
     }
-    bool went_down = false;
-    for (uint32_t w = 0; w + (e.kind == SeriesKind::kHistogram ? 1 : 0) < words; ++w)
-      went_down |= folded[w] < last[w];
-    if (went_down) {
+    if (any_below(folded, last, e.kind == SeriesKind::kHistogram ? words - 1 : words)) {
       Accumulator& ret = retired_[e.id];
       add_words(ret.buckets, ret.counter, ret.sum, e.kind, last, e.bound_count, e.native_words);
       ret.note_created(s.created_ns);
@@ -449,8 +517,8 @@ void RegistryReader::expire_series(int64_t now) {
   for (uint32_t id = 0; id < infos_.size(); ++id) {
     if (!infos_[id] || refs_[id] != 0 || current_[id].present) continue;
     if (now - last_change_[id] <= ttl_ns) continue;
-    series_ids_.erase(keys_[id]);
-    keys_[id].clear();
+    series_ids_.erase(series_ids_.find(*keys_[id]));
+    keys_[id] = nullptr;
     infos_[id].reset();
     retired_[id] = Accumulator{};
     free_ids_.push_back(id);

@@ -517,8 +517,8 @@ Histogram SegmentWriter::histogram(std::string_view family, std::span<const Labe
   hist.shard_mask_ = r->shards - 1;
   hist.shard_words_ =
       segment::shard_lines(r->bound_count, r->native_words) * segment::kLineBytes / 8;
-  hist.native_base_ = r->native_words != 0 ? r->bound_count + 1u : 0;
-  hist.sum_index_ = r->bound_count + 1u + r->native_words;
+  hist.sum_index_ = r->bound_count + 1u;
+  if (r->native_words != 0) hist.native_ = hist.buckets_ + r->shards * hist.shard_words_;
   hist.unit_scale_ = 1.0 / unit_divisor;
   std::fill(std::begin(hist.bounds_), std::end(hist.bounds_), INT64_MAX);
   std::copy(bounds.begin(), bounds.end(), hist.bounds_);

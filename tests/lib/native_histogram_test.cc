@@ -5,12 +5,15 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <csignal>
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <thread>
@@ -132,7 +135,7 @@ TEST(NativeHistogram, ThreadsAForkedChildAndTheFoldedTotalsKeepEveryObservationI
     const SeriesSample* s = find_series(snap, "op_seconds");
     ASSERT_NE(s, nullptr);
     EXPECT_EQ(s->info->native_words, native::kWords);
-    EXPECT_EQ(s->native, expected_counts(values));
+    EXPECT_EQ(std::vector<uint64_t>(s->native.begin(), s->native.end()), expected_counts(values));
     EXPECT_EQ(s->count(), values.size());
     const SeriesSample* c = find_series(snap, "classic_seconds");
     ASSERT_NE(c, nullptr);
@@ -145,15 +148,66 @@ TEST(NativeHistogram, ThreadsAForkedChildAndTheFoldedTotalsKeepEveryObservationI
     RegistryReader reader(tmp.path());
     const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
     ASSERT_NE(s, nullptr);
-    EXPECT_EQ(s->native, expected_counts(values));
+    EXPECT_EQ(std::vector<uint64_t>(s->native.begin(), s->native.end()), expected_counts(values));
     EXPECT_EQ(s->count(), values.size());
   }
   {
     RegistryReader reader(tmp.path());  // and once more, from what the last one wrote
     const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
     ASSERT_NE(s, nullptr);
-    EXPECT_EQ(s->native, expected_counts(values));
+    EXPECT_EQ(std::vector<uint64_t>(s->native.begin(), s->native.end()), expected_counts(values));
   }
+}
+
+// Version 5 keeps one native array per histogram; a segment of version 4
+// (each shard with native counts of its own, between its buckets and its
+// sum, as older writers still make them) is read as before: the shards'
+// buckets, native counts and sums add up.
+TEST(NativeHistogram, AVersion4SegmentsPerShardNativeCountsAreAddedUp) {
+  TempDir tmp;
+  const int64_t bounds[] = {1000000, 100000000};  // 1 ms, 100 ms
+  SegmentWriter writer(tmp.path());
+  ASSERT_TRUE(writer.histogram("op_seconds", {}, bounds, 1e9, /*native=*/true).registered());
+  std::string seg;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path()))
+    if (e.path().extension() == ".seg") seg = e.path().string();
+  const int fd = ::open(seg.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  segment::Record rec{};
+  ASSERT_EQ(::pread(fd, &rec, sizeof rec, off_t(segment::kRecordsOffset)), ssize_t(sizeof rec));
+  ASSERT_EQ(rec.shards, segment::kHistogramShards);
+  // The version 4 layout: shard 0 saw 0.5 ms and 2 ms, the shared shard 200 ms.
+  const uint32_t words = segment::shard_words(2, native::kWords);
+  const uint32_t stride = segment::shard_lines(2, native::kWords, 4) * segment::kLineBytes / 8;
+  ASSERT_GE(stride, words);
+  std::vector<uint64_t> area(size_t{rec.shards} * stride, 0);
+  const struct {
+    uint32_t shard;
+    int64_t ns;
+    uint32_t bucket;
+  } seen[] = {{0, 500000, 0}, {0, 2000000, 1}, {3, 200000000, 2}};
+  for (const auto& o : seen) {
+    uint64_t* shard = area.data() + size_t{o.shard} * stride;
+    ++shard[o.bucket];
+    ++shard[3 + native::word_of(double(o.ns) / 1e9)];
+    shard[words - 1] += uint64_t(o.ns);
+  }
+  const auto at = off_t(segment::kValuesOffset + uint64_t{rec.value_line} * segment::kLineBytes);
+  ASSERT_EQ(::pwrite(fd, area.data(), area.size() * 8, at), ssize_t(area.size() * 8));
+  const uint32_t v4 = 4;
+  ASSERT_EQ(::pwrite(fd, &v4, sizeof v4, off_t(offsetof(segment::Header, format_version))),
+            ssize_t(sizeof v4));
+  ::close(fd);
+
+  RegistryReader reader(tmp.path());
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.live_segments_by_version[4], 1u);
+  const SeriesSample* s = find_series(snap, "op_seconds");
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->cumulative_buckets, (std::vector<uint64_t>{1, 2, 3}));
+  EXPECT_EQ(s->sum, 500000 + 2000000 + 200000000);
+  EXPECT_EQ(std::vector<uint64_t>(s->native.begin(), s->native.end()),
+            expected_counts({500000, 2000000, 200000000}));
 }
 
 TEST(NativeHistogram, EverySnapshotAddsUpWhileAWriterObservesFlatOut) {

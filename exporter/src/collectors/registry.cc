@@ -56,10 +56,10 @@ class RegistryCollector : public Collector {
   std::vector<std::vector<char>> absent_;
   struct Slot {
     ClientMetric* metric;
-    size_t served;                  // index into served_
-    std::vector<uint64_t>* native;  // its native buckets, or null
-    double* created;                // its created time, or null (gauges)
-    char* absent;                   // ages: whether it is left out now, or null
+    size_t served;                      // index into served_
+    std::span<const uint64_t>* native;  // its native buckets (the snapshot's), or null
+    double* created;                    // its created time, or null (gauges)
+    char* absent;                       // ages: whether it is left out now, or null
   };
   std::vector<Slot> slots_;
   // Per limit, indexes into served_ (-1: none) of what limit_slots()
@@ -125,7 +125,7 @@ void RegistryCollector::rebuild() {
     }
     const size_t k = model_.back().metric.size();
     FamilyExtras& x = extras_.back();
-    std::vector<uint64_t>* native = k < x.native.size() ? &x.native[k] : nullptr;
+    std::span<const uint64_t>* native = k < x.native.size() ? &x.native[k] : nullptr;
     double* created = k < x.created.size() ? &x.created[k] : nullptr;
     char* absent = k < absent_.back().size() ? &absent_.back()[k] : nullptr;
     ClientMetric& m = add_metric(model_.back(), info.labels);

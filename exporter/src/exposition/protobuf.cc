@@ -80,7 +80,7 @@ uint64_t type_number(MetricType t) {
 // io.prometheus.client.Histogram): schema, zero bucket, and the positive
 // buckets as spans of consecutive keys with each count as the difference
 // from the one before.
-void write_native(const std::vector<uint64_t>& counts, std::string& out, std::string& scratch) {
+void write_native(std::span<const uint64_t> counts, std::string& out, std::string& scratch) {
   tag(out, 5, kVarint);
   varint(out, zigzag(native::kSchema));
   double_field(out, 6, native::kZeroThreshold);
@@ -131,7 +131,8 @@ void timestamp_field(std::string& out, uint32_t field, double unix_seconds, std:
 
 // One Metric message.
 void write_metric(const MetricFamily& f, const ClientMetric& m,
-                  const std::vector<uint64_t>* native_counts, double created, std::string& out) {
+                  const std::span<const uint64_t>* native_counts, double created,
+                  std::string& out) {
   std::string inner, deeper;
   for (const auto& l : m.label)
     message_field(out, 1, inner, [&](std::string& b) {  // LabelPair

@@ -35,6 +35,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -72,8 +73,10 @@ struct SeriesSample {
   std::vector<uint64_t> cumulative_buckets;
   int64_t sum = 0;  // histograms, raw units
   // Native histograms: native::kWords counts (the zero bucket, then one per
-  // key; not cumulative); empty for the others.
-  std::vector<uint64_t> native;
+  // key; not cumulative); empty for the others. It views the reader's own
+  // counts (no copy of them per snapshot): valid until the next snapshot(),
+  // like the sample itself.
+  std::span<const uint64_t> native;
   // Counters, histograms and ages' beginnings: since when the value counts
   // (Unix ns): the earliest start of the writers and folded totals it adds
   // up; 0 when one of them has no known start (totals of an older exporter).
@@ -276,9 +279,9 @@ class RegistryReader {
   // reused by the next new series.
   std::unordered_map<std::string, uint32_t> series_ids_;  // identity key -> id
   std::vector<std::unique_ptr<SeriesInfo>> infos_;
-  std::vector<std::string> keys_;     // id -> identity key
-  std::vector<uint32_t> refs_;        // id -> records of open segments naming it
-  std::vector<int64_t> last_change_;  // id -> when its folded total last changed (ns)
+  std::vector<const std::string*> keys_;  // id -> its key in series_ids_ (a node's: it stays put)
+  std::vector<uint32_t> refs_;            // id -> records of open segments naming it
+  std::vector<int64_t> last_change_;      // id -> when its folded total last changed (ns)
   std::vector<uint32_t> free_ids_;
   size_t live_series_ = 0;
   bool over_limit_reported_ = false;
@@ -294,6 +297,11 @@ class RegistryReader {
 
   std::vector<Accumulator> retired_;  // by id: folded counters, histograms
   std::vector<Accumulator> current_;  // by id: this snapshot
+  // Native counts of series with both a live and a folded part, added up
+  // for the snapshot (SeriesSample::native views them).
+  std::vector<std::vector<uint64_t>> merged_;
+  std::span<const uint64_t> native_view(const Accumulator& live, const Accumulator& ret,
+                                        size_t classic, size_t words, size_t& merged);
   uint64_t retired_dropped_ = 0;
   std::vector<uint64_t> scratch_;  // one segment's values, copied out
   std::vector<uint32_t> scratch_states_;

@@ -71,14 +71,19 @@
 //                In progress now: word 0 plus the slots in use; the oldest
 //                started at the smallest ticket with its low bits cleared;
 //                begun (a counter): the sum of the lanes.
-//     histogram  `shards` shards, each ceil((n + 2 + native_words) * 8 / 64)
-//                lines: uint64 bucket[n + 1] (not cumulative; the last is the
-//                +Inf overflow), then (v4) native_words uint64 native bucket
-//                counts (gym/native_histogram.h: the zero bucket, then one
-//                per key), then int64 sum of raw observations. A thread
-//                updates one shard (so threads do not bounce one line); the
-//                reader adds them up. The count is the sum of the buckets, so
+//     histogram  (v5) `shards` shards, each ceil((n + 2) * 8 / 64) lines:
+//                uint64 bucket[n + 1] (not cumulative; the last is the +Inf
+//                overflow), then int64 sum of raw observations; then, when
+//                native_words != 0, ceil(native_words * 8 / 64) lines of
+//                uint64 native bucket counts (gym/native_histogram.h: the
+//                zero bucket, then one per key), one array for all shards.
+//                A thread updates one shard's buckets and sum (so threads do
+//                not bounce one line) and adds to the native array
+//                atomically, after its classic bucket (release); the reader
+//                adds the shards up. The count is the sum of the buckets, so
 //                a reader's +Inf bucket always equals its count.
+//                (v4: each shard ceil((n + 2 + native_words) * 8 / 64)
+//                lines, its native counts between its buckets and its sum.)
 //
 // Publication rule. The owner creates the file unnamed (O_TMPFILE), sizes it
 // (sparse), reserves the header page with fallocate, takes an OFD write lock
@@ -121,8 +126,10 @@
 //
 // Versions. 2 added kRecordInherited and the reservation rule; the layout is
 // that of 1. 3 added kAges records. 4 added native buckets to histograms
-// (native_words) and made the value area 16,384 lines. A reader accepts all
-// four (kMinFormatVersion..kFormatVersion).
+// (native_words) and made the value area 16,384 lines. 5 keeps one native
+// array per histogram instead of one per shard (a native histogram's values
+// take 36 lines instead of 104). A reader accepts all five
+// (kMinFormatVersion..kFormatVersion).
 #pragma once
 
 #include <atomic>
@@ -139,7 +146,9 @@ inline uint64_t magic_word() {
   __builtin_memcpy(&w, kMagic, sizeof w);
   return w;
 }
-inline constexpr uint32_t kFormatVersion = 4;
+inline constexpr uint32_t kFormatVersion = 5;
+// The first version with one native array per histogram.
+inline constexpr uint32_t kSharedNativeVersion = 5;
 inline constexpr uint32_t kMinFormatVersion = 1;
 // Reservations (fallocate) are made in whole pages.
 inline constexpr uint64_t kPageBytes = 4096;
@@ -239,21 +248,28 @@ inline constexpr uint64_t kTotalBytes = kValuesOffset + uint64_t{kValueLines} * 
 inline constexpr uint32_t kHistogramShards = 4;
 inline constexpr uint32_t kMaxShards = 64;
 
-// Words of one histogram shard that a reader copies: the buckets, the native
-// buckets, the sum.
+// Words of one histogram shard in version 4 and what a reader folds a
+// histogram into in every version: the buckets, the native buckets, the sum.
 constexpr uint32_t shard_words(uint32_t bound_count, uint32_t native_words) {
   return bound_count + 2 + native_words;
 }
-// Value cache lines of one histogram shard.
-constexpr uint32_t shard_lines(uint32_t bound_count, uint32_t native_words) {
-  return (shard_words(bound_count, native_words) * 8 + kLineBytes - 1) / kLineBytes;
+constexpr uint32_t lines_of_words(uint32_t words) {
+  return (words * 8 + kLineBytes - 1) / kLineBytes;
 }
-// Value cache lines a series occupies.
+// Value cache lines of one histogram shard: version 5 on (the buckets and
+// the sum), version 4 (with the native buckets between them).
+constexpr uint32_t shard_lines(uint32_t bound_count, uint32_t native_words,
+                               uint32_t version = kFormatVersion) {
+  return lines_of_words(version >= kSharedNativeVersion ? bound_count + 2
+                                                        : shard_words(bound_count, native_words));
+}
+// Value cache lines a series occupies, in a segment of `version`.
 constexpr uint32_t value_lines_for(SeriesKind kind, uint32_t bound_count, uint32_t shards,
-                                   uint32_t native_words) {
+                                   uint32_t native_words, uint32_t version = kFormatVersion) {
   if (kind == SeriesKind::kAges) return kAgeLines;
   if (kind != SeriesKind::kHistogram) return 1;
-  return shards * shard_lines(bound_count, native_words);
+  const uint32_t shared = version >= kSharedNativeVersion ? lines_of_words(native_words) : 0;
+  return shards * shard_lines(bound_count, native_words, version) + shared;
 }
 
 // Atomic access to fields of a mapping (the struct fields are plain integers

@@ -188,18 +188,19 @@ class Histogram {
     i += bounds_[i] < v ? 1 : 0;
     const uint32_t s = detail::thread_shard() & shard_mask_;
     uint64_t* shard = buckets_ + s * shard_words_;
-    const uint32_t n =
-        native_base_ != 0 ? native_base_ + native::word_of(double(v) * unit_scale_) : 0;
     auto* sum = reinterpret_cast<int64_t*>(shard + sum_index_);
+    // Classic, then native (an atomic add, released: the native array is
+    // every shard's): a reader that sees the native count sees the classic
+    // one (registry_reader_series.cc, read_values).
     if (__builtin_expect(s != shard_mask_, 1)) {  // this thread's own shard
-      // Classic, then native (released): a reader that sees the native
-      // count sees the classic one (registry_reader.cc, read_values).
       segment::add_owned(&shard[i], uint64_t{1});
-      if (n != 0) segment::add_owned_release(&shard[n], uint64_t{1});
+      if (native_ != nullptr)
+        segment::add_release(&native_[native::word_of(double(v) * unit_scale_)], uint64_t{1});
       segment::add_owned(sum, v);
     } else {  // the shared one
       segment::add_relaxed(&shard[i], uint64_t{1});
-      if (n != 0) segment::add_release(&shard[n], uint64_t{1});
+      if (native_ != nullptr)
+        segment::add_release(&native_[native::word_of(double(v) * unit_scale_)], uint64_t{1});
       segment::add_relaxed(sum, v);
     }
   }
@@ -209,10 +210,10 @@ class Histogram {
   friend class SegmentWriter;
   uint64_t* buckets_ = nullptr;  // shard 0
   uint32_t shard_mask_ = 0;
-  uint32_t shard_words_ = 0;  // uint64 words from one shard to the next
-  uint32_t sum_index_ = 0;    // the sum's word within a shard
-  uint32_t native_base_ = 0;  // the native zero bucket's word within a shard; 0: none
-  double unit_scale_ = 1.0;   // 1 / the unit divisor: a raw value in the exposed unit
+  uint32_t shard_words_ = 0;    // uint64 words from one shard to the next
+  uint32_t sum_index_ = 0;      // the sum's word within a shard
+  uint64_t* native_ = nullptr;  // the native array (its zero bucket), every shard's; null: none
+  double unit_scale_ = 1.0;     // 1 / the unit divisor: a raw value in the exposed unit
   int64_t bounds_[segment::kBoundSlots] = {};
 };
 
