@@ -168,8 +168,10 @@ HttpReply HttpServer::serve_telemetry(const HttpRequest& req, bool head) {
                {"bytes", std::to_string(body.size())},
                {"gzip", gzip ? "true" : "false"}});
   // Vary on every reply, gzipped or not: caches must key on both.
-  if (gzip)
-    return reply(200, content_type.c_str(), gzip_compress(body), head,
+  // Compression that failed (no memory for zlib's state) leaves the reply
+  // plain: even an empty body compresses to a nonempty gzip stream.
+  if (std::string zipped = gzip ? gzip_compress(body) : std::string(); !zipped.empty())
+    return reply(200, content_type.c_str(), std::move(zipped), head,
                  "Content-Encoding: gzip\r\nVary: Accept, Accept-Encoding\r\n");
   return reply(200, content_type.c_str(), std::move(body), head,
                "Vary: Accept, Accept-Encoding\r\n");

@@ -1,7 +1,9 @@
-// The HTTP server's pure parts: content type and coding negotiation.
+// The HTTP server's pure parts: content type and coding negotiation, gzip.
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <random>
 #include <set>
 #include <string_view>
 
@@ -32,6 +34,52 @@ TEST(AcceptEncoding, GzipUnlessItsQualityOrThatOfAStarIsZero) {
   EXPECT_TRUE(accepts_gzip("*;q=0, gzip")) << "gzip named and accepted";
   EXPECT_FALSE(accepts_gzip("gzip;q=abc")) << "an unreadable quality is 0";
   EXPECT_FALSE(accepts_gzip("gzip;q=2")) << "out of range";
+}
+
+// What a client's gunzip makes of a body, or "" when it is not one whole
+// gzip stream.
+std::string gunzip(const std::string& in) {
+  z_stream zs{};
+  if (inflateInit2(&zs, 15 + 16) != Z_OK) return "";
+  std::string out;
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
+  zs.avail_in = uInt(in.size());
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    char buf[1 << 16];
+    zs.next_out = reinterpret_cast<Bytef*>(buf);
+    zs.avail_out = sizeof buf;
+    rc = inflate(&zs, Z_NO_FLUSH);
+    out.append(buf, sizeof buf - zs.avail_out);
+  }
+  inflateEnd(&zs);
+  return rc == Z_STREAM_END && zs.avail_in == 0 ? out : "";
+}
+
+TEST(Gzip, ABodyOfManyChunksAndAnEmptyOneComeBackWhole) {
+  // 8 MB of exposition-like lines with random values: compressed output of
+  // many of gzip_compress's 64 KiB chunks.
+  std::mt19937_64 rng(7);
+  std::string body;
+  while (body.size() < (size_t{8} << 20))
+    body += "gym_x_total{server=\"s" + std::to_string(rng() % 1000) + "\"} " +
+            std::to_string(rng()) + "\n";
+  const std::string zipped = gzip_compress(body);
+  ASSERT_GT(zipped.size(), size_t{4} << 16) << "spans several chunks";
+  EXPECT_LT(zipped.size(), body.size() / 2);
+  EXPECT_EQ(gunzip(zipped), body);
+  const std::string empty = gzip_compress("");
+  EXPECT_FALSE(empty.empty()) << "a gzip stream even of nothing";
+  z_stream zs{};
+  ASSERT_EQ(inflateInit2(&zs, 15 + 16), Z_OK);
+  char c;
+  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(empty.data()));
+  zs.avail_in = uInt(empty.size());
+  zs.next_out = reinterpret_cast<Bytef*>(&c);
+  zs.avail_out = 1;
+  EXPECT_EQ(inflate(&zs, Z_FINISH), Z_STREAM_END);
+  EXPECT_EQ(zs.total_out, 0u);
+  inflateEnd(&zs);
 }
 
 TEST(Accept, PrometheusGetsOpenMetricsAndEveryoneElseText) {

@@ -1,7 +1,9 @@
 #include "exposition/text.h"
 
+#include <array>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 
 #include "gym/families.h"
 
@@ -31,44 +33,57 @@ void append_uint(std::string& out, uint64_t v) {
   out.append(buf, r.ptr);
 }
 
+// Character classes, one table lookup a character: what the text formats
+// escape, and the legacy metric ([a-zA-Z_:][a-zA-Z0-9_:]*) and label
+// ([a-zA-Z_][a-zA-Z0-9_]*) name characters.
+enum : uint8_t {
+  kEscaped = 1,       // backslash, newline
+  kQuote = 2,         // escaped in label values (and OpenMetrics HELP)
+  kNameFirst = 4,     // [a-zA-Z_]
+  kNameDigit = 8,     // [0-9]
+  kMetricColon = 16,  // ':' (metric names only)
+};
+constexpr std::array<uint8_t, 256> make_classes() {
+  std::array<uint8_t, 256> t{};
+  t[uint8_t('\\')] = kEscaped;
+  t[uint8_t('\n')] = kEscaped;
+  t[uint8_t('"')] = kQuote;
+  for (int c = 'a'; c <= 'z'; ++c) t[size_t(c)] = kNameFirst;
+  for (int c = 'A'; c <= 'Z'; ++c) t[size_t(c)] = kNameFirst;
+  t[uint8_t('_')] = kNameFirst;
+  for (int c = '0'; c <= '9'; ++c) t[size_t(c)] = kNameDigit;
+  t[uint8_t(':')] = kMetricColon;
+  return t;
+}
+constexpr std::array<uint8_t, 256> kClasses = make_classes();
+
 // HELP text escapes backslash and newline; label values also the quote.
-void append_escaped(std::string& out, const std::string& s, bool quote) {
-  if (s.find_first_of(quote ? "\\\n\"" : "\\\n") == std::string::npos) {
-    out += s;  // nearly always: nothing to escape
-    return;
-  }
-  for (char c : s) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '"':
-        if (quote)
-          out += "\\\"";
-        else
-          out += c;
-        break;
-      default:
-        out += c;
+void append_escaped(std::string& out, std::string_view s, bool quote) {
+  const uint8_t mask = quote ? (kEscaped | kQuote) : kEscaped;
+  size_t i = 0;
+  while (i < s.size() && (kClasses[uint8_t(s[i])] & mask) == 0) ++i;
+  out.append(s.data(), i);  // nearly always all of it: nothing to escape
+  for (; i < s.size(); ++i) {
+    const char c = s[i];
+    if ((kClasses[uint8_t(c)] & mask) == 0) {
+      out += c;
+      continue;
     }
+    out += '\\';
+    out += c == '\n' ? 'n' : c;
   }
 }
 
-// Whether a name needs no quotes: the legacy metric ([a-zA-Z_:][a-zA-Z0-9_:]*)
-// or label ([a-zA-Z_][a-zA-Z0-9_]*) name syntax. Others (the OpenTelemetry
-// names, served under escaping=allow-utf-8) are quoted, as the text 1.0.0
-// and OpenMetrics formats with UTF-8 names have them.
+// Whether a name needs no quotes: the legacy metric or label name syntax.
+// Others (the OpenTelemetry names, served under escaping=allow-utf-8) are
+// quoted, as the text 1.0.0 and OpenMetrics formats with UTF-8 names have them.
 bool legacy_name(std::string_view s, bool metric) {
   if (s.empty()) return false;
-  for (size_t i = 0; i < s.size(); ++i) {
-    const char c = s[i];
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' ||
-                    (metric && c == ':') || (i > 0 && c >= '0' && c <= '9');
-    if (!ok) return false;
-  }
+  const uint8_t first = metric ? (kNameFirst | kMetricColon) : kNameFirst;
+  if ((kClasses[uint8_t(s[0])] & first) == 0) return false;
+  const uint8_t rest = first | kNameDigit;
+  for (size_t i = 1; i < s.size(); ++i)
+    if ((kClasses[uint8_t(s[i])] & rest) == 0) return false;
   return true;
 }
 
@@ -172,6 +187,7 @@ struct Samples {
   bool om;
   bool quoted;  // a name outside the legacy rules: {"name",...}
   std::string labels;
+  std::string scratch;
 
   void value(const ClientMetric& m, const char* suffix, double v) {
     append_sample(out, base, suffix, m, labels, nullptr, {}, v, false, 0, om, quoted);
@@ -251,8 +267,28 @@ void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le) {
     w.value(m, "_sum", h.sample_sum);
   }
   const std::vector<std::string>& bounds = le.of(h);
-  for (size_t i = 0; i < h.bucket.size(); ++i)
-    w.count(m, "_bucket", h.bucket[i].cumulative_count, "le", bounds[i]);
+  if (w.quoted || m.timestamp_ms != 0) {
+    for (size_t i = 0; i < h.bucket.size(); ++i)
+      w.count(m, "_bucket", h.bucket[i].cumulative_count, "le", bounds[i]);
+  } else {
+    // The common case, most of an exposition's lines: what comes before
+    // the bound is the same on every bucket line, made once.
+    std::string& prefix = w.scratch;
+    prefix.assign(w.base);
+    prefix += "_bucket";
+    prefix += w.labels.empty() ? "{le=\"" : "";
+    if (!w.labels.empty()) {
+      prefix += w.labels;
+      prefix += ",le=\"";
+    }
+    for (size_t i = 0; i < h.bucket.size(); ++i) {
+      w.out += prefix;
+      w.out += bounds[i];
+      w.out += "\"} ";
+      append_uint(w.out, h.bucket[i].cumulative_count);
+      w.out += '\n';
+    }
+  }
   if (w.om) {
     w.count(m, "_count", h.sample_count);
     w.value(m, "_sum", h.sample_sum);
@@ -271,7 +307,7 @@ void write_any(const MetricFamily& f, const FamilySpec* spec, const FamilyExtras
   if (om && f.type == MetricType::Counter && family.ends_with("_total")) family.remove_suffix(6);
   const std::string base(family);
   write_metadata(f, spec, family, base, out, om);
-  Samples w{out, base, om, !legacy_name(base, true), {}};
+  Samples w{out, base, om, !legacy_name(base, true), {}, {}};
   const char* const total = om && f.type == MetricType::Counter ? "_total" : "";
   auto created = [&](const ClientMetric& m, size_t i) {
     if (om && extras != nullptr && i < extras->created.size() && extras->created[i] > 0)
