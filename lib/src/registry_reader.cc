@@ -136,6 +136,8 @@ const Snapshot& RegistryReader::snapshot() {
     acc.sum = 0;
     acc.created_ns = 0;
     acc.created_unknown = false;
+    acc.view = nullptr;
+    acc.added = 0;
     std::fill(acc.buckets.begin(), acc.buckets.end(), 0);
   }
   uint64_t live = 0;
@@ -169,20 +171,18 @@ const Snapshot& RegistryReader::snapshot() {
 
 // A series' native counts: a view of its live or its folded part's when
 // only one has them (nearly always), else both added up in merged_[merged++].
-std::span<const uint64_t> RegistryReader::native_view(const Accumulator& live,
-                                                      const Accumulator& ret, size_t classic,
-                                                      size_t words, size_t& merged) {
+std::span<const uint64_t> RegistryReader::native_view(const uint64_t* live, const Accumulator& ret,
+                                                      size_t classic, size_t words,
+                                                      size_t& merged) {
   static constexpr uint64_t kZeros[native::kWords] = {};
-  const bool in_live = live.buckets.size() >= classic + words;
   const bool in_ret = ret.buckets.size() >= classic + words;
-  if (in_live && !in_ret) return {live.buckets.data() + classic, words};
-  if (in_ret && !in_live) return {ret.buckets.data() + classic, words};
-  if (!in_live) return {kZeros, std::min<size_t>(words, native::kWords)};
+  if (live != nullptr && !in_ret) return {live + classic, words};
+  if (in_ret && live == nullptr) return {ret.buckets.data() + classic, words};
+  if (live == nullptr) return {kZeros, std::min<size_t>(words, native::kWords)};
   if (merged_.size() <= merged) merged_.emplace_back();
   std::vector<uint64_t>& sum = merged_[merged++];
   sum.resize(words);
-  for (size_t w = 0; w < words; ++w)
-    sum[w] = sat_add(live.buckets[classic + w], ret.buckets[classic + w]);
+  for (size_t w = 0; w < words; ++w) sum[w] = sat_add(live[classic + w], ret.buckets[classic + w]);
   return sum;
 }
 
@@ -224,14 +224,20 @@ void RegistryReader::build_output() {
     }
     if (info.kind == SeriesKind::kHistogram) {
       const size_t buckets = info.bounds.size() + 1;
+      // The live words: one segment's, viewed, or those added up of several.
+      const size_t live_words = buckets + info.native_words;
+      const uint64_t* own = live.view != nullptr ? live.view
+                            : live.buckets.size() >= live_words && live.added != 0
+                                ? live.buckets.data()
+                                : nullptr;
       out.cumulative_buckets.resize(buckets);
       uint64_t running = 0;
       for (size_t b = 0; b < buckets; ++b) {
-        running = sat_add(running, b < live.buckets.size() ? live.buckets[b] : 0);
+        running = sat_add(running, own != nullptr ? own[b] : 0);
         running = sat_add(running, b < ret.buckets.size() ? ret.buckets[b] : 0);
         out.cumulative_buckets[b] = running;
       }
-      out.native = native_view(live, ret, buckets, info.native_words, merged);
+      out.native = native_view(own, ret, buckets, info.native_words, merged);
     } else {
       out.cumulative_buckets.clear();
       out.native = {};

@@ -314,7 +314,29 @@ void add_words(std::vector<uint64_t>& buckets, uint64_t& counter, int64_t& sum, 
   sat_add_words(buckets.data(), words, n);
   sum = segment::wrapping_add(sum, static_cast<int64_t>(words[n]));
 }
+
+// A live histogram's words (buckets, native buckets, sum; `words` in all)
+// from one segment into its accumulator: viewed where they are (the
+// segment's `last`, unchanged until the next snapshot) when they are the
+// first this snapshot, added into the accumulator's own buckets from the
+// second on.
 }  // namespace
+
+void RegistryReader::add_live_histogram(Accumulator& acc, const uint64_t* last, uint32_t words) {
+  const uint32_t n = words - 1;
+  if (acc.added++ == 0) {
+    acc.view = last;
+    acc.sum = static_cast<int64_t>(last[n]);
+    return;
+  }
+  if (acc.view != nullptr) {
+    acc.buckets.assign(acc.view, acc.view + n);
+    acc.view = nullptr;
+  }
+  if (acc.buckets.size() != n) acc.buckets.assign(n, 0);
+  sat_add_words(acc.buckets.data(), last, n);
+  acc.sum = segment::wrapping_add(acc.sum, static_cast<int64_t>(last[n]));
+}
 
 // Folds the values last read from a segment into the totals (it was damaged,
 // or its owner is gone and it can no longer be read).
@@ -476,7 +498,10 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
       last_change_[e.id] = now;
     }
     std::copy(folded, folded + words, last);
-    add_words(acc.buckets, acc.counter, acc.sum, e.kind, folded, e.bound_count, e.native_words);
+    if (into_retired || e.kind != SeriesKind::kHistogram)
+      add_words(acc.buckets, acc.counter, acc.sum, e.kind, folded, e.bound_count, e.native_words);
+    else
+      add_live_histogram(acc, last, words);
     acc.note_created(s.created_ns);
     acc.present = true;
     if (!into_retired) last_change_[e.id] = now;

@@ -210,6 +210,63 @@ TEST(NativeHistogram, AVersion4SegmentsPerShardNativeCountsAreAddedUp) {
             expected_counts({500000, 2000000, 200000000}));
 }
 
+// The reader views a live histogram's words where one segment has them and
+// adds them up where several do (writers sharing labels), and adds what
+// exited writers left on top: each way, snapshot after snapshot, exact.
+TEST(NativeHistogram, LiveWritersSharingAHistogramAndOnesGoneAddUpSnapshotAfterSnapshot) {
+  TempDir tmp;
+  const int64_t bounds[] = {1000000, 100000000};  // 1 ms, 100 ms
+  const Label labels[] = {{"op", "verify"}};
+  std::vector<int64_t> seen;
+  auto expect_all = [&](const Snapshot& snap, const char* when) {
+    const SeriesSample* s = find_series(snap, "op_seconds", {{"op", "verify"}});
+    ASSERT_NE(s, nullptr) << when;
+    EXPECT_EQ(s->count(), seen.size()) << when;
+    int64_t sum = 0;
+    for (int64_t v : seen) sum += v;
+    EXPECT_EQ(s->sum, sum) << when;
+    EXPECT_EQ(std::vector<uint64_t>(s->native.begin(), s->native.end()), expected_counts(seen))
+        << when;
+  };
+  // Two children, each with a writer of its own and the histogram, alive
+  // (the parent registers it after the fork, so the children's copies of its
+  // segment do not have it: every segment that adds to it adds something).
+  SegmentWriter writer(tmp.path());
+  RegistryReader reader(tmp.path());
+  testing::Ready ready;
+  auto child = [&](int64_t v) {
+    return testing::spawn([&, v] {
+      SegmentWriter w(tmp.path());
+      w.histogram("op_seconds", labels, bounds, 1e9, /*native=*/true).observe(v);
+      ready.signal();
+      for (;;) ::pause();
+      return 0;
+    });
+  };
+  const pid_t a = child(20000000);
+  ready.wait(1);
+  seen.push_back(20000000);
+  expect_all(reader.snapshot(), "one live writer");
+  const pid_t b = child(300000000);
+  ready.wait(1);
+  seen.push_back(300000000);
+  expect_all(reader.snapshot(), "two live writers");
+  Histogram h = writer.histogram("op_seconds", labels, bounds, 1e9, /*native=*/true);
+  h.observe(500000);
+  seen.push_back(500000);
+  expect_all(reader.snapshot(), "three live writers");
+  h.observe(7000000);
+  seen.push_back(7000000);
+  expect_all(reader.snapshot(), "three live writers, one more observation");
+  ::kill(a, SIGKILL);
+  EXPECT_EQ(testing::wait_exit(a), 128 + SIGKILL);
+  expect_all(reader.snapshot(), "two live writers and one gone");
+  ::kill(b, SIGKILL);
+  EXPECT_EQ(testing::wait_exit(b), 128 + SIGKILL);
+  expect_all(reader.snapshot(), "one live writer and two gone");
+  expect_all(reader.snapshot(), "the same, read again");
+}
+
 TEST(NativeHistogram, EverySnapshotAddsUpWhileAWriterObservesFlatOut) {
   TempDir tmp;
   const int64_t bounds[] = {1000000, 100000000};  // 1 ms, 100 ms

@@ -228,8 +228,14 @@ class RegistryReader {
     bool in_progress = false;  // ages: a live record reported its part
     int64_t sum = 0;
     std::vector<uint64_t> buckets;  // not cumulative: the classic ones, then the native ones
-    int64_t created_ns = 0;         // the earliest start of what it adds up
-    bool created_unknown = false;   // something it adds up has no known start
+    // A live histogram (current_) with one segment adding to it this
+    // snapshot, nearly all of them: that segment's words (buckets, native
+    // buckets, sum, in its `last`), viewed rather than copied into
+    // `buckets`, which a second segment's words make. Null otherwise.
+    const uint64_t* view = nullptr;
+    uint32_t added = 0;            // live histograms: segments added this snapshot
+    int64_t created_ns = 0;        // the earliest start of what it adds up
+    bool created_unknown = false;  // something it adds up has no known start
     void note_created(int64_t ns) {
       if (ns <= 0)
         created_unknown = true;
@@ -300,7 +306,8 @@ class RegistryReader {
   // Native counts of series with both a live and a folded part, added up
   // for the snapshot (SeriesSample::native views them).
   std::vector<std::vector<uint64_t>> merged_;
-  std::span<const uint64_t> native_view(const Accumulator& live, const Accumulator& ret,
+  static void add_live_histogram(Accumulator& acc, const uint64_t* last, uint32_t words);
+  std::span<const uint64_t> native_view(const uint64_t* live, const Accumulator& ret,
                                         size_t classic, size_t words, size_t& merged);
   uint64_t retired_dropped_ = 0;
   std::vector<uint64_t> scratch_;  // one segment's values, copied out
