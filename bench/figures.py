@@ -17,8 +17,8 @@ Figures and their baselines:
   against prometheus-cpp (std::counting_semaphore + a gauge of free slots)
   and the bare 2-slot std::counting_semaphore;
 - histogram observe, 2 threads, against prometheus-cpp's Histogram;
-- the C ABI's resources-operation scope (by kind), 1 thread, against the same
-  instrumentation written with prometheus-cpp;
+- the C++ resources-operation scope and the C ABI's (by kind), 1 thread,
+  against the same instrumentation written with prometheus-cpp;
 - Python's gym_metrics.resources_operation against a bare `async with` on
   the same asyncio.Semaphore.
 
@@ -120,11 +120,13 @@ def main():
                               ["classic buckets only"] + ([before] if a.before else []),
                               "<= 1.5x classic only", ratio_goal={"classic buckets only": 1.5})
               for threads in (1, 2)}
+    cpp = Figure("C++ operation scope, 1 thread", "ns", ["prometheus-cpp"],
+                 "<= 0.7x prometheus-cpp", ratio_goal={"prometheus-cpp": 0.7})
     abi = Figure("C ABI operation scope (by kind), 1 thread", "ns", ["prometheus-cpp"],
                  "<= 0.5x prometheus-cpp", ratio_goal={"prometheus-cpp": 0.5})
     py = Figure("Python resources_operation", "ns", ["bare async with"],
                 "<= 3x a bare async with", ratio_goal={"bare async with": 3.0})
-    figures = [plain, gzip, private, peak, sem, hist, native[1], native[2], abi, py]
+    figures = [plain, gzip, private, peak, sem, hist, native[1], native[2], cpp, abi, py]
     if a.only == "observe":
         figures = [hist, native[1], native[2]]
 
@@ -149,11 +151,13 @@ def main():
         private.add(m["private"] / 1024, **{"before the first scrape": m["private_before"] / 1024})
         peak.add(m["peak"] / 1024, **{"RSS before the first scrape": m["rss_before"] / 1024})
         t = gbench(f"{a.build}/bench/primitives_bench",
-                   "semaphore2|operation_scope_(abikind|prometheus_cpp)/threads:1")
+                   "semaphore2|operation_scope_(registry|abikind|prometheus_cpp)/threads:1")
         sem.add(t["semaphore2_metered/threads:2"],
                 **{"prometheus-cpp (semaphore + gauge)": t["semaphore2_prometheus_cpp/threads:2"],
                    "std::counting_semaphore (2 slots)":
                        t["semaphore2_counting_semaphore/threads:2"]})
+        cpp.add(t["operation_scope_registry/threads:1"],
+                **{"prometheus-cpp": t["operation_scope_prometheus_cpp/threads:1"]})
         abi.add(t["operation_scope_abikind/threads:1"],
                 **{"prometheus-cpp": t["operation_scope_prometheus_cpp/threads:1"]})
         bare = asyncio.run(pyop.bare(asyncio.Semaphore(4))) * 1e9

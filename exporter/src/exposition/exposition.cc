@@ -8,6 +8,10 @@
 
 namespace gym::exporter {
 
+namespace {
+constexpr size_t kFirstReserve = size_t{64} << 20;
+}  // namespace
+
 Exposition::Exposition(std::vector<std::unique_ptr<Collector>> collectors, Log log)
     : collectors_(std::move(collectors)), log_(std::move(log)) {}
 
@@ -80,7 +84,11 @@ std::string Exposition::render(const Encoder& encoder, const std::set<std::strin
   std::lock_guard<std::mutex> lock(mu_);
   const auto start = std::chrono::steady_clock::now();
   std::string out;
-  out.reserve(last_size_ + last_size_ / 8);
+  // Room for it all at once: a buffer that grows by doubling holds its old
+  // and new copies at each step (13 MB of 20,000 series took 23 MB at the
+  // first scrape). Without a last size, address space that only becomes
+  // memory where it is written.
+  out.reserve(last_size_ != 0 ? last_size_ + last_size_ / 8 : kFirstReserve);
   Family renamed;
   const Emit emit = Emit::full([&](const Family& f, const FamilyExtras* extras) {
     // A family with no row is a programming error, and a family with rows
