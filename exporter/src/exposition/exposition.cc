@@ -1,6 +1,7 @@
 #include "exposition/exposition.h"
 
 #include <chrono>
+#include <new>
 
 #include "exposition/families.h"
 #include "exposition/text.h"
@@ -88,7 +89,11 @@ std::string Exposition::render(const Encoder& encoder, const std::set<std::strin
   // and new copies at each step (13 MB of 20,000 series took 23 MB at the
   // first scrape). Without a last size, address space that only becomes
   // memory where it is written.
-  out.reserve(last_size_ != 0 ? last_size_ + last_size_ / 8 : kFirstReserve);
+  // Without address space to spare (a tight RLIMIT_AS), it grows instead.
+  try {
+    out.reserve(last_size_ != 0 ? last_size_ + last_size_ / 8 : kFirstReserve);
+  } catch (const std::bad_alloc&) {
+  }
   Family renamed;
   const Emit emit = Emit::full([&](const Family& f, const FamilyExtras* extras) {
     // A family with no row is a programming error, and a family with rows
