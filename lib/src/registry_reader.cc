@@ -137,8 +137,7 @@ const Snapshot& RegistryReader::snapshot() {
     acc.created_ns = 0;
     acc.created_unknown = false;
     acc.view = nullptr;
-    acc.added = 0;
-    std::fill(acc.buckets.begin(), acc.buckets.end(), 0);
+    acc.added = 0;  // its buckets are rewritten by the second segment that adds to it
   }
   uint64_t live = 0;
   uint64_t dropped = 0;
@@ -225,11 +224,9 @@ void RegistryReader::build_output() {
     if (info.kind == SeriesKind::kHistogram) {
       const size_t buckets = info.bounds.size() + 1;
       // The live words: one segment's, viewed, or those added up of several.
-      const size_t live_words = buckets + info.native_words;
       const uint64_t* own = live.view != nullptr ? live.view
-                            : live.buckets.size() >= live_words && live.added != 0
-                                ? live.buckets.data()
-                                : nullptr;
+                            : live.added >= 2    ? live.buckets.data()
+                                                 : nullptr;
       out.cumulative_buckets.resize(buckets);
       uint64_t running = 0;
       for (size_t b = 0; b < buckets; ++b) {

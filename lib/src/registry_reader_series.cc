@@ -329,11 +329,10 @@ void RegistryReader::add_live_histogram(Accumulator& acc, const uint64_t* last, 
     acc.sum = static_cast<int64_t>(last[n]);
     return;
   }
-  if (acc.view != nullptr) {
+  if (acc.view != nullptr) {  // the second: the first's words become its own
     acc.buckets.assign(acc.view, acc.view + n);
     acc.view = nullptr;
   }
-  if (acc.buckets.size() != n) acc.buckets.assign(n, 0);
   sat_add_words(acc.buckets.data(), last, n);
   acc.sum = segment::wrapping_add(acc.sum, static_cast<int64_t>(last[n]));
 }

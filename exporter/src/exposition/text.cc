@@ -276,11 +276,8 @@ void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le) {
     std::string& prefix = w.scratch;
     prefix.assign(w.base);
     prefix += "_bucket";
-    prefix += w.labels.empty() ? "{le=\"" : "";
-    if (!w.labels.empty()) {
-      prefix += w.labels;
-      prefix += ",le=\"";
-    }
+    prefix += w.labels.empty() ? "{" : w.labels + ",";
+    prefix += "le=\"";
     for (size_t i = 0; i < h.bucket.size(); ++i) {
       w.out += prefix;
       w.out += bounds[i];
