@@ -31,7 +31,7 @@
 #include "collectors/memory.h"
 #include "gym_metrics.h"
 #include "scratch_dir.h"
-#include "server_tree.h"
+#include "servers/watcher.h"
 #include "shared_registry.h"
 
 namespace {
@@ -76,15 +76,16 @@ pid_t tree_root() {
 }
 
 void sample(benchmark::State& state, bool pss) {
-  gym::exporter::MemoryConfig c;
+  gym::exporter::ServersConfig c;
   gym::exporter::ServerTarget t;
   t.name = "tree";
   t.server_type = "resources_server";
   t.pid = tree_root();
   t.pss = pss;
   c.targets = {t};
-  c.pss_interval_seconds = 0;  // PSS, when on, at every sample
-  gym::exporter::MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  // PSS, when on, at every sample; a resolution of the servers at each.
+  gym::exporter::MemoryCollector sampler(gym::exporter::MemoryConfig{5, 0},
+                                         gym::exporter::make_watcher(c), [](const std::string&) {});
   for (auto _ : state) sampler.sample();
   state.counters["processes"] = double(sampler.servers().at(0).processes);
 }
@@ -219,7 +220,7 @@ void watch(benchmark::State& state, bool foreign) {
   const std::vector<pid_t> writers = start_writers(dir, kWriters, foreign);
   {
     auto registry = std::make_shared<gym::exporter::SharedRegistry>(dir);
-    gym::exporter::ServerWatcher watcher(gym::exporter::WatcherConfig{}, registry);
+    gym::exporter::ServerWatcher watcher(gym::exporter::ServersConfig{}, registry);
     std::shared_ptr<const gym::exporter::ServersView> view;
     for (auto _ : state) view = watcher.view(std::chrono::seconds(0), view);
     size_t up = 0;
@@ -269,12 +270,13 @@ void gpu_sample_8_gpus_200_processes(benchmark::State& state) {
   t.name = "tree";
   t.server_type = "model_server";
   t.pid = root;
-  gym::exporter::WatcherConfig wc;
+  gym::exporter::ServersConfig wc;
   wc.targets = {t};
-  auto watcher = std::make_shared<gym::exporter::ServerWatcher>(wc, nullptr);
+  auto watcher = gym::exporter::make_watcher(wc);
   gym::exporter::GpuConfig gc;
   gc.library = GYM_FAKE_NVML;
-  gym::exporter::GpuCollector gpu(gc, watcher, [](const std::string&) {});
+  gym::exporter::GpuCollector gpu(
+      gc, [](const std::string&) {}, watcher);
   std::shared_ptr<const gym::exporter::ServersView> memory_view;
   for (auto _ : state) {
     state.PauseTiming();

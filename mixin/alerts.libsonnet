@@ -207,17 +207,17 @@ local percent(r) = '%g%%' % (r * 100);
             summary: 'gym-exporter on {{ $labels.instance }} rejected {{ $value | humanize }} registry files',
             description: "Files in the registry directory were not valid segments, or were owned by an untrusted user: their writers' metrics are missing. The exporter's log names each.",
           }),
-          alert('GymMemorySampleErrors', 'warning', |||
-            sum by (job, instance, reason) (increase(gym_exporter_memory_sample_errors_total{%(gymSelector)s}[10m])) > 0
+          alert('GymCollectorSampleErrors', 'warning', |||
+            sum by (job, instance, collector, reason) (increase(gym_exporter_collector_sample_errors_total{%(gymSelector)s}[10m])) > 0
           ||| % c, {
-            summary: 'Memory samples on {{ $labels.instance }} keep failing ({{ $labels.reason }})',
-            description: "{{ $value | humanize }} procfs reads failed ({{ $labels.reason }}) in 10 minutes, for 20 minutes: some servers' memory is missing or RSS-only. The exporter's log names each.",
+            summary: 'The {{ $labels.collector }} samples on {{ $labels.instance }} keep failing ({{ $labels.reason }})',
+            description: "{{ $value | humanize }} reads failed ({{ $labels.reason }}) in the {{ $labels.collector }} collector's samples in 10 minutes, for 20 minutes: some servers' numbers are missing (or, for memory, RSS-only). The exporter's log names each.",
           }, '20m'),
-          alert('GymMemorySampleOverruns', 'warning', |||
-            sum by (job, instance) (increase(gym_exporter_memory_sample_overruns_total{%(gymSelector)s}[10m])) > 0
+          alert('GymCollectorSampleOverruns', 'warning', |||
+            sum by (job, instance, collector) (increase(gym_exporter_collector_sample_overruns_total{%(gymSelector)s}[10m])) > 0
           ||| % c, {
-            summary: 'Memory samples on {{ $labels.instance }} take longer than their interval',
-            description: "Samples keep running past the next one's start: memory.interval_seconds is too short for this host, or PSS is read for too many large processes.",
+            summary: 'The {{ $labels.collector }} samples on {{ $labels.instance }} take longer than their interval',
+            description: "Samples keep running past the next one's start: {{ $labels.collector }}.interval_seconds is too short for this host (for memory, PSS may be read for too many large processes).",
           }, '20m'),
         ],
       },

@@ -227,9 +227,9 @@ local SERVER = 'nemo_gym_server_name, nemo_gym_server_type';
                         '{{nemo_gym_server_name}} gen {{nemo_gym_python_gc_generation}} {{instance}}',
                       ],
                     ], description='Share of time each Python server was paused by its garbage collector, by generation.', stack=true),
-                    panel('Memory sample time', 's', [
-                      ['max by (instance) (gym_exporter_memory_sample_duration_seconds{%(HOST)s})' % s, '{{instance}}'],
-                    ]),
+                    panel('Sample time', 's', [
+                      ['max by (instance, collector) (gym_exporter_collector_sample_duration_seconds{%(HOST)s})' % s, '{{collector}} {{instance}}'],
+                    ], description="How long each collector's last sample took, against its interval."),
                   ],
                   [
                     g.labelVariable('server', 'Server', 'gym_server_up', 'nemo_gym_server_name', BASE),

@@ -4,7 +4,11 @@
 //
 //   gym-stat [--registry.dir=DIR] [--interval=SECONDS] [--once | --json]
 //            [--sort=saturation|queue|name] [--filter=TEXT] [--proc-root=DIR]
-//            [--gpu-library=PATH]
+//            [--gpu-library=PATH] [--config.file=FILE]
+//
+// Its servers are resolved and sampled by the exporter's own servers unit and
+// collectors (servers, memory, gpu), run in-process: the numbers it shows are
+// computed as /metrics computes them.
 #include <curses.h>
 #include <unistd.h>
 
@@ -15,12 +19,15 @@
 #include <string>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+#include <yaml-cpp/yaml.h>
+
+#include "app.h"
 #include "frame.h"
 #include "gym/contract.h"
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
-#include "nvml.h"
-#include "procfs.h"
+#include "sampled_collector.h"
 #include "snapshot_view.h"
 
 namespace gym::stat {
@@ -28,8 +35,9 @@ namespace {
 
 struct Args {
   std::string dir;
-  std::string proc_root = "/proc";
-  std::string gpu_library = "libnvidia-ml.so.1";
+  std::optional<std::string> proc_root;    // else the configuration's
+  std::optional<std::string> gpu_library;  // else the configuration's
+  std::string config_file;                 // the exporter's (its servers: and gpu:)
   double interval = 1;
   bool once = false;
   bool json = false;
@@ -39,10 +47,11 @@ struct Args {
 const char* kUsage =
     "usage: gym-stat [--registry.dir=DIR] [--interval=SECONDS] [--once | --json]\n"
     "                [--sort=saturation|queue|name] [--filter=TEXT] [--proc-root=DIR]\n"
-    "                [--gpu-library=PATH]\n\n"
+    "                [--gpu-library=PATH] [--config.file=FILE]\n\n"
     "A live view of the NeMo Gym metrics registry (read-only; runs beside gym-exporter).\n"
     "  --once   print one table (rates over one interval) and exit\n"
     "  --json   print one JSON snapshot (docs/snapshot.schema.json) and exit\n"
+    "  --config.file  the exporter's configuration: its servers (servers:) and gpu: sections\n"
     "Keys: s sort, / filter, c clear the filter, q quit.\n";
 
 // 0: go on; otherwise the exit status.
@@ -69,6 +78,8 @@ int parse(int argc, char** argv, Args& a) {
       a.gpu_library = *v;
     } else if (auto v = value("--proc-root")) {
       a.proc_root = *v;
+    } else if (auto v = value("--config.file")) {
+      a.config_file = *v;
     } else if (auto v = value("--filter")) {
       a.frame.filter = *v;
     } else if (auto v = value("--interval")) {
@@ -97,36 +108,78 @@ int parse(int argc, char** argv, Args& a) {
   return 0;
 }
 
+// The configuration: the exporter's file when named, the flags over it.
+std::optional<exporter::Config> load_config(const Args& a) {
+  YAML::Node root;
+  if (!a.config_file.empty()) {
+    const exporter::ConfigResult file = exporter::load_config_file(a.config_file);
+    if (!file.ok()) {
+      for (const auto& e : file.errors) std::fprintf(stderr, "gym-stat: %s\n", e.c_str());
+      return std::nullopt;
+    }
+    try {
+      root = YAML::LoadFile(a.config_file);
+    } catch (const YAML::Exception&) {
+    }
+  }
+  if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);
+  if (a.proc_root) root["servers"]["proc_root"] = *a.proc_root;
+  if (a.gpu_library) root["gpu"]["library"] = *a.gpu_library;
+  exporter::ConfigResult r =
+      exporter::parse_config(YAML::Dump(root), a.config_file.empty() ? "gym-stat" : a.config_file);
+  for (const auto& e : r.errors) std::fprintf(stderr, "gym-stat: %s\n", e.c_str());
+  if (!r.ok()) return std::nullopt;
+  return r.config;
+}
+
 class Source {
  public:
-  explicit Source(const Args& a)
+  // `log` receives the collectors' problems.
+  Source(const Args& a, const exporter::Config& config, exporter::Log log)
       : args_(a),
-        reader_(a.dir, read_only()),
-        boot_(exporter::boot_time_seconds(a.proc_root)),
-        nvml_(a.gpu_library) {}
-  // The registry now, into `out` (reusing its storage).
+        registry_(std::make_shared<exporter::SharedRegistry>(a.dir, read_only())),
+        board_(std::make_shared<exporter::ServerBoard>()),
+        collectors_(with_times(exporter::make_collectors(
+            config, {registry_, std::move(log), nullptr, board_}, {"servers", "memory", "gpu"}))),
+        boot_(exporter::boot_time_seconds(config.servers.proc_root)) {}
+  // The registry now, into `out` (reusing its storage); the servers as the
+  // collectors' last samples say. Each collector samples when its interval
+  // has passed, as in the exporter, not at every refresh: a memory sample
+  // reads PSS, which costs the servers (docs/memory.md).
   void next(exporter::View& out) {
-    const Snapshot& snap = reader_.snapshot();
-    exporter::procfs::ProcessTable table(args_.proc_root);
-    const bool have_table = !snap.servers.empty() && table.scan();
-    // GPU memory per server where NVML is (the driver's library; none: "-").
-    std::map<pid_t, uint64_t> gpu;
-    if (nvml_.loaded()) gpu = exporter::Nvml::bytes_by_pid(nvml_.read());
-    builder_.build(snap, args_.dir, have_table ? &table : nullptr, boot_, out,
-                   nvml_.loaded() ? &gpu : nullptr);
+    const auto now = std::chrono::steady_clock::now();
+    for (auto& [c, last] : collectors_) {
+      const auto* sampled = dynamic_cast<const exporter::IntervalCollector*>(c.get());
+      if (last && sampled && now - *last < sampled->interval()) continue;
+      c->refresh();
+      last = now;
+    }
+    const exporter::BoardFigures figures = board_->read();
+    registry_->with([&](RegistryReader& r) {
+      builder_.build(r.snapshot(), args_.dir, figures, boot_, out);
+      return 0;
+    });
   }
 
  private:
+  using Collectors = std::vector<std::pair<std::unique_ptr<exporter::Collector>,
+                                           std::optional<std::chrono::steady_clock::time_point>>>;
+  static Collectors with_times(std::vector<std::unique_ptr<exporter::Collector>> all) {
+    Collectors out;
+    for (auto& c : all) out.emplace_back(std::move(c), std::nullopt);
+    return out;
+  }
   static ReaderOptions read_only() {
     ReaderOptions o;
     o.mode = ReaderOptions::Mode::kReadOnly;
     return o;
   }
   const Args& args_;
-  RegistryReader reader_;
+  std::shared_ptr<exporter::SharedRegistry> registry_;
+  std::shared_ptr<exporter::ServerBoard> board_;
+  Collectors collectors_;  // with when each sampled last
   double boot_;
   exporter::ViewBuilder builder_;
-  exporter::Nvml nvml_;
 };
 
 // Two views: the one shown and the one before it (for rates).
@@ -216,15 +269,22 @@ int interactive(Args& a, Source& source, Views& views) {
 int run(int argc, char** argv) {
   Args a;
   if (int rc = parse(argc, argv, a); rc != 0) return rc < 0 ? 0 : rc;
-  Source source(a);
+  // The exporter's own log lines (spdlog) would land in the screen or the
+  // JSON: gym-stat says problems on standard error, and not on the screen.
+  spdlog::set_level(spdlog::level::off);
+  const std::optional<exporter::Config> config = load_config(a);
+  if (!config) return 2;
+  const bool screen = !a.once && !a.json && ::isatty(STDOUT_FILENO) && ::isatty(STDIN_FILENO);
+  Source source(a, *config, [screen](const std::string& problem) {
+    if (!screen) std::fprintf(stderr, "gym-stat: %s\n", problem.c_str());
+  });
   Views views;
   source.next(*views.now);
   if (a.json) {
     std::fputs(exporter::to_json(*views.now).c_str(), stdout);
     return 0;
   }
-  const bool tty = ::isatty(STDOUT_FILENO) && ::isatty(STDIN_FILENO);
-  if (!a.once && tty) return interactive(a, source, views);
+  if (screen) return interactive(a, source, views);
   // Plain text: once, or every interval when the output is not a terminal.
   for (;;) {
     if (a.interval > 0) {

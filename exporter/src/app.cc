@@ -6,13 +6,10 @@
 #include <iostream>
 
 #include "build_info.h"
-#include "collectors/cgroups.h"
-#include "collectors/gpu.h"
-#include "collectors/memory.h"
 #include "landing_page.h"
 #include "logging.h"
-#include "procfs.h"
 #include "self_metrics.h"
+#include "servers/watcher.h"
 #include "snapshot_view.h"
 
 namespace gym::exporter {
@@ -47,18 +44,23 @@ ReaderOptions reader_options(const Config& c) {
   return o;
 }
 
+void warn_deprecations(const ConfigResult& c) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mu);
+  for (const std::string& d : c.deprecations)
+    if (said.insert(d).second) spdlog::warn("{}", d);
+}
+
 std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
-                                                        const CollectorContext& base) {
+                                                        const CollectorContext& base,
+                                                        const std::set<std::string>& only) {
   CollectorContext context = base;
-  context.config = &c;
-  // One watcher of the servers for the memory, cpu and cgroup collectors.
-  const MemoryConfig memory = memory_config(c);
-  context.servers = std::make_shared<ServerWatcher>(
-      WatcherConfig{memory.proc_root, memory.targets, memory.gone_server_ttl_seconds,
-                    cgroup_mounts(c)},
-      base.registry);
+  // One watcher of the servers for every per-server collector.
+  context.servers = make_watcher(c.servers, base.registry, base.warn);
   std::vector<std::unique_ptr<Collector>> out;
   for (const CollectorKind* kind : collector_kinds()) {
+    if (!only.empty() && !only.contains(kind->name)) continue;
     auto it = c.collectors.find(kind->name);
     const CollectorSettings* settings =
         it == c.collectors.end() ? nullptr : it->second.settings.get();
@@ -69,10 +71,12 @@ std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
 }
 
 namespace {
-CollectorContext context_for(std::shared_ptr<SharedRegistry> registry) {
+CollectorContext context_for(std::shared_ptr<SharedRegistry> registry,
+                             std::shared_ptr<ServerBoard> board = nullptr) {
   // A problem seen at every scrape or sample is one line a minute.
   static RateLimitedLog warnings;
-  return {std::move(registry), [](const std::string& problem) { warnings.warn(problem); }};
+  return {std::move(registry), [](const std::string& problem) { warnings.warn(problem); }, nullptr,
+          std::move(board)};
 }
 }  // namespace
 
@@ -106,7 +110,7 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
   // One retiring reader per directory.
   if (!app->registry_->with([&](RegistryReader& r) { return r.claim(error); })) return nullptr;
   app->exposition_ =
-      std::make_unique<Exposition>(make_collectors(c, context_for(app->registry_)),
+      std::make_unique<Exposition>(make_collectors(c, context_for(app->registry_, app->board_)),
                                    [](const std::string& e) { spdlog::error("{}", e); });
   app->exposition_->start();
   app->page_ = landing_page(c, flags.config_file);
@@ -146,6 +150,7 @@ bool App::reload() {
       spdlog::error("reload failed, keeping the running configuration: {}", e);
     return false;
   }
+  warn_deprecations(next.config);
   apply(next.config.config, next.web.config);
   SelfMetrics::process().reloaded(true);
   spdlog::info("configuration reloaded from {}",
@@ -170,7 +175,8 @@ void App::apply(Config next, const WebConfig& web) {
   }
   setup_logging(next.log_level, next.log_format);
   const bool reader_changed = !next.same_reader(config_);
-  if (reader_changed || next.collectors != config_.collectors) {
+  if (reader_changed || next.collectors != config_.collectors ||
+      !(next.servers == config_.servers)) {
     // A new directory needs a new reader; otherwise keep it, so that the
     // totals of retired writers survive the reload. The new reader takes the
     // directory's lock at its first snapshot, after the old collectors (and
@@ -180,7 +186,12 @@ void App::apply(Config next, const WebConfig& web) {
       std::lock_guard<std::mutex> lock(state_mu_);
       registry_ = std::move(registry);
     }
-    exposition_->replace(make_collectors(next, context_for(registry_)));
+    auto board = std::make_shared<ServerBoard>();  // the new collectors' figures
+    {
+      std::lock_guard<std::mutex> lock(state_mu_);
+      board_ = board;
+    }
+    exposition_->replace(make_collectors(next, context_for(registry_, board)));
   }
   if (!(next.sd == config_.sd)) {
     std::string error;
@@ -196,32 +207,19 @@ void App::apply(Config next, const WebConfig& web) {
 
 std::string App::snapshot_json() {
   std::shared_ptr<SharedRegistry> registry;
-  std::string dir;
-  std::optional<GpuConfig> gpu;
+  std::shared_ptr<ServerBoard> board;
+  std::string dir, proc_root;
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     registry = registry_;
+    board = board_;
     dir = config_.registry_dir;
-    gpu = gpu_config(config_);
+    proc_root = config_.servers.proc_root;
   }
-  // GPU memory by pid, when NVML is there and the gpu section is on.
-  std::optional<std::map<pid_t, uint64_t>> gpu_by_pid;
-  if (gpu) {
-    std::lock_guard<std::mutex> lock(nvml_mu_);
-    if (!nvml_ || nvml_library_ != gpu->library) {
-      nvml_ = std::make_unique<Nvml>(gpu->library);
-      nvml_library_ = gpu->library;
-    }
-    if (nvml_->loaded()) gpu_by_pid = Nvml::bytes_by_pid(nvml_->read());
-  }
-  static const double boot = boot_time_seconds();
-  return registry->with([&](RegistryReader& r) {
-    const Snapshot& snap = r.snapshot();
-    procfs::ProcessTable table("/proc");
-    const bool have_table = !snap.servers.empty() && table.scan();
-    return to_json(make_view(snap, dir, have_table ? &table : nullptr, boot,
-                             gpu_by_pid ? &*gpu_by_pid : nullptr));
-  });
+  const double boot = boot_time_seconds(proc_root);
+  const auto figures = board->read();
+  return registry->with(
+      [&](RegistryReader& r) { return to_json(make_view(r.snapshot(), dir, figures, boot)); });
 }
 
 void App::stop() {

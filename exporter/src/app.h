@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,7 @@
 #include "exposition/exposition.h"
 #include "flags.h"
 #include "http_server.h"
-#include "nvml.h"
+#include "servers/board.h"
 #include "web_config.h"
 
 namespace gym::exporter {
@@ -31,10 +32,16 @@ struct Loaded {
 };
 Loaded load(const Flags& flags);
 
+// Logs each deprecated key a configuration uses, once a process.
+void warn_deprecations(const ConfigResult& c);
+
 ReaderOptions reader_options(const Config& c);
-// One collector of every registered kind, with its section of `c`.
+// One collector of every registered kind, with its section of `c`, and one
+// watcher of `c`'s servers for all of them; `only` (when not empty) names
+// the kinds wanted.
 std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
-                                                        const CollectorContext& context);
+                                                        const CollectorContext& context,
+                                                        const std::set<std::string>& only = {});
 
 // --once: one exposition of `loaded`, to standard output.
 int print_once(const Loaded& loaded);
@@ -56,7 +63,8 @@ class App {
  private:
   App(Flags flags, const Loaded& loaded);
   void apply(Config next, const WebConfig& web);
-  // /api/v1/snapshot: the registry as gym-stat --json shows it.
+  // /api/v1/snapshot: the registry as gym-stat --json shows it, its servers
+  // as the collectors' last samples (the board) say.
   std::string snapshot_json();
 
   Flags flags_;
@@ -68,11 +76,8 @@ class App {
   std::string page_;
   std::unique_ptr<HttpServer> server_;
   SdFile sd_;  // this exporter's file_sd entry, while it runs
-  // The snapshot's NVML (nvml.h), loaded at the first snapshot asked for
-  // while the gpu section is on; guarded by nvml_mu_.
-  std::mutex nvml_mu_;
-  std::unique_ptr<Nvml> nvml_;
-  std::string nvml_library_;
+  // What the collectors' last samples say of each server, for the snapshot.
+  std::shared_ptr<ServerBoard> board_ = std::make_shared<ServerBoard>();
 };
 
 }  // namespace gym::exporter

@@ -23,6 +23,7 @@ struct Mounts {
   std::string v2_root = "/";  // the part of the hierarchy mounted there
   std::string v1_memory;      // the v1 hierarchy with the memory controller
   std::string v1_memory_root = "/";
+  bool operator==(const Mounts&) const = default;
 };
 Mounts parse_mountinfo(std::string_view text);
 

@@ -50,55 +50,6 @@ std::unique_ptr<Collector> make_collector(const std::string& name, const Collect
   return kind->make(settings, context);
 }
 
-IntervalCollector::~IntervalCollector() {
-  // The subclass has stopped it; a thread still here would call a sample()
-  // that is gone.
-  std::lock_guard<std::mutex> lock(mu_);
-  if (thread_.joinable()) std::terminate();
-}
-
-void IntervalCollector::start() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (started_) return;
-    started_ = true;
-  }
-  sample();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_ || !samples_on_interval()) return;
-  thread_ = std::thread([this] {
-    using Clock = std::chrono::steady_clock;
-    const auto period = std::chrono::duration_cast<Clock::duration>(interval_);
-    auto next = Clock::now() + period;
-    std::unique_lock<std::mutex> lock(mu_);
-    while (!cv_.wait_until(lock, next, [this] { return stopping_; })) {
-      lock.unlock();
-      sample();
-      lock.lock();
-      next += period;
-      const auto now = Clock::now();
-      if (now >= next) {  // this sample ran into the next period(s)
-        const auto missed = (now - next) / period + 1;
-        overruns_.fetch_add(uint64_t(missed), std::memory_order_relaxed);
-        next = now + period;
-      }
-    }
-  });
-}
-
-void IntervalCollector::stop() {
-  std::thread thread;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!started_ || stopping_) return;
-    stopping_ = true;
-    thread.swap(thread_);
-  }
-  cv_.notify_all();
-  if (thread.joinable()) thread.join();
-  sample();  // the final sample
-}
-
 double unix_now_seconds() {
   timespec ts{};
   ::clock_gettime(CLOCK_REALTIME, &ts);

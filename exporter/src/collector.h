@@ -4,7 +4,8 @@
 // The exporter builds one collector of every registered kind and treats them
 // all alike: start() before serving, collect() on each scrape, stop() before
 // dropping. Adding a collector is its file, its configuration section, its
-// rows in the contract table (gym/families.h) and its tests.
+// rows in the contract table (gym/families.h) and its tests; one that
+// samples on an interval derives from SampledCollector (sampled_collector.h).
 //
 // Thread-safety: collect() is called under the Exposition's lock, one scrape
 // at a time, and may overlap an IntervalCollector's sampling thread.
@@ -13,17 +14,14 @@
 #include <prometheus/metric_family.h>
 #include <yaml-cpp/yaml.h>
 
-#include <atomic>
-#include <chrono>
 #include <concepts>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
-#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "exposition/families.h"
@@ -34,6 +32,7 @@ namespace gym::exporter {
 class YamlReader;
 struct Config;
 class ServerWatcher;
+class ServerBoard;
 
 // What a family's samples carry that prometheus-cpp's types have no field
 // for, by the index of the sample in the family.
@@ -66,6 +65,17 @@ class Emit {
 };
 using Log = std::function<void(const std::string&)>;
 
+// What a sampling collector says of its samples, served for every collector
+// as gym_exporter_collector_sample_{duration_seconds,overruns_total,
+// errors_total}{collector}.
+struct SampleStats {
+  std::string collector;
+  double last_duration_seconds = 0;
+  uint64_t overruns = 0;
+  std::map<std::string, uint64_t> errors;  // by reason, every reason it has
+  double since = 0;                        // Unix seconds its counts count from
+};
+
 class Collector {
  public:
   virtual ~Collector() = default;
@@ -78,37 +88,9 @@ class Collector {
   // is not started (--once). Nothing for collectors that work at collect().
   virtual void refresh() {}
   virtual void collect(const Emit& emit) = 0;
-};
-
-// A collector that samples on its own thread: one sample at start(), one
-// every interval, and a final one at stop(). The interval is a period (a
-// sample starts every interval, whatever a sample takes); a sample that runs
-// past the start of the next one makes the missed starts overruns, and the
-// next sample starts an interval after it ends. A subclass's destructor must
-// call stop() (sample() is its own).
-class IntervalCollector : public Collector {
- public:
-  explicit IntervalCollector(std::chrono::duration<double> interval) : interval_(interval) {}
-  ~IntervalCollector() override;
-  void start() final;
-  void stop() final;
-  void refresh() final { sample(); }
-  // One sample: what start(), the thread and stop() call.
-  virtual void sample() = 0;
-  // Whether samples between start and stop can change anything; false (a
-  // source that is not there, say): start() samples once and makes no thread.
-  virtual bool samples_on_interval() const { return true; }
-  // Periods in which no sample started because one was still running.
-  uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
-
- private:
-  std::atomic<uint64_t> overruns_{0};
-  std::chrono::duration<double> interval_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool started_ = false;
-  bool stopping_ = false;
-  std::thread thread_;
+  // A sampling collector's account of its samples (sampled_collector.h);
+  // nullopt for the others.
+  virtual std::optional<SampleStats> sample_stats() const { return std::nullopt; }
 };
 
 // Unix seconds now, and when this exporter process started (taken before
@@ -132,13 +114,12 @@ class CollectorSettings {
 struct CollectorContext {
   std::shared_ptr<SharedRegistry> registry;  // the one reader of the registry
   Log warn = [](const std::string&) {};      // a problem worth a warning
-  // The whole configuration being built (null: the defaults), for a
-  // collector that shares another's section (the cgroup collector samples
-  // the memory section's servers); only for the call of make.
-  const Config* config = nullptr;
-  // Which processes are which server (server_tree.h), shared by every
-  // per-server collector; null: each makes its own.
+  // Which processes are which server (servers/watcher.h), shared by every
+  // per-server collector.
   std::shared_ptr<ServerWatcher> servers = nullptr;
+  // Where per-server collectors post their samples' figures for the views
+  // that show servers (servers/board.h); may be null.
+  std::shared_ptr<ServerBoard> board = nullptr;
 };
 
 struct CollectorKind {
@@ -150,6 +131,13 @@ struct CollectorKind {
   // The collector, for settings from parse (nullptr when it has no section).
   std::function<std::unique_ptr<Collector>(const CollectorSettings*, const CollectorContext&)> make;
 };
+
+// The kind of a collector C with no section, made with no arguments.
+template <class C>
+CollectorKind plain_kind(std::string name, int order) {
+  return {std::move(name), order, nullptr,
+          [](const CollectorSettings*, const CollectorContext&) { return std::make_unique<C>(); }};
+}
 
 // Adds a kind; called at static initialization through GYM_REGISTER_COLLECTOR.
 bool register_collector_kind(CollectorKind kind);

@@ -105,7 +105,12 @@ ConfigResult parse_root(YamlReader& rd, const std::optional<YAML::Node>& root) {
   for (const CollectorKind* kind : collector_kinds())
     if (kind->parse)
       keys[kind->name] = [&, kind](const YAML::Node& n) { sections[kind->name] = n; };
+  YAML::Node servers;
+  keys["servers"] = [&](const YAML::Node& n) { servers = n; };
   rd.mapping(*root, "", keys);
+  // Before the collectors' sections: it takes its deprecated keys out of them.
+  c.servers =
+      read_servers_section(rd, servers, sections["memory"], sections["cgroup"], r.deprecations);
   for (const CollectorKind* kind : collector_kinds()) {
     if (!kind->parse) continue;
     const YAML::Node n = sections.count(kind->name) ? sections[kind->name] : YAML::Node();

@@ -12,6 +12,7 @@
 
 #include "gym/contract.h"
 #include "sd_file.h"
+#include "servers/config.h"
 
 namespace gym::exporter {
 
@@ -40,6 +41,8 @@ struct Config {
   int max_series = 100000;
   // Prometheus file_sd entry of this exporter (sd_file.h).
   SdConfig sd;
+  // What a server is (the servers: section).
+  ServersConfig servers;
   // Every collector kind that has a section, by name (defaults when the file
   // has none).
   std::map<std::string, CollectorSection> collectors;
@@ -66,6 +69,8 @@ struct ConfigResult {
   Config config;
   // Each error names the file, line and column: "gym-exporter.yml:3:5: ...".
   std::vector<std::string> errors;
+  // Deprecated keys it used, each a line to log ("file:line:column: ...").
+  std::vector<std::string> deprecations;
   bool ok() const { return errors.empty(); }
 };
 

@@ -89,11 +89,14 @@ int run(int argc, char** argv) {
     return 1;
   }
   if (flags.check_config) {
+    for (const auto& d : loaded.config.deprecations)
+      std::fprintf(stderr, "gym-exporter: %s\n", d.c_str());
     std::printf("configuration OK\n");
     return 0;
   }
   const Config& config = loaded.config.config;
   setup_logging(config.log_level, config.log_format);
+  warn_deprecations(loaded.config);
   return flags.once ? print_once(loaded) : serve(flags, loaded);
 }
 

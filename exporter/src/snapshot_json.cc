@@ -188,6 +188,10 @@ std::string to_json(const View& v) {
   j.open('{');
   j.field("schema_version", 1.0);
   j.field("time_seconds", v.time_seconds);
+  j.key("samples");
+  j.open('{');
+  for (const auto& [collector, time] : v.samples) j.field(collector.c_str(), time);
+  j.close('}');
   j.field("registry_dir", v.registry_dir);
   limits(j, v);
   operations(j, v);

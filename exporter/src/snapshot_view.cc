@@ -203,9 +203,39 @@ void add_runtimes(const Snapshot& snap, const std::map<std::string, size_t>& row
   }
 }
 
+namespace {
+// One row a server: the servers unit's (those up at its last sample), its
+// numbers from each collector's last sample; then declarers that no sample
+// has seen yet, without numbers.
+void add_servers(const Snapshot& snap, const BoardFigures& figures, View& v,
+                 std::map<std::string, size_t>& row) {
+  v.servers.clear();
+  v.samples.clear();
+  for (const auto& [source, f] : figures) v.samples[source] = f->time_seconds;
+  if (auto it = figures.find("servers"); it != figures.end())
+    for (const auto& [name, r] : it->second->servers) {
+      row.emplace(name, v.servers.size());
+      v.servers.push_back({name, r.server_type, r.pid.value_or(0), std::nullopt, std::nullopt,
+                           std::nullopt, std::nullopt, std::nullopt});
+    }
+  for (const auto& [source, f] : figures)
+    for (const auto& [name, r] : f->servers) {
+      auto it = row.find(name);
+      if (it == row.end()) continue;
+      ServerView& s = v.servers[it->second];
+      if (r.rss_bytes) s.rss_bytes = r.rss_bytes;
+      if (r.processes) s.processes = r.processes;
+      if (r.gpu_bytes) s.gpu_bytes = r.gpu_bytes;
+    }
+  for (const DeclaredServer& d : snap.servers)
+    if (row.emplace(d.name, v.servers.size()).second)
+      v.servers.push_back({d.name, d.server_type, d.pid, std::nullopt, std::nullopt, std::nullopt,
+                           std::nullopt, std::nullopt});
+}
+}  // namespace
+
 void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
-                        const procfs::ProcessTable* table, double boot_time, View& v,
-                        const std::map<pid_t, uint64_t>* gpu_by_pid) {
+                        const BoardFigures& figures, double boot_time, View& v) {
   v.time_seconds =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   v.registry_dir = registry_dir;
@@ -217,51 +247,10 @@ void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
     reshape(snap);
   }
   fill(snap, v);
-  // One row a server: the union of its declarers' trees, each process once
-  // (a server is every process that declares it, as the exporter counts it).
-  v.servers.clear();
-  std::map<pid_t, std::string> declared;
-  if (table != nullptr && (!namespaces_ || namespaces_->proc_root() != table->proc_root()))
-    namespaces_ = std::make_unique<PidNamespaces>(table->proc_root());
-  if (table != nullptr) {
-    std::vector<PidNamespaces::Key> foreign;
-    for (const DeclaredServer& d : snap.servers)
-      if (!namespaces_->is_own(d.pid_ns)) foreign.push_back({d.pid_ns, d.pid, d.start_ticks});
-    namespaces_->update(foreign);
-  }
   std::map<std::string, size_t> row;
-  std::vector<std::vector<const procfs::ProcStat*>> roots;
-  for (const DeclaredServer& d : snap.servers) {
-    declared[d.pid] = d.name;
-    auto [it, fresh] = row.emplace(d.name, v.servers.size());
-    if (fresh) {
-      v.servers.push_back({d.name, d.server_type, d.pid, std::nullopt, std::nullopt, std::nullopt,
-                           std::nullopt, std::nullopt});
-      roots.emplace_back();
-    }
-    if (table == nullptr) continue;
-    const std::optional<pid_t> host = namespaces_->is_own(d.pid_ns)
-                                          ? std::optional<pid_t>(d.pid)
-                                          : namespaces_->host_pid({d.pid_ns, d.pid, d.start_ticks});
-    const procfs::ProcStat* p = host ? table->find(*host, d.start_ticks) : nullptr;
-    if (p != nullptr && !p->zombie()) roots[it->second].push_back(p);
-  }
-  for (size_t i = 0; i < roots.size(); ++i) {
-    if (roots[i].empty()) continue;
-    std::sort(roots[i].begin(), roots[i].end(), [](const auto* a, const auto* b) {
-      return a->start_ticks != b->start_ticks ? a->start_ticks < b->start_ticks : a->pid < b->pid;
-    });
-    const procfs::TreeUsage u = procfs::tree_usage(*table, roots[i]);
-    v.servers[i].pid = roots[i].front()->pid;  // the oldest, as the host sees it
-    v.servers[i].rss_bytes = u.rss_bytes;
-    v.servers[i].processes = u.live.size();
-    if (gpu_by_pid != nullptr) {
-      uint64_t gpu = 0;
-      for (const procfs::ProcStat* p : u.live)
-        if (auto it = gpu_by_pid->find(p->pid); it != gpu_by_pid->end()) gpu += it->second;
-      v.servers[i].gpu_bytes = gpu;
-    }
-  }
+  add_servers(snap, figures, v, row);
+  std::map<pid_t, std::string> declared;
+  for (const DeclaredServer& d : snap.servers) declared[d.pid] = d.name;
   add_runtimes(snap, row, v);
   v.writers.clear();
   static const double ticks = double(::sysconf(_SC_CLK_TCK));
@@ -273,11 +262,10 @@ void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
   }
 }
 
-View make_view(const Snapshot& snap, const std::string& registry_dir,
-               const procfs::ProcessTable* table, double boot_time,
-               const std::map<pid_t, uint64_t>* gpu_by_pid) {
+View make_view(const Snapshot& snap, const std::string& registry_dir, const BoardFigures& figures,
+               double boot_time) {
   View v;
-  ViewBuilder().build(snap, registry_dir, table, boot_time, v, gpu_by_pid);
+  ViewBuilder().build(snap, registry_dir, figures, boot_time, v);
   return v;
 }
 

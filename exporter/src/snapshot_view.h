@@ -1,8 +1,9 @@
 // A registry snapshot grouped the way people and scripts ask about it: each
 // concurrency limit, each resources operation (by operation, executor and
-// server), each declared server with its tree's RSS, and each writer. The one
-// model behind `gym-stat` (its screen, --once and --json) and the exporter's
-// /api/v1/snapshot; its JSON schema is docs/snapshot.schema.json.
+// server), each server with what the collectors' last samples say of it (the
+// board: servers/board.h, the numbers /metrics serves), and each writer. The
+// one model behind `gym-stat` (its screen, --once and --json) and the
+// exporter's /api/v1/snapshot; its JSON schema is docs/snapshot.schema.json.
 //
 // Thread-safety: pure functions over their arguments.
 #pragma once
@@ -17,13 +18,12 @@
 #include <vector>
 
 #include "gym/registry_reader.h"
-#include "pid_namespaces.h"
+#include "servers/board.h"
 
 namespace gym::exporter {
 
-namespace procfs {
-class ProcessTable;
-}
+// Every source's last figures (ServerBoard::read).
+using BoardFigures = std::map<std::string, std::shared_ptr<const ServerFigures>>;
 
 struct HistogramView {
   uint64_t count = 0;
@@ -61,10 +61,11 @@ struct OperationView {
 
 struct ServerView {
   std::string server_name, server_type;
-  pid_t pid = 0;
-  std::optional<uint64_t> rss_bytes;  // the tree's, when procfs was read
+  pid_t pid = 0;  // its oldest root as the host sees it (a declarer's, not yet sampled)
+  std::optional<uint64_t> rss_bytes;  // the memory collector's last sample
   std::optional<uint64_t> processes;
-  // GPU memory of its processes over every GPU, when NVML was read (nvml.h).
+  // GPU memory of its processes over every GPU (the gpu collector's last
+  // sample, when NVML was read and every GPU's processes were known).
   std::optional<uint64_t> gpu_bytes;
   // Its event loop, when instrumented (gym_metrics.instrument_runtime): the
   // lag histogram, and how long the loop's heartbeat is overdue now (its
@@ -84,6 +85,9 @@ struct WriterView {
 struct View {
   uint64_t shape = 0;       // which ViewBuilder shape its rows follow (0: none)
   double time_seconds = 0;  // when it was taken, since the epoch
+  // When each collector's sample that its servers' numbers come from was
+  // taken (since the epoch), by collector.
+  std::map<std::string, double> samples;
   std::string registry_dir;
   std::vector<LimitView> limits;
   std::vector<OperationView> operations;
@@ -97,12 +101,10 @@ struct View {
 // allocations it reuses).
 class ViewBuilder {
  public:
-  // `table` (may be null) gives each server's tree RSS; `boot_time_seconds`
-  // turns start ticks into times.
-  // `gpu_by_pid` (may be null): GPU memory by host pid (Nvml::bytes_by_pid).
-  void build(const Snapshot& snap, const std::string& registry_dir,
-             const procfs::ProcessTable* table, double boot_time_seconds, View& out,
-             const std::map<pid_t, uint64_t>* gpu_by_pid = nullptr);
+  // `figures` give each server's numbers; `boot_time_seconds` turns start
+  // ticks into times.
+  void build(const Snapshot& snap, const std::string& registry_dir, const BoardFigures& figures,
+             double boot_time_seconds, View& out);
 
  private:
   enum class Field : uint8_t {
@@ -133,15 +135,11 @@ class ViewBuilder {
   std::vector<OperationView> operations_;
   std::vector<const SeriesInfo*> scratch_;
   uint64_t shape_ = 0;
-  // Host pids of declarers in other pid namespaces (made with the first
-  // table; each new writer costs one scan of the proc root).
-  std::unique_ptr<PidNamespaces> namespaces_;
 };
 
 // One View from one snapshot.
 View make_view(const Snapshot& snap, const std::string& registry_dir,
-               const procfs::ProcessTable* table, double boot_time_seconds,
-               const std::map<pid_t, uint64_t>* gpu_by_pid = nullptr);
+               const BoardFigures& figures = {}, double boot_time_seconds = 0);
 // The boot time from <proc_root>/stat (0 when unknown).
 double boot_time_seconds(const std::string& proc_root = "/proc");
 

@@ -21,6 +21,7 @@
 #include "config.h"
 #include "exporter/process_support.h"
 #include "gym/server_identity.h"
+#include "server_sampler.h"
 #include "snapshot_view.h"
 #include "test_support.h"
 
@@ -32,7 +33,7 @@ using testing::Program;
 using testing::unshare_works;
 
 using namespace std::chrono_literals;
-using Server = MemoryCollector::ServerMemory;
+using Server = testing::ServerSampler::Server;
 
 const Log kQuiet = [](const std::string&) {};
 
@@ -89,7 +90,7 @@ TEST(Attribution, TwoUnrelatedDeclarersOfOneNameAreOneServerAndOneExitingLeavesT
   const pid_t actor = declarer(48);
   ready.wait(2);
   auto registry = std::make_shared<SharedRegistry>(tmp.path());
-  MemoryCollector sampler(MemoryConfig{}, registry, kQuiet);
+  testing::ServerSampler sampler(testing::SamplerConfig{}, registry, kQuiet);
   sampler.sample();
   std::optional<Server> s = find(sampler.servers(), "policy_model");
   ASSERT_TRUE(s.has_value());
@@ -141,7 +142,7 @@ TEST(Attribution, ADeclarerBelowAnotherDeclarerOfTheSameServerCountsOnce) {
   });
   ready.wait(1);
   auto registry = std::make_shared<SharedRegistry>(tmp.path());
-  MemoryCollector sampler(MemoryConfig{}, registry, kQuiet);
+  testing::ServerSampler sampler(testing::SamplerConfig{}, registry, kQuiet);
   sampler.sample();
   std::optional<Server> s = find(sampler.servers(), "math_verifier");
   ASSERT_TRUE(s.has_value());
@@ -191,7 +192,7 @@ TEST(Attribution, RayActorsAreAdoptedByAMatchRuleWithTheirDescendants) {
   ASSERT_TRUE(wait_title(other.pid(), "ray::RewardActor."));
 
   const ConfigResult r = parse_config(R"(
-memory:
+servers:
   targets:
     - name: policy_model
       server_type: model_server
@@ -199,9 +200,8 @@ memory:
 )",
                                       "ray.yml");
   ASSERT_TRUE(r.ok()) << r.errors.front();
-  MemoryConfig c = memory_config(r.config);
   auto registry = std::make_shared<SharedRegistry>(tmp.path());
-  MemoryCollector sampler(c, registry, kQuiet);
+  testing::ServerSampler sampler(r.config, registry, kQuiet);
   sampler.sample();
   std::optional<Server> s = find(sampler.servers(), "policy_model");
   ASSERT_TRUE(s.has_value());
@@ -225,7 +225,7 @@ TEST(Attribution, AMatchRuleOverItsBoundKeepsTheOldestAndIsCounted) {
     ASSERT_TRUE(wait_title(std::stoi(actors.back().line()), "ray::Sandbox.run"));
   }
   const ConfigResult r = parse_config(R"(
-memory:
+servers:
   targets:
     - {name: sandboxes, server_type: resources_server, max_roots: 2,
        match: {ray_actor: Sandbox, all: true}}
@@ -233,8 +233,8 @@ memory:
                                       "bound.yml");
   ASSERT_TRUE(r.ok()) << r.errors.front();
   std::vector<std::string> logged;
-  MemoryCollector sampler(memory_config(r.config), nullptr,
-                          [&](const std::string& l) { logged.push_back(l); });
+  testing::ServerSampler sampler(r.config, nullptr,
+                                 [&](const std::string& l) { logged.push_back(l); });
   sampler.sample();
   sampler.sample();
   std::optional<Server> s = find(sampler.servers(), "sandboxes");
@@ -281,7 +281,7 @@ TEST(Attribution, ASandboxIsAdoptedThroughItsCgroup) {
   });
   ready.wait(1);
   const ConfigResult r = parse_config(R"(
-memory:
+servers:
   targets:
     - name: code_sandbox
       server_type: resources_server
@@ -289,7 +289,7 @@ memory:
 )",
                                       "cgroups.yml");
   ASSERT_TRUE(r.ok()) << r.errors.front();
-  MemoryCollector sampler(memory_config(r.config), nullptr, kQuiet);
+  testing::ServerSampler sampler(r.config, nullptr, kQuiet);
   sampler.sample();
   std::optional<Server> s = find(sampler.servers(), "code_sandbox");
   ASSERT_TRUE(s.has_value());
@@ -315,9 +315,9 @@ TEST(Attribution, AWriterInItsOwnPidNamespaceIsFoundOnTheHostWithItsMemoryAndCpu
   const pid_t host_pid = inner[0];
 
   auto registry = std::make_shared<SharedRegistry>(tmp.path());
-  auto watcher = std::make_shared<ServerWatcher>(WatcherConfig{}, registry);
-  MemoryCollector memory(MemoryConfig{}, registry, kQuiet, watcher);
-  CpuCollector cpu(CpuConfig{}, registry, kQuiet, watcher);
+  testing::ServerSampler memory(testing::SamplerConfig{}, registry, kQuiet);
+  const std::shared_ptr<ServerWatcher> watcher = memory.watcher;
+  CpuCollector cpu(watcher, kQuiet);
   for (int i = 0; i < 3; ++i) {
     memory.sample();
     cpu.sample();
@@ -361,8 +361,8 @@ TEST(Attribution, AWriterInAPidNamespaceWithTheHostsProcIsFoundOnTheHost) {
   ASSERT_EQ(inner.size(), 1u);
 
   auto registry = std::make_shared<SharedRegistry>(tmp.path());
-  auto watcher = std::make_shared<ServerWatcher>(WatcherConfig{}, registry);
-  MemoryCollector memory(MemoryConfig{}, registry, kQuiet, watcher);
+  testing::ServerSampler memory(testing::SamplerConfig{}, registry, kQuiet);
+  const std::shared_ptr<ServerWatcher> watcher = memory.watcher;
   memory.sample();
   std::optional<Server> s = find(memory.servers(), "sandboxed");
   ASSERT_TRUE(s.has_value());
@@ -386,11 +386,11 @@ TEST(Attribution, AServerInANamespaceTheExporterCannotSeeIsAbsentAndCounted) {
   Program host({GYM_DECLARE_BIN, "host_model", "model_server", "1", "0"}, tmp.path());
   ASSERT_EQ(host.line().rfind("ready ", 0), 0u);
 
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.proc_root = box_proc;
   std::vector<std::string> logged;
   auto registry = std::make_shared<SharedRegistry>(tmp.path());
-  MemoryCollector sampler(c, registry, [&](const std::string& l) { logged.push_back(l); });
+  testing::ServerSampler sampler(c, registry, [&](const std::string& l) { logged.push_back(l); });
   sampler.sample();
   sampler.sample();
   const auto servers = sampler.servers();
@@ -452,10 +452,17 @@ TEST(Attribution, TheRegistryViewHasOneRowAServerWithTheUnionOfItsDeclarers) {
   }
   ReaderOptions read_only;
   read_only.mode = ReaderOptions::Mode::kReadOnly;
-  RegistryReader reader(tmp.path(), read_only);
-  procfs::ProcessTable table("/proc");
-  ASSERT_TRUE(table.scan());
-  const View v = make_view(reader.snapshot(), tmp.path(), &table, 0);
+  // As gym-stat and the exporter make the view: the servers unit's and the
+  // memory collector's samples, on the board.
+  auto registry = std::make_shared<SharedRegistry>(tmp.path(), read_only);
+  auto board = std::make_shared<ServerBoard>();
+  const std::shared_ptr<ServerWatcher> watcher = make_watcher(ServersConfig{}, registry);
+  ServersCollector servers(watcher, kQuiet, board);
+  MemoryCollector memory(MemoryConfig{}, watcher, kQuiet, board);
+  servers.refresh();
+  memory.refresh();
+  const View v = registry->with(
+      [&](RegistryReader& r) { return make_view(r.snapshot(), tmp.path(), board->read(), 0); });
   std::map<std::string, ServerView> rows;
   for (const ServerView& s : v.servers) EXPECT_TRUE(rows.emplace(s.server_name, s).second);
   ASSERT_EQ(rows.size(), contained ? 2u : 1u);

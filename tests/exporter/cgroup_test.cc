@@ -19,8 +19,10 @@
 #include "cgroup.h"
 #include "collectors/cgroups.h"
 #include "collectors/memory.h"
+#include "collectors/servers.h"
 #include "config.h"
 #include "exposition/families.h"
+#include "server_sampler.h"
 #include "test_support.h"
 
 namespace gym::exporter {
@@ -109,12 +111,15 @@ struct Fixture {
     put(proc + "/100/cgroup", server_cgroup);
     put(proc + "/self/cgroup", self_cgroup);
   }
-  CgroupConfig config(bool v2) const {
-    CgroupConfig c;
+  // The servers unit of the fixture: its proc root, its hierarchy, the agent.
+  std::shared_ptr<ServerWatcher> servers(bool v2) const {
+    ServersConfig c;
     c.proc_root = proc;
-    (v2 ? c.v2_mount : c.v1_memory_mount) = cg;
+    cgroup::Mounts m;
+    (v2 ? m.v2 : m.v1_memory) = cg;
+    c.mounts = m;
     c.targets = {pid_target("agent", "agent", 100)};
-    return c;
+    return make_watcher(c);
   }
 };
 
@@ -137,7 +142,7 @@ TEST(CgroupCollector, ServesEveryCgroupFamilyForAFixtureV2Tree) {
   put(dir + "/memory.pressure",
       "some avg10=12.50 avg60=5.00 avg300=1.00 total=2500000\n"
       "full avg10=2.00 avg60=1.00 avg300=0.50 total=500000\n");
-  CgroupCollector c(fx.config(true), nullptr, [](const std::string&) {});
+  CgroupCollector c(fx.servers(true), [](const std::string&) {});
   c.sample();
   auto f = families(c);
   for (const FamilySpec& row : kFamilies)
@@ -176,7 +181,7 @@ TEST(CgroupCollector, OomKillsNeverFallWhenTheCgroupIsRecreatedOrReplaced) {
   const std::string dir = fx.cg + "/gym/agent";
   put(dir + "/memory.current", "1\n");
   put(dir + "/memory.events", "oom_kill 2\n");
-  CgroupCollector c(fx.config(true), nullptr, [](const std::string&) {});
+  CgroupCollector c(fx.servers(true), [](const std::string&) {});
   auto total = [&] {
     c.sample();
     return c.servers().at(0).oom_kills.total;
@@ -202,7 +207,7 @@ TEST(CgroupCollector, ReadsTheV1MemoryHierarchyWhereV2HasNoMemoryController) {
   put(dir + "/memory.max_usage_in_bytes", "3145728\n");
   put(dir + "/memory.limit_in_bytes", "9223372036854771712\n");  // the kernel's "no limit"
   put(dir + "/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n");
-  CgroupCollector c(fx.config(false), nullptr, [](const std::string&) {});
+  CgroupCollector c(fx.servers(false), [](const std::string&) {});
   c.sample();
   auto f = families(c);
   EXPECT_EQ(f.at("gym_server_cgroup_info").metric.at(0).label.at(3).value, "1");
@@ -218,7 +223,7 @@ TEST(CgroupCollector, AServerInTheExportersOwnOrTheRootCgroupHasNoSeries) {
     Fixture fx(server, "0::/exporter\n");
     put(fx.cg + "/exporter/memory.current", "1\n");
     put(fx.cg + "/memory.current", "1\n");
-    CgroupCollector c(fx.config(true), nullptr, [](const std::string&) {});
+    CgroupCollector c(fx.servers(true), [](const std::string&) {});
     c.sample();
     EXPECT_TRUE(c.servers().empty()) << server;
     auto f = families(c);
@@ -233,7 +238,7 @@ TEST(CgroupCollector, AnUnreadableUsageIsCountedAndLoggedOnce) {
   std::filesystem::remove(dir + "/memory.current");
   std::filesystem::create_directory(dir + "/memory.current");  // there, but not a number
   int logged = 0;
-  CgroupCollector d(fx.config(true), nullptr, [&](const std::string&) { ++logged; });
+  CgroupCollector d(fx.servers(true), [&](const std::string&) { ++logged; });
   d.sample();
   d.sample();
   auto f = families(d);
@@ -349,12 +354,12 @@ TEST(RealCgroup, AnOomKillInTheServersCgroupIsCountedOnceAndTheRootsOwnIsItsExit
   const uint64_t host_before = host_oom_kills();
 
   const ServerTarget t = pid_target("verifier", "resources_server", root);
-  CgroupConfig cc;
-  cc.targets = {t};
-  CgroupCollector cgroups(cc, nullptr, [](const std::string&) {});
-  MemoryConfig mc;
+  ServersConfig sc;
+  sc.targets = {t};
+  CgroupCollector cgroups(make_watcher(sc), [](const std::string&) {});
+  testing::SamplerConfig mc;
   mc.targets = {t};
-  MemoryCollector memory(mc, nullptr, [](const std::string&) {});
+  testing::ServerSampler memory(mc, nullptr, [](const std::string&) {});
   cgroups.sample();
   memory.sample();
   ASSERT_EQ(cgroups.servers().size(), 1u);
@@ -401,9 +406,9 @@ TEST(RealCgroup, AServerThatExitsOnItsOwnCountsAsExitedOnce) {
   });
   gate.close_read();
   ready.wait(1);
-  MemoryConfig mc;
+  testing::SamplerConfig mc;
   mc.targets = {pid_target("agent", "agent", root)};
-  MemoryCollector memory(mc, nullptr, [](const std::string&) {});
+  testing::ServerSampler memory(mc, nullptr, [](const std::string&) {});
   memory.sample();
   EXPECT_EQ(memory.servers().at(0).exits, 0u);
   gate.open();
@@ -432,8 +437,9 @@ bool wait_zombie(pid_t pid) {
   return false;
 }
 
-// The exit reasons of a memory collector's only server.
-std::pair<uint64_t, uint64_t> exits_of(const MemoryCollector& m) {
+// The exit reasons of the only server (of the servers unit's collector).
+template <class Sampler>
+std::pair<uint64_t, uint64_t> exits_of(const Sampler& m) {
   const auto s = m.servers().at(0);
   return {s.exits, s.oom_kill_exits};
 }
@@ -452,9 +458,9 @@ TEST(RealCgroup, AnOomKilledRootReapedLateIsAnOomKill) {
   });
   hogs.close_read();
   ready.wait(1);
-  MemoryConfig mc;
+  testing::SamplerConfig mc;
   mc.targets = {pid_target("verifier", "resources_server", root)};
-  MemoryCollector memory(mc, nullptr, [](const std::string&) {});
+  testing::ServerSampler memory(mc, nullptr, [](const std::string&) {});
   memory.sample();
   hogs.open();
   ASSERT_TRUE(wait_zombie(root));
@@ -482,9 +488,9 @@ TEST(RealCgroup, ARootThatMovesIntoItsOwnCgroupAfterFirstSightCountsItsOomKill) 
   join.close_read();
   hogs.close_read();
   ready.wait(1);
-  MemoryConfig mc;
+  testing::SamplerConfig mc;
   mc.targets = {pid_target("verifier", "resources_server", root)};
-  MemoryCollector memory(mc, nullptr, [](const std::string&) {});
+  testing::ServerSampler memory(mc, nullptr, [](const std::string&) {});
   memory.sample();
   join.open();
   ready.wait(1);
@@ -533,9 +539,9 @@ TEST(RealCgroup, ConfiguredMountsAreWhereExitReasonsAreRead) {
       "mounts.yml");
   ASSERT_TRUE(r.ok()) << r.errors.front();
   auto collectors = make_collectors(r.config, {nullptr});
-  MemoryCollector* memory = nullptr;
+  ServersCollector* memory = nullptr;  // the servers unit counts exits
   for (auto& c : collectors)
-    if (auto* m = dynamic_cast<MemoryCollector*>(c.get())) memory = m;
+    if (auto* m = dynamic_cast<ServersCollector*>(c.get())) memory = m;
   ASSERT_NE(memory, nullptr);
   memory->sample();
   std::ofstream(events) << "oom_kill 1\n";  // what the configured hierarchy says

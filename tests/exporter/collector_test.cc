@@ -10,6 +10,7 @@
 #include <atomic>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <sstream>
@@ -24,6 +25,7 @@
 #include "gym/metered_semaphore.h"
 #include "gym/segment_writer.h"
 #include "http_client.h"
+#include "sampled_collector.h"
 #include "test_support.h"
 #include "yaml_reader.h"
 
@@ -390,6 +392,56 @@ TEST(IntervalCollector, ASampleLongerThanTheIntervalCountsTheStartsItMissed) {
   c.stop();
   // Each sample on the thread ran through at least two further starts.
   EXPECT_GE(c.overruns(), 2u * 3);
+}
+
+// The per-server collectors share one sampling thread (sample_thread.h):
+// collectors naming one group sample on one thread, each on its own period,
+// and a stop waits for a sample of its own that runs.
+TEST(IntervalCollector, CollectorsOfOneGroupSampleOnOneThreadEachOnItsPeriod) {
+  struct Grouped : IntervalCollector {
+    explicit Grouped(std::chrono::milliseconds period) : IntervalCollector(period) {}
+    ~Grouped() override { stop(); }
+    std::string sampling_group() const override { return "interval-collector-test"; }
+    void sample() override {
+      std::lock_guard<std::mutex> lock(mu);
+      threads.insert(std::this_thread::get_id());
+      ++samples;
+    }
+    void collect(const Emit&) override {}
+    std::set<std::thread::id> on_thread() {
+      std::lock_guard<std::mutex> lock(mu);
+      std::set<std::thread::id> out = threads;
+      out.erase(std::this_thread::get_id());  // start's and stop's samples
+      return out;
+    }
+    std::mutex mu;
+    std::set<std::thread::id> threads;
+    std::atomic<int> samples{0};
+  };
+  Grouped fast(std::chrono::milliseconds(5)), slow(std::chrono::milliseconds(20));
+  Grouped alone(std::chrono::milliseconds(5));
+  struct Own : Grouped {
+    using Grouped::Grouped;
+    std::string sampling_group() const override { return {}; }
+  } own(std::chrono::milliseconds(5));
+  fast.start();
+  slow.start();
+  own.start();
+  for (int i = 0; i < 1000 && (slow.samples < 4 || fast.samples < 4 || own.samples < 4); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  fast.stop();
+  slow.stop();
+  own.stop();
+  ASSERT_GE(slow.samples, 4);
+  ASSERT_GE(fast.samples, 4);
+  EXPECT_EQ(fast.on_thread().size(), 1u) << "one sampling thread";
+  EXPECT_EQ(fast.on_thread(), slow.on_thread()) << "the group's, shared";
+  EXPECT_EQ(own.on_thread().size(), 1u);
+  EXPECT_NE(own.on_thread(), fast.on_thread()) << "no group: a thread of its own";
+  const int after_stop = fast.samples;
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  EXPECT_EQ(fast.samples, after_stop) << "stopped: no sample after the final one";
+  EXPECT_EQ(alone.samples, 0) << "never started";
 }
 
 TEST(IntervalCollector, OnceTakesOneSampleAndNoThread) {

@@ -194,27 +194,36 @@ TEST(SdFile, WritesItsEntryAtomicallyAndRemovesOnlyWhatItWrote) {
   EXPECT_TRUE(sd.path().empty());
 }
 
-TEST(ExporterConfig, MemoryTargetsAndTheirErrors) {
+TEST(ExporterConfig, ServerTargetsAndTheirErrors) {
   ConfigResult ok = parse_config(
-      "memory:\n  interval_seconds: 2\n  pss_interval_seconds: 60\n  targets:\n"
+      "memory:\n  interval_seconds: 2\n  pss_interval_seconds: 60\n"
+      "servers:\n  proc_root: /host/proc\n  gone_server_ttl_seconds: 7\n"
+      "  cgroup_v2_mount: /host/cg\n  targets:\n"
       "    - {name: a, server_type: model_server, pid: 42, pss: false}\n"
       "    - {name: b, server_type: agent_server, pidfile: /run/b.pid}\n"
       "    - {name: c, server_type: other, match: {comm: python3}}\n"
       "    - {name: d, server_type: other, match: {cmdline: 'gym\\.server'}}\n",
       "m.yml");
   ASSERT_TRUE(ok.ok()) << ok.errors.at(0);
-  ASSERT_EQ(memory_config(ok.config).targets.size(), 4u);
+  EXPECT_TRUE(ok.deprecations.empty());
+  const ServersConfig& servers = ok.config.servers;
+  ASSERT_EQ(servers.targets.size(), 4u);
   EXPECT_EQ(memory_config(ok.config).interval_seconds, 2);
-  EXPECT_EQ(memory_config(ok.config).targets[0].pid, 42);
-  EXPECT_FALSE(memory_config(ok.config).targets[0].pss);
-  EXPECT_EQ(memory_config(ok.config).targets[3].match_cmdline, "gym\\.server");
+  EXPECT_EQ(memory_config(ok.config).pss_interval_seconds, 60);
+  EXPECT_EQ(servers.proc_root, "/host/proc");
+  EXPECT_EQ(servers.gone_server_ttl_seconds, 7);
+  ASSERT_TRUE(servers.mounts.has_value());
+  EXPECT_EQ(servers.mounts->v2, "/host/cg");
+  EXPECT_EQ(servers.targets[0].pid, 42);
+  EXPECT_FALSE(servers.targets[0].pss);
+  EXPECT_EQ(servers.targets[3].match_cmdline, "gym\\.server");
 
   auto errors = [](const std::string& targets) {
-    return parse_config("memory:\n  targets:\n" + targets, "m.yml");
+    return parse_config("servers:\n  targets:\n" + targets, "m.yml");
   };
   EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, pid: 1}\n"
                                "    - {name: a, server_type: x, pid: 2}\n"),
-                        "m.yml:4:7: memory target name 'a' is used twice (also at 3:7)"));
+                        "m.yml:4:7: server target name 'a' is used twice (also at 3:7)"));
   EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x}\n"), "exactly one of pid"));
   EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, pid: 1, pidfile: /p}\n"),
                         "exactly one of pid"));
@@ -241,9 +250,37 @@ TEST(ExporterConfig, MemoryTargetsAndTheirErrors) {
       << "a class and escaped braces are literal";
   EXPECT_TRUE(has_error(errors("    - {server_type: x, pid: 1}\n"), "needs a name"));
   EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, pid: 1, extra: 2}\n"),
-                        "unknown key 'memory.targets[].extra'"));
+                        "unknown key 'servers.targets[].extra'"));
   EXPECT_TRUE(has_error(parse_config("memory:\n  interval_seconds: 0\n", "m.yml"), "at least"));
-  EXPECT_TRUE(has_error(parse_config("memory:\n  targets: 3\n", "m.yml"), "must be a list"));
+  EXPECT_TRUE(has_error(parse_config("servers:\n  targets: 3\n", "m.yml"), "must be a list"));
+  EXPECT_TRUE(has_error(parse_config("servers:\n  nonsense: 3\n", "m.yml"),
+                        "unknown key 'servers.nonsense'"));
+}
+
+// The keys that moved to servers: are read where they were, for one release,
+// each with a deprecation line naming where it is; set in both places they
+// are an error, and the collectors' sections no longer know them.
+TEST(ExporterConfig, DeprecatedServerKeysAreReadWithAWarningUntilTheNextRelease) {
+  ConfigResult old = parse_config(
+      "memory:\n  proc_root: /p\n  gone_server_ttl_seconds: 9\n  targets:\n"
+      "    - {name: a, server_type: x, pid: 1}\n"
+      "cgroup:\n  v1_memory_mount: /cg1\n",
+      "old.yml");
+  ASSERT_TRUE(old.ok()) << old.errors.at(0);
+  EXPECT_EQ(old.config.servers.proc_root, "/p");
+  EXPECT_EQ(old.config.servers.gone_server_ttl_seconds, 9);
+  ASSERT_EQ(old.config.servers.targets.size(), 1u);
+  ASSERT_TRUE(old.config.servers.mounts.has_value());
+  EXPECT_EQ(old.config.servers.mounts->v1_memory, "/cg1");
+  ASSERT_EQ(old.deprecations.size(), 4u);
+  EXPECT_EQ(old.deprecations[0],
+            "old.yml:4:3: memory.targets is deprecated: move it to servers.targets (read as such "
+            "until the next release)");
+  ConfigResult both = parse_config(
+      "memory:\n  targets:\n    - {name: a, server_type: x, pid: 1}\n"
+      "servers:\n  targets: []\n",
+      "both.yml");
+  EXPECT_TRUE(has_error(both, "memory.targets and servers.targets are both set"));
 }
 
 }  // namespace

@@ -60,11 +60,11 @@ std::unique_ptr<GpuCollector> collector(const std::string& dir, Logged& logged,
                                         const std::string& library = FAKE_NVML,
                                         double interval_seconds = 5) {
   auto registry = std::make_shared<SharedRegistry>(dir);
-  auto watcher = std::make_shared<ServerWatcher>(WatcherConfig{}, registry);
+  auto watcher = make_watcher(ServersConfig{}, registry);
   GpuConfig c;
   c.library = library;
   c.interval_seconds = interval_seconds;
-  return std::make_unique<GpuCollector>(c, watcher, logged.log());
+  return std::make_unique<GpuCollector>(c, logged.log(), watcher);
 }
 
 std::map<std::string, std::vector<prometheus::ClientMetric>> collected(GpuCollector& c) {

@@ -15,6 +15,7 @@
 #include "collectors/cpu.h"
 #include "collectors/memory.h"
 #include "gym/server_identity.h"
+#include "server_sampler.h"
 #include "test_support.h"
 
 namespace gym::exporter {
@@ -24,8 +25,8 @@ using namespace std::chrono_literals;
 
 const Log kQuiet = [](const std::string&) {};
 
-MemoryCollector::ServerMemory sample_pid(pid_t pid, bool pss = true, double pss_interval = 0) {
-  MemoryConfig c;
+testing::ServerSampler::Server sample_pid(pid_t pid, bool pss = true, double pss_interval = 0) {
+  testing::SamplerConfig c;
   ServerTarget t;
   t.name = "server";
   t.server_type = "resources_server";
@@ -33,7 +34,7 @@ MemoryCollector::ServerMemory sample_pid(pid_t pid, bool pss = true, double pss_
   t.pss = pss;
   c.targets = {t};
   c.pss_interval_seconds = pss_interval;
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   sampler.sample();
   return sampler.servers().at(0);
 }
@@ -138,13 +139,13 @@ TEST(MemoryCollector, AnOrphanSeenBeforeStaysInItsServerByLineageWithItsNewChild
     return 0;
   });
   ready.wait(1);
-  MemoryConfig c;
+  testing::SamplerConfig c;
   ServerTarget t;
   t.name = "server";
   t.server_type = "agent";
   t.pid = root;
   c.targets = {t};
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   sampler.sample();
   EXPECT_EQ(sampler.servers().at(0).processes, 3u);
   EXPECT_EQ(sampler.servers().at(0).escaped, 0u);
@@ -217,7 +218,7 @@ TEST(MemoryCollector, AZombieAddsNothing) {
 }
 
 TEST(MemoryCollector, ARootPidNowHeldByAnotherProcessCountsAsGone) {
-  MemoryConfig c;
+  testing::SamplerConfig c;
   testing::Gate first_gate;
   pid_t first = testing::spawn([&] {
     first_gate.wait();
@@ -228,7 +229,7 @@ TEST(MemoryCollector, ARootPidNowHeldByAnotherProcessCountsAsGone) {
   t.server_type = "model_server";
   t.pid = first;
   c.targets = {t};
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   sampler.sample();
   ASSERT_EQ(sampler.servers().at(0).processes, 1u);
   first_gate.open();
@@ -267,7 +268,7 @@ TEST(MemoryCollector, ADeclaredServerIsSampledWithNoConfiguration) {
   });
   ready.wait(1);
   auto registry = std::make_shared<SharedRegistry>(tmp.path());
-  MemoryCollector sampler(MemoryConfig{}, registry, [](const std::string&) {});
+  testing::ServerSampler sampler(testing::SamplerConfig{}, registry, [](const std::string&) {});
   sampler.sample();
   const auto servers = sampler.servers();
   ASSERT_EQ(servers.size(), 1u);
@@ -296,14 +297,14 @@ TEST(MemoryCollector, BetweenPssReadsTheLastValueStandsUntilTheTreeChanges) {
     return 0;
   });
   ready.wait(1);
-  MemoryConfig c;
+  testing::SamplerConfig c;
   ServerTarget t;
   t.name = "server";
   t.server_type = "agent_server";
   t.pid = root;
   c.targets = {t};
   c.pss_interval_seconds = 3600;
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   sampler.sample();
   const auto first = sampler.servers().at(0);
   ASSERT_TRUE(first.pss.has_value()) << "the first sample reads PSS";
@@ -319,14 +320,14 @@ TEST(MemoryCollector, BetweenPssReadsTheLastValueStandsUntilTheTreeChanges) {
 }
 
 TEST(MemoryCollector, StartSamplesAtOnceAndStopTakesAFinalSample) {
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.interval_seconds = 3600;
   ServerTarget t;
   t.name = "self";
   t.server_type = "other";
   t.pid = ::getpid();
   c.targets = {t};
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   EXPECT_TRUE(sampler.servers().empty());
   sampler.start();
   EXPECT_EQ(sampler.servers().size(), 1u) << "a sample at start";
@@ -376,13 +377,13 @@ TEST(MemoryCollector, PssNeverExceedsRssWhileTheTreeGrowsAndShrinks) {
     return 0;
   });
   ready.wait(2);
-  MemoryConfig c;
+  testing::SamplerConfig c;
   ServerTarget t;
   t.name = "growing";
   t.server_type = "resources_server";
   t.pid = root;
   c.targets = {t};
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   int with_pss = 0;
   for (int i = 0; i < 40; ++i) {
     sampler.sample();
@@ -417,7 +418,7 @@ TEST(MemoryCollector, RssOfAStoppedTreeEqualsItsSummedSmapsRollup) {
   });
   ready.wait(2);
   // Freeze the tree: nothing changes between the sampler's read and ours.
-  MemoryConfig c;
+  testing::SamplerConfig c;
   ServerTarget t;
   t.name = "stopped";
   t.server_type = "model_server";
@@ -430,7 +431,7 @@ TEST(MemoryCollector, RssOfAStoppedTreeEqualsItsSummedSmapsRollup) {
   ASSERT_EQ(pids.size(), 2u);
   for (pid_t p : pids) ::kill(p, SIGSTOP);
   std::this_thread::sleep_for(50ms);
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   sampler.sample();
   const auto s = sampler.servers().at(0);
   EXPECT_EQ(s.rss, rollup_sum(pids, "Rss")) << "exact: smaps_rollup's RSS, not stat's";
@@ -459,9 +460,9 @@ TEST(MemoryCollector, ADeclaredServerThatExitsReportsZerosThenGoesWithItsPeaks) 
   });
   ready.wait(1);
   auto registry = std::make_shared<SharedRegistry>(tmp.path());
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.gone_server_ttl_seconds = 0.5;
-  MemoryCollector sampler(c, registry, [](const std::string&) {});
+  testing::ServerSampler sampler(c, registry, [](const std::string&) {});
   auto series = [&] {
     std::map<std::string, double> out;  // family{memory_type} -> value, for math_verifier
     sampler.collect([&](const prometheus::MetricFamily& f) {
@@ -518,7 +519,7 @@ TEST(MemoryCollector, ChildrenExitingDuringSamplesAreNeitherErrorsNorCounted) {
     return 0;
   });
   ready.wait(1);
-  MemoryConfig c;
+  testing::SamplerConfig c;
   ServerTarget t;
   t.name = "churn";
   t.server_type = "resources_server";
@@ -526,7 +527,7 @@ TEST(MemoryCollector, ChildrenExitingDuringSamplesAreNeitherErrorsNorCounted) {
   c.targets = {t};
   c.pss_interval_seconds = 0;  // PSS at every sample
   std::vector<std::string> logged;
-  MemoryCollector sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
+  testing::ServerSampler sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
   int with_pss = 0;
   for (int i = 0; i < 300; ++i) {
     sampler.sample();
@@ -564,13 +565,13 @@ TEST(CpuCollector, CpuOfAChildSeenRunningThenReapedIsCountedOnce) {
     return 0;
   });
   running.wait(1);
-  CpuConfig c;
+  testing::SamplerConfig c;
   ServerTarget t;
   t.name = "cpu";
   t.server_type = "resources_server";
   t.pid = root;
   c.targets = {t};
-  CpuCollector sampler(c, nullptr, [](const std::string&) {});
+  CpuCollector sampler(make_watcher(c.servers()), [](const std::string&) {});
   std::this_thread::sleep_for(200ms);
   sampler.sample();  // the child is running
   const auto first = sampler.servers().at(0);
@@ -621,13 +622,13 @@ TEST(CpuCollector, ThreadsAndOpenFdsOfTheTree) {
     return 0;
   });
   ready.wait(1);
-  CpuConfig c;
+  testing::SamplerConfig c;
   ServerTarget t;
   t.name = "threads";
   t.server_type = "agent_server";
   t.pid = root;
   c.targets = {t};
-  CpuCollector sampler(c, nullptr, [](const std::string&) {});
+  CpuCollector sampler(make_watcher(c.servers()), [](const std::string&) {});
   sampler.sample();
   const auto s = sampler.servers().at(0);
   size_t tasks = 0;  // its threads as the kernel lists them (sanitizers add their own)
@@ -683,9 +684,9 @@ TEST(MemoryCollector, AKilledRootThatIsNotReapedYetIsDownNotUp) {
     return 0;
   });
   ready.wait(2);
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.targets = {target_of("agent", configured)};
-  MemoryCollector sampler(c, std::make_shared<SharedRegistry>(tmp.path()), kQuiet);
+  testing::ServerSampler sampler(c, std::make_shared<SharedRegistry>(tmp.path()), kQuiet);
   sampler.sample();
   ASSERT_EQ(sampler.servers().size(), 2u);
   for (const auto& s : sampler.servers()) EXPECT_TRUE(s.root_pid.has_value()) << s.name;
@@ -742,13 +743,13 @@ TEST(MemoryCollector, ANewRootFromAPidfileStartsWithoutTheOldRootsLineage) {
   ready.wait(2);
   const std::string pidfile = tmp.path() + "/server.pid";
   std::ofstream(pidfile) << old_root << "\n";
-  MemoryConfig c;
+  testing::SamplerConfig c;
   ServerTarget t;
   t.name = "agent";
   t.server_type = "agent_server";
   t.pidfile = pidfile;
   c.targets = {t};
-  MemoryCollector sampler(c, nullptr, kQuiet);
+  testing::ServerSampler sampler(c, nullptr, kQuiet);
   sampler.sample();
   EXPECT_EQ(sampler.servers().at(0).processes, 3u);
   middle_exits.open();
@@ -777,11 +778,11 @@ TEST(MemoryCollector, ANewRootFromAPidfileStartsWithoutTheOldRootsLineage) {
 }
 
 TEST(MemoryCollector, AProcRootThatCannotBeReadLeavesEveryServerAbsentAndCountsProc) {
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.proc_root = "/nonexistent-proc-root";
   c.targets = {target_of("agent", ::getpid())};
   std::vector<std::string> logged;
-  MemoryCollector sampler(c, nullptr, [&](const std::string& l) { logged.push_back(l); });
+  testing::ServerSampler sampler(c, nullptr, [&](const std::string& l) { logged.push_back(l); });
   sampler.sample();
   sampler.sample();
   EXPECT_TRUE(sampler.servers().empty());
@@ -831,9 +832,9 @@ TEST(CpuCollector, AnOrphanReapedByASubreaperRootIsCountedOnce) {
     return 0;
   });
   ready.wait(1);
-  CpuConfig c;
+  testing::SamplerConfig c;
   c.targets = {target_of("verifier", root)};
-  CpuCollector sampler(c, nullptr, kQuiet);
+  CpuCollector sampler(make_watcher(c.servers()), kQuiet);
   sampler.sample();  // G has spun
   const auto first = sampler.servers().at(0);
   m_exits.open();

@@ -22,6 +22,7 @@
 
 #include "collectors/memory.h"
 #include "procfs.h"
+#include "server_sampler.h"
 #include "test_support.h"
 
 namespace gym::exporter {
@@ -406,15 +407,15 @@ ServerTarget target(std::string name) {
   return t;
 }
 
-const MemoryCollector::ServerMemory* find(const std::vector<MemoryCollector::ServerMemory>& v,
-                                          const std::string& name) {
+const testing::ServerSampler::Server* find(const std::vector<testing::ServerSampler::Server>& v,
+                                           const std::string& name) {
   for (const auto& s : v)
     if (s.name == name) return &s;
   return nullptr;
 }
 
 TEST(MemoryCollectorFixture, TargetsByPidPidfileCommAndCmdline) {
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.proc_root = kFixture;
   auto by_pid = target("by_pid");
   by_pid.pid = 100;
@@ -431,7 +432,7 @@ TEST(MemoryCollectorFixture, TargetsByPidPidfileCommAndCmdline) {
   no_pss.pss = false;
   c.targets = {by_pid, by_pidfile, by_comm, by_cmdline, gone, no_pss};
   std::vector<std::string> logged;
-  MemoryCollector sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
+  testing::ServerSampler sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
   sampler.sample();
   const auto servers = sampler.servers();
   ASSERT_EQ(servers.size(), 6u);
@@ -472,9 +473,9 @@ TEST(MemoryCollectorFixture, TargetsByPidPidfileCommAndCmdline) {
 }
 
 TEST(MemoryCollectorFixture, HostMemoryFromMeminfo) {
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.proc_root = kFixture;
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   sampler.sample();
   std::map<std::string, double> values;
   sampler.collect([&](const prometheus::MetricFamily& f) {
@@ -487,12 +488,12 @@ TEST(MemoryCollectorFixture, HostMemoryFromMeminfo) {
 }
 
 TEST(MemoryCollectorFixture, MissingProcRootIsCountedNotFatal) {
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.proc_root = "/nonexistent/proc";
   auto t = target("x");
   t.pid = 1;
   c.targets = {t};
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   sampler.sample();
   // Nothing is known of any process: the server is absent, not down.
   EXPECT_TRUE(sampler.servers().empty());
@@ -526,7 +527,8 @@ const char* const kStat101Reused =
     "101 (we(ird) )name) S 100 101 101 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 900 1000000 300 "
     "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0";
 
-double counted(MemoryCollector& sampler, const std::string& family, const std::string& label) {
+double counted(testing::ServerSampler& sampler, const std::string& family,
+               const std::string& label) {
   double value = -1;
   sampler.collect([&](const prometheus::MetricFamily& f) {
     if (f.name != family) return;
@@ -540,12 +542,12 @@ double counted(MemoryCollector& sampler, const std::string& family, const std::s
 TEST(MemoryCollectorFixture, APidfileNamesTheProcessFirstSeenBehindItNotAReusedPid) {
   FixtureCopy fx;
   fx.write("server.pid", "101\n");
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.proc_root = fx.proc();
   auto t = target("pidfile");
   t.pidfile = fx.path("server.pid");
   c.targets = {t};
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   sampler.sample();
   EXPECT_EQ(sampler.servers().at(0).root_pid, 101);
   EXPECT_EQ(counted(sampler, "gym_server_up", "pidfile"), 1);
@@ -568,12 +570,12 @@ TEST(MemoryCollectorFixture, AProcessYoungerThanItsPidfileIsNotTheServer) {
   const double started = 1000 + 600.0 / double(::sysconf(_SC_CLK_TCK));
   fx.write("server.pid", "101\n");
   fx.set_mtime("server.pid", started - 5);  // written before 101 started: stale
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.proc_root = fx.proc();
   auto t = target("pidfile");
   t.pidfile = fx.path("server.pid");
   c.targets = {t};
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   sampler.sample();
   EXPECT_FALSE(sampler.servers().at(0).root_pid.has_value())
       << "the pid was reused after the pidfile was written";
@@ -586,13 +588,13 @@ TEST(MemoryCollectorFixture, AProcessYoungerThanItsPidfileIsNotTheServer) {
 
 TEST(MemoryCollectorFixture, AMissingPidfileIsDownCountedEachTimeAndLoggedOnce) {
   FixtureCopy fx;
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.proc_root = fx.proc();
   auto t = target("missing");
   t.pidfile = fx.path("missing.pid");
   c.targets = {t};
   std::vector<std::string> logged;
-  MemoryCollector sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
+  testing::ServerSampler sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
   for (int i = 0; i < 3; ++i) sampler.sample();
   EXPECT_EQ(counted(sampler, "gym_server_up", "missing"), 0) << "a series, at 0";
   EXPECT_EQ(counted(sampler, "gym_server_processes", "missing"), 0);
@@ -616,12 +618,12 @@ TEST(MemoryCollectorFixture, ALiveProcessWithoutSmapsRollupMeansRssOnlyNotPssZer
   FixtureCopy fx;
   std::filesystem::remove(fx.path("proc/101/smaps_rollup"));
   std::filesystem::remove(fx.path("proc/102/smaps_rollup"));
-  MemoryConfig c;
+  testing::SamplerConfig c;
   c.proc_root = fx.proc();
   auto t = target("old_kernel");
   t.pid = 101;
   c.targets = {t};
-  MemoryCollector sampler(c, nullptr, [](const std::string&) {});
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
   sampler.sample();
   const auto s = sampler.servers().at(0);
   EXPECT_EQ(s.processes, 2u);

@@ -66,7 +66,7 @@ TEST(SnapshotView, ARegistryBecomesLimitsOperationsAndWriters) {
   ReaderOptions ro;
   ro.mode = ReaderOptions::Mode::kReadOnly;
   RegistryReader reader(tmp.path(), ro);
-  const View v = make_view(reader.snapshot(), tmp.path(), nullptr, 0);
+  const View v = make_view(reader.snapshot(), tmp.path());
   ASSERT_EQ(v.limits.size(), 1u);
   EXPECT_EQ(v.limits[0].limit, 4);
   EXPECT_EQ(v.limits[0].active, 3);

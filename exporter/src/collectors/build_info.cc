@@ -15,12 +15,7 @@ class BuildInfoCollector : public Collector {
   }
 };
 
-GYM_REGISTER_COLLECTOR({.name = "build_info",
-                        .order = 90,
-                        .parse = nullptr,
-                        .make = [](const CollectorSettings*, const CollectorContext&) {
-                          return std::make_unique<BuildInfoCollector>();
-                        }});
+GYM_REGISTER_COLLECTOR(plain_kind<BuildInfoCollector>("build_info", 90));
 
 }  // namespace
 }  // namespace gym::exporter

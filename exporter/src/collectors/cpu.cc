@@ -5,11 +5,8 @@
 #include <algorithm>
 #include <set>
 
-#include "collectors/memory.h"
-#include "config.h"
 #include "exposition/families.h"
 #include "gym/contract.h"
-#include "yaml_reader.h"
 
 using prometheus::MetricFamily;
 
@@ -17,99 +14,69 @@ namespace gym::exporter {
 
 namespace {
 
-struct CpuSettings : CollectorSettings {
-  CpuConfig config;
-};
+GYM_REGISTER_COLLECTOR(per_server_kind<CpuCollector>("cpu", 52));
 
-std::shared_ptr<const CollectorSettings> parse_cpu(YamlReader& rd, const YAML::Node& n) {
-  auto s = std::make_shared<CpuSettings>();
-  CpuConfig& c = s->config;
-  rd.mapping(n, "cpu",
-             {{"enabled", [&](const YAML::Node& v) { rd.boolean(v, "cpu.enabled", s->enabled); }},
-              {"interval_seconds", [&](const YAML::Node& v) {
-                 rd.number(v, "cpu.interval_seconds", c.interval_seconds, 0.01);
-               }}});
-  return s;
-}
-
-GYM_REGISTER_COLLECTOR({.name = "cpu",
-                        .order = 52,
-                        .parse = parse_cpu,
-                        .make = [](const CollectorSettings* s, const CollectorContext& c) {
-                          CpuConfig config = static_cast<const CpuSettings*>(s)->config;
-                          const MemoryConfig memory =
-                              c.config ? memory_config(*c.config) : MemoryConfig{};
-                          config.proc_root = memory.proc_root;
-                          config.targets = memory.targets;
-                          config.gone_server_ttl_seconds = memory.gone_server_ttl_seconds;
-                          return std::make_unique<CpuCollector>(std::move(config), c.registry,
-                                                                c.warn, c.servers);
-                        }});
+const double kTicksPerSecond = double(::sysconf(_SC_CLK_TCK));
 
 }  // namespace
 
-CpuCollector::CpuCollector(CpuConfig config, std::shared_ptr<SharedRegistry> registry, Log log,
-                           std::shared_ptr<ServerWatcher> servers)
-    : IntervalCollector(std::chrono::duration<double>(config.interval_seconds)),
-      config_(std::move(config)),
-      // Problems of the watcher are the memory collector's to count and log.
-      watcher_(servers ? std::move(servers)
-                       : std::make_shared<ServerWatcher>(
-                             WatcherConfig{config_.proc_root, config_.targets,
-                                           config_.gone_server_ttl_seconds, std::nullopt},
-                             std::move(registry))),
-      log_(std::move(log)) {}
+CpuCollector::CpuCollector(std::shared_ptr<ServerWatcher> servers, Log log, double interval_seconds)
+    : SampledCollector(std::chrono::duration<double>(interval_seconds), "cpu", std::move(log)),
+      interval_seconds_(interval_seconds),
+      watcher_(std::move(servers)) {}
 
 CpuCollector::~CpuCollector() {
   stop();
 }
 
-void CpuCollector::sample() {
+CpuCollector::ServerCpu CpuCollector::measure(const ServerProcesses::Tree& t, CpuState& st,
+                                              const procfs::ProcessTable& table) {
+  ServerCpu c;
+  c.name = t.name;
+  c.server_type = t.server_type;
+  if (t.root == nullptr) {  // gone: CPU as counted, nothing running
+    st.members.clear();
+    st.departed.clear();
+  } else {
+    c.threads = t.usage.threads;
+    uint64_t fds = 0;
+    bool all = true;
+    for (const procfs::ProcStat* p : t.usage.live) {
+      const std::optional<uint64_t> n = procfs::count_open_fds(table.proc_root(), p->pid);
+      if (n)
+        fds += *n;
+      else if (procfs::read_file(table.proc_root() + "/" + std::to_string(p->pid) + "/stat",
+                                 scratch_) != procfs::ReadStatus::kGone)
+        all = false;  // there, but not ours to count
+    }
+    if (all) c.open_fds = fds;
+    if (st.since == 0 && boot_seconds_ > 0 && st.members.empty())
+      st.since = boot_seconds_ + double(t.root->start_ticks) / kTicksPerSecond;
+    account_cpu(st, t.usage, table);
+  }
+  c.user_ticks = st.user;
+  c.system_ticks = st.system;
+  c.since = st.since;
+  return c;
+}
+
+CpuSample CpuCollector::take() {
   const std::shared_ptr<const ServersView> view =
-      watcher_->view(std::chrono::duration<double>(config_.interval_seconds / 2), view_);
+      watcher_->view(std::chrono::duration<double>(interval_seconds_ / 2), view_);
   view_ = view;
   const procfs::ProcessTable& table = view->table;
-  std::vector<ServerCpu> servers;
-  static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
   if (boot_seconds_ == 0 &&
       procfs::read_file(table.proc_root() + "/stat", scratch_) == procfs::ReadStatus::kOk)
     if (const std::optional<uint64_t> btime = procfs::parse_btime(scratch_)) boot_seconds_ = *btime;
+  CpuSample out;
   std::set<std::string> names;
   for (const ServerProcesses::Tree& t : view->trees) {
     names.insert(t.name);
-    ServerCpu c;
-    c.name = t.name;
-    c.server_type = t.server_type;
-    CpuState& st = cpu_[t.name];
-    if (t.root == nullptr) {  // gone: CPU as counted, nothing running
-      st.members.clear();
-      st.departed.clear();
-    } else {
-      c.threads = t.usage.threads;
-      uint64_t fds = 0;
-      bool all = true;
-      for (const procfs::ProcStat* p : t.usage.live) {
-        const std::optional<uint64_t> n = procfs::count_open_fds(table.proc_root(), p->pid);
-        if (n)
-          fds += *n;
-        else if (procfs::read_file(table.proc_root() + "/" + std::to_string(p->pid) + "/stat",
-                                   scratch_) != procfs::ReadStatus::kGone)
-          all = false;  // there, but not ours to count
-      }
-      if (all) c.open_fds = fds;
-      if (st.since == 0 && boot_seconds_ > 0 && st.members.empty())
-        st.since = boot_seconds_ + double(t.root->start_ticks) / ticks_per_second;
-      account_cpu(st, t.usage, table);
-    }
-    c.user_ticks = st.user;
-    c.system_ticks = st.system;
-    c.since = st.since;
-    servers.push_back(std::move(c));
+    out.servers.push_back(measure(t, cpu_[t.name], table));
   }
   if (view->proc_ok)  // servers that went take their counts
     std::erase_if(cpu_, [&](const auto& kv) { return !names.contains(kv.first); });
-  std::lock_guard<std::mutex> lock(mu_);
-  servers_ = std::move(servers);
+  return out;
 }
 
 void CpuCollector::account_cpu(CpuState& st, const procfs::TreeUsage& tree,
@@ -173,34 +140,26 @@ void CpuCollector::account_cpu(CpuState& st, const procfs::TreeUsage& tree,
   st.members = std::move(now);
 }
 
-std::vector<CpuCollector::ServerCpu> CpuCollector::servers() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return servers_;
-}
-
-void CpuCollector::collect(const Emit& emit) {
-  std::lock_guard<std::mutex> lock(mu_);
-  if (servers_.empty()) return;
+void CpuCollector::serve(const CpuSample& s, const Emit& emit) const {
+  if (s.servers.empty()) return;
   Families out;
-  MetricFamily& cpu = add_family(out, "gym_server_cpu_seconds_total");
-  MetricFamily& threads = add_family(out, "gym_server_threads");
-  MetricFamily& fds = add_family(out, "gym_server_open_fds");
-  static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
+  auto [cpu, threads, fds] = add_families(
+      out, {"gym_server_cpu_seconds_total", "gym_server_threads", "gym_server_open_fds"});
   FamilyExtras cpu_since;
-  for (const ServerCpu& s : servers_) {
-    const LabelPairs l = server_labels(s.name, s.server_type);
+  for (const ServerCpu& c : s.servers) {
+    const LabelPairs l = server_labels(c.name, c.server_type);
     for (const auto& [mode, ticks] :
-         {std::pair{"user", s.user_ticks}, std::pair{"system", s.system_ticks}}) {
+         {std::pair{"user", c.user_ticks}, std::pair{"system", c.system_ticks}}) {
       LabelPairs lc = l;
       lc.emplace_back("mode", mode);
-      add_metric(cpu, lc).counter.value = double(ticks) / ticks_per_second;
-      cpu_since.created.push_back(s.since);
+      add_metric(*cpu, lc).counter.value = double(ticks) / kTicksPerSecond;
+      cpu_since.created.push_back(c.since);
     }
-    add_metric(threads, l).gauge.value = double(s.threads);
-    if (s.open_fds) add_metric(fds, l).gauge.value = double(*s.open_fds);
+    add_metric(*threads, l).gauge.value = double(c.threads);
+    if (c.open_fds) add_metric(*fds, l).gauge.value = double(*c.open_fds);
   }
   for (const Family& f : out)
-    if (!f.metric.empty()) emit(f, &f == &cpu ? &cpu_since : nullptr);
+    if (!f.metric.empty()) emit(f, &f == cpu ? &cpu_since : nullptr);
 }
 
 }  // namespace gym::exporter

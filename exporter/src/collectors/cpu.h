@@ -1,10 +1,9 @@
 // The cpu collector: the CPU time, threads and open file descriptors of
 // every Gym server's whole process tree (the gym_server_cpu_seconds_total,
 // gym_server_threads and gym_server_open_fds families), sampled from procfs
-// on an interval. Configuration: the `cpu:` section; the servers are the
-// memory section's (its targets, declared servers, proc_root and
-// gone_server_ttl_seconds), with the same trees (server_tree.h: lineage
-// included).
+// on an interval. Configuration: the `cpu:` section (enabled,
+// interval_seconds); the servers are the shared watcher's
+// (servers/watcher.h: lineage included).
 //
 // CPU seconds of a tree are a counter: each process's own time and its
 // reaped children's, counted by increments between samples. A member that
@@ -26,30 +25,19 @@
 #include <string>
 #include <vector>
 
-#include "collector.h"
 #include "procfs.h"
-#include "server_tree.h"
+#include "sampled_collector.h"
+#include "servers/watcher.h"
 
 namespace gym::exporter {
 
-struct CpuConfig {
-  double interval_seconds = 5;
-  // The memory section's.
-  std::string proc_root = "/proc";
-  std::vector<ServerTarget> targets;
-  double gone_server_ttl_seconds = 300;
-  bool operator==(const CpuConfig&) const = default;
-};
+struct CpuSample;
 
-class CpuCollector : public IntervalCollector {
+class CpuCollector : public SampledCollector<CpuSample> {
  public:
-  // `servers` is the shared watcher; null: one of its own, of `config`.
-  CpuCollector(CpuConfig config, std::shared_ptr<SharedRegistry> registry, Log log,
-               std::shared_ptr<ServerWatcher> servers = nullptr);
+  CpuCollector(std::shared_ptr<ServerWatcher> servers, Log log, double interval_seconds = 5);
   ~CpuCollector() override;
-
-  void sample() override;
-  void collect(const Emit& emit) override;
+  std::string sampling_group() const override { return kPerServerGroup; }
 
   struct ServerCpu {
     std::string name;
@@ -82,18 +70,28 @@ class CpuCollector : public IntervalCollector {
     uint64_t user = 0, system = 0;        // ticks counted
     double since = 0;                     // ServerCpu::since
   };
+  CpuSample take() override;
+  void serve(const CpuSample& s, const Emit& emit) const override;
+  // The tree's threads and open descriptors, its CPU counted into `st`.
+  ServerCpu measure(const ServerProcesses::Tree& t, CpuState& st,
+                    const procfs::ProcessTable& table);
   void account_cpu(CpuState& st, const procfs::TreeUsage& tree, const procfs::ProcessTable& table);
 
-  CpuConfig config_;
+  const double interval_seconds_;
   std::shared_ptr<ServerWatcher> watcher_;
   std::shared_ptr<const ServersView> view_;  // the last one sampled
-  Log log_;
-  std::map<std::string, CpuState> cpu_;  // the sampling thread's, by server
+  std::map<std::string, CpuState> cpu_;      // the sampling thread's, by server
   std::string scratch_;
   double boot_seconds_ = 0;  // the proc root's boot time (0: not read yet)
-
-  mutable std::mutex mu_;  // guards what collect() reads
-  std::vector<ServerCpu> servers_;
 };
+
+struct CpuSample {
+  std::vector<CpuCollector::ServerCpu> servers;
+};
+
+// The last sample's (for tests).
+inline std::vector<CpuCollector::ServerCpu> CpuCollector::servers() const {
+  return latest().servers;
+}
 
 }  // namespace gym::exporter

@@ -5,10 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "collectors/memory.h"
-#include "config.h"
 #include "exposition/families.h"
-#include "yaml_reader.h"
 
 using prometheus::MetricFamily;
 
@@ -16,61 +13,29 @@ namespace gym::exporter {
 
 namespace {
 
-// Every reason Nvml::read() gives (nvml.h), served from 0.
-const char* const kReasons[] = {"gpu_lost", "no_permission", "insufficient_size", "not_available",
-                                "error"};
-
-struct GpuSettings : CollectorSettings {
-  GpuConfig config;
+struct GpuSettings : SampledSettings {
+  std::string library = GpuConfig{}.library;
 };
 
-std::shared_ptr<const CollectorSettings> parse_gpu(YamlReader& rd, const YAML::Node& n) {
-  auto s = std::make_shared<GpuSettings>();
-  GpuConfig& c = s->config;
-  rd.mapping(n, "gpu",
-             {{"enabled", [&](const YAML::Node& v) { rd.boolean(v, "gpu.enabled", s->enabled); }},
-              {"interval_seconds",
-               [&](const YAML::Node& v) {
-                 rd.number(v, "gpu.interval_seconds", c.interval_seconds, 0.01);
-               }},
-              {"library", [&](const YAML::Node& v) { rd.string(v, "gpu.library", c.library); }}});
-  return s;
-}
-
-GYM_REGISTER_COLLECTOR({.name = "gpu",
-                        .order = 57,
-                        .parse = parse_gpu,
-                        .make = [](const CollectorSettings* s, const CollectorContext& c) {
-                          GpuConfig config = static_cast<const GpuSettings*>(s)->config;
-                          std::shared_ptr<ServerWatcher> servers = c.servers;
-                          if (!servers) {
-                            const MemoryConfig memory =
-                                c.config ? memory_config(*c.config) : MemoryConfig{};
-                            servers = std::make_shared<ServerWatcher>(
-                                watcher_config(memory, std::nullopt), c.registry);
-                          }
-                          return std::make_unique<GpuCollector>(std::move(config),
-                                                                std::move(servers), c.warn);
-                        }});
+GYM_REGISTER_COLLECTOR(sampled_kind<GpuSettings>("gpu", 57, {{"library", &GpuSettings::library}},
+                                                 [](const GpuSettings& g,
+                                                    const CollectorContext& c) {
+                                                   return std::make_unique<GpuCollector>(
+                                                       GpuConfig{g.interval_seconds, g.library},
+                                                       c.warn, c.servers, c.board);
+                                                 }));
 
 }  // namespace
 
-std::optional<GpuConfig> gpu_config(const Config& c) {
-  auto it = c.collectors.find("gpu");
-  if (it == c.collectors.end() || !it->second.settings) return GpuConfig{};
-  const auto& s = static_cast<const GpuSettings&>(*it->second.settings);
-  if (!s.enabled) return std::nullopt;
-  return s.config;
-}
-
-GpuCollector::GpuCollector(GpuConfig config, std::shared_ptr<ServerWatcher> servers, Log log)
-    : IntervalCollector(std::chrono::duration<double>(config.interval_seconds)),
+GpuCollector::GpuCollector(GpuConfig config, Log log, std::shared_ptr<ServerWatcher> servers,
+                           std::shared_ptr<ServerBoard> board)
+    : SampledCollector(std::chrono::duration<double>(config.interval_seconds), "gpu",
+                       std::move(log), std::move(board)),
       config_(std::move(config)),
       watcher_(std::move(servers)),
-      log_(std::move(log)),
-      nvml_(config_.library),
-      since_(unix_now_seconds()) {
-  for (const char* r : kReasons) errors_[r] = 0;
+      nvml_(config_.library) {
+  // Every reason Nvml::read() gives (nvml.h), served from 0.
+  error_reasons({"gpu_lost", "no_permission", "insufficient_size", "not_available", "error"});
   if (nvml_.loaded()) return;
   const std::string why = "gpu: NVML is not available (" + nvml_.error() +
                           "); no GPU memory is reported (gym_exporter_gpu_up 0)";
@@ -85,33 +50,24 @@ GpuCollector::GpuCollector(GpuConfig config, std::shared_ptr<ServerWatcher> serv
     });
     return;
   }
-  log_(why +
-       ": the driver's library is there but unusable (too old a driver, or no device "
-       "access)");
+  if (const Log& say = this->log())
+    say(why +
+        ": the driver's library is there but unusable (too old a driver, or no device "
+        "access)");
 }
 
 GpuCollector::~GpuCollector() {
   stop();
 }
 
-void GpuCollector::sample() {
-  if (!nvml_.loaded()) {  // nothing will change: said once at start
-    std::lock_guard<std::mutex> lock(mu_);
-    up_ = false;
-    return;
-  }
-  Nvml::Sample s = nvml_.read();
-  std::shared_ptr<const ServersView> view;
-  if (watcher_) {
-    view = watcher_->view(std::chrono::duration<double>(config_.interval_seconds / 2), view_);
-    view_ = view;
-  }
+std::vector<GpuCollector::ServerGpu> GpuCollector::attribute(const Nvml::Sample& s,
+                                                             const ServersView* view,
+                                                             std::vector<Gpu>& gpus) const {
   // Host pid -> the server whose member it is.
   std::map<pid_t, const ServerProcesses::Tree*> owner;
   if (view && view->proc_ok)
     for (const ServerProcesses::Tree& t : view->trees)
       for (const procfs::ProcStat* p : t.usage.live) owner.emplace(p->pid, &t);
-  std::vector<Gpu> gpus;
   struct Use {
     uint64_t bytes = 0;
     std::optional<double> utilization;
@@ -142,90 +98,89 @@ void GpuCollector::sample() {
   for (const auto& [key, use] : per_server)
     servers.push_back(
         {key.first->name, key.first->server_type, key.second, use.bytes, use.utilization});
-  std::set<std::string> failing;
-  for (const std::string& reason : s.errors) failing.insert(reason);
-  std::lock_guard<std::mutex> lock(mu_);
-  for (const std::string& reason : s.errors) ++errors_[reason];
-  for (const std::string& reason : failing)
-    if (!failing_.contains(reason)) log_("gpu sample: NVML failed (" + reason + ")");
-  failing_ = std::move(failing);
-  up_ = s.up;
-  gpus_ = std::move(gpus);
-  servers_ = std::move(servers);
-  // Peaks live as long as their server does (a gone one until its TTL).
-  if (view && view->proc_ok) {
+  return servers;
+}
+
+GpuSample GpuCollector::take() {
+  GpuSample out;
+  out.time_seconds = unix_now_seconds();
+  if (!nvml_.loaded()) return out;  // nothing will change: said once at start
+  const Nvml::Sample s = nvml_.read();
+  if (watcher_) {
+    view_ = watcher_->view(std::chrono::duration<double>(config_.interval_seconds / 2), view_);
+  }
+  out.servers = attribute(s, view_.get(), out.gpus);
+  for (const std::string& reason : s.errors) count_error(reason, "NVML failed (" + reason + ")");
+  out.up = s.up;
+  const bool all_attributed = s.up && std::all_of(out.gpus.begin(), out.gpus.end(),
+                                                  [](const Gpu& g) { return g.attributed; });
+  if (view_ && view_->proc_ok) {
     std::set<std::string> names;
-    for (const ServerProcesses::Tree& t : view->trees) names.insert(t.name);
+    for (const ServerProcesses::Tree& t : view_->trees) {
+      names.insert(t.name);
+      if (all_attributed && t.root != nullptr) out.attributed.emplace_back(t.name, t.server_type);
+    }
+    // Peaks live as long as their server does (a gone one until its TTL).
     std::erase_if(peaks_, [&](const auto& kv) { return !names.contains(kv.first.name); });
   }
-  for (const ServerGpu& g : servers_) {
+  for (const ServerGpu& g : out.servers) {
     ServerGpu& peak = peaks_[{g.name, g.gpu}];
     if (peak.name.empty() || g.bytes > peak.bytes) {
       peak = g;
       peak.utilization.reset();
     }
   }
-}
-
-bool GpuCollector::up() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return up_;
-}
-std::vector<GpuCollector::Gpu> GpuCollector::gpus() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return gpus_;
-}
-std::vector<GpuCollector::ServerGpu> GpuCollector::servers() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return servers_;
-}
-std::vector<GpuCollector::ServerGpu> GpuCollector::peaks() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<ServerGpu> out;
-  for (const auto& [key, s] : peaks_) out.push_back(s);
+  for (const auto& [key, p] : peaks_) out.peaks.push_back(p);
   return out;
 }
-std::map<std::string, uint64_t> GpuCollector::errors() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return errors_;
+
+std::shared_ptr<const ServerFigures> GpuCollector::figures(const GpuSample& s) const {
+  auto f = std::make_shared<ServerFigures>();
+  f->time_seconds = s.time_seconds;
+  for (const auto& [name, type] : s.attributed) {
+    ServerFigures::Row& row = f->servers[name];
+    row.server_type = type;
+    row.gpu_bytes = 0;
+  }
+  for (const ServerGpu& g : s.servers)
+    if (auto it = f->servers.find(g.name); it != f->servers.end()) *it->second.gpu_bytes += g.bytes;
+  return f;
 }
 
-void GpuCollector::collect(const Emit& emit) {
-  std::lock_guard<std::mutex> lock(mu_);
+void GpuCollector::serve(const GpuSample& s, const Emit& emit) const {
   Families out;
-  MetricFamily& info = add_family(out, "gym_gpu_info");
-  MetricFamily& total = add_family(out, "gym_gpu_memory_total_bytes");
-  MetricFamily& used = add_family(out, "gym_gpu_memory_used_bytes");
-  MetricFamily& unattributed = add_family(out, "gym_gpu_memory_unattributed_bytes");
-  MetricFamily& server = add_family(out, "gym_server_gpu_memory_bytes");
-  MetricFamily& peak = add_family(out, "gym_server_gpu_memory_sampled_peak_bytes");
-  MetricFamily& busy = add_family(out, "gym_server_gpu_utilization_ratio");
-  for (const Gpu& g : gpus_) {
+  auto [info, total, used, unattributed, server, peak, busy] = add_families(
+      out, {"gym_gpu_info", "gym_gpu_memory_total_bytes", "gym_gpu_memory_used_bytes",
+            "gym_gpu_memory_unattributed_bytes", "gym_server_gpu_memory_bytes",
+            "gym_server_gpu_memory_sampled_peak_bytes", "gym_server_gpu_utilization_ratio"});
+  for (const Gpu& g : s.gpus) {
     const std::string gpu = std::to_string(g.index);
-    add_metric(info, {{"gpu", gpu}, {"uuid", g.uuid}, {"mig", g.mig ? "true" : "false"}})
+    add_metric(*info, {{"gpu", gpu}, {"uuid", g.uuid}, {"mig", g.mig ? "true" : "false"}})
         .gauge.value = 1;
-    add_metric(total, {{"gpu", gpu}}).gauge.value = double(g.total_bytes);
-    add_metric(used, {{"gpu", gpu}}).gauge.value = double(g.used_bytes);
+    add_metric(*total, {{"gpu", gpu}}).gauge.value = double(g.total_bytes);
+    add_metric(*used, {{"gpu", gpu}}).gauge.value = double(g.used_bytes);
     if (g.attributed)
-      add_metric(unattributed, {{"gpu", gpu}}).gauge.value = double(g.unattributed_bytes);
+      add_metric(*unattributed, {{"gpu", gpu}}).gauge.value = double(g.unattributed_bytes);
   }
-  for (const ServerGpu& s : servers_) {
-    LabelPairs l = server_labels(s.name, s.server_type);
-    l.emplace_back("gpu", std::to_string(s.gpu));
-    add_metric(server, l).gauge.value = double(s.bytes);
-    if (s.utilization) add_metric(busy, l).gauge.value = *s.utilization;
+  for (const ServerGpu& g : s.servers) {
+    LabelPairs l = server_labels(g.name, g.server_type);
+    l.emplace_back("gpu", std::to_string(g.gpu));
+    add_metric(*server, l).gauge.value = double(g.bytes);
+    if (g.utilization) add_metric(*busy, l).gauge.value = *g.utilization;
   }
-  for (const auto& [key, s] : peaks_) {
-    LabelPairs l = server_labels(s.name, s.server_type);
-    l.emplace_back("gpu", std::to_string(s.gpu));
-    add_metric(peak, l).gauge.value = double(s.bytes);
+  for (const ServerGpu& p : s.peaks) {
+    LabelPairs l = server_labels(p.name, p.server_type);
+    l.emplace_back("gpu", std::to_string(p.gpu));
+    add_metric(*peak, l).gauge.value = double(p.bytes);
   }
-  add_simple(out, "gym_exporter_gpu_up", up_ ? 1 : 0);
+  add_simple(out, "gym_exporter_gpu_up", s.up ? 1 : 0);
+  // An alias of gym_exporter_collector_sample_errors_total{collector="gpu"}
+  // for one release.
   MetricFamily& errors = add_family(out, "gym_exporter_gpu_sample_errors_total");
-  for (const auto& [reason, n] : errors_)
+  for (const auto& [reason, n] : error_counts())
     add_metric(errors, {{"reason", reason}}).counter.value = double(n);
   for (const Family& f : out)
-    if (!f.metric.empty()) emit_since(emit, f, since_);
+    if (!f.metric.empty()) emit_since(emit, f, since());
 }
 
 }  // namespace gym::exporter

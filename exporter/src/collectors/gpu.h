@@ -1,7 +1,7 @@
 // The gpu collector: GPU memory per server and per GPU, through NVML loaded
 // at start (nvml.h; no build-time dependency). Configuration: the `gpu:`
 // section (enabled, interval_seconds, library). The servers are the shared
-// watcher's (server_tree.h): NVML names processes by their host pids, and a
+// watcher's (servers/watcher.h): NVML names processes by their host pids, and a
 // server's members are host pids too, so containerised servers are
 // attributed like the others.
 //
@@ -34,29 +34,25 @@
 #include <string>
 #include <vector>
 
-#include "collector.h"
 #include "nvml.h"
-#include "server_tree.h"
+#include "sampled_collector.h"
+#include "servers/watcher.h"
 
 namespace gym::exporter {
 
 struct GpuConfig {
   double interval_seconds = 5;
   std::string library = "libnvidia-ml.so.1";
-  bool operator==(const GpuConfig&) const = default;
 };
 
-struct Config;
-// The gpu section of a loaded configuration; nullopt when it is turned off.
-std::optional<GpuConfig> gpu_config(const Config& c);
+struct GpuSample;
 
-class GpuCollector : public IntervalCollector {
+class GpuCollector : public SampledCollector<GpuSample> {
  public:
-  GpuCollector(GpuConfig config, std::shared_ptr<ServerWatcher> servers, Log log);
+  // Without `servers` nothing is attributed to servers (GPUs only).
+  GpuCollector(GpuConfig config, Log log, std::shared_ptr<ServerWatcher> servers = nullptr,
+               std::shared_ptr<ServerBoard> board = nullptr);
   ~GpuCollector() override;
-
-  void sample() override;
-  void collect(const Emit& emit) override;
   // Without NVML nothing changes: no sampling thread.
   bool samples_on_interval() const override { return nvml_.loaded(); }
 
@@ -86,28 +82,51 @@ class GpuCollector : public IntervalCollector {
   // The largest of each server's memory on each GPU at the samples since
   // the exporter first saw it there, while the server is tracked.
   std::vector<ServerGpu> peaks() const;
-  std::map<std::string, uint64_t> errors() const;
+  std::map<std::string, uint64_t> errors() const { return error_counts(); }
 
  private:
+  GpuSample take() override;
+  void serve(const GpuSample& s, const Emit& emit) const override;
+  std::shared_ptr<const ServerFigures> figures(const GpuSample& s) const override;
+  // The memory (and utilization) of each server's processes on each device.
+  std::vector<ServerGpu> attribute(const Nvml::Sample& s, const ServersView* view,
+                                   std::vector<Gpu>& gpus) const;
+
   GpuConfig config_;
   std::shared_ptr<ServerWatcher> watcher_;
   std::shared_ptr<const ServersView> view_;
-  Log log_;
   Nvml nvml_;
-  const double since_;
-
-  mutable std::mutex mu_;  // guards what collect() reads
-  bool up_ = false;
-  std::vector<Gpu> gpus_;
-  std::vector<ServerGpu> servers_;
   struct PeakKey {
     std::string name;
     unsigned gpu = 0;
     auto operator<=>(const PeakKey&) const = default;
   };
-  std::map<PeakKey, ServerGpu> peaks_;  // written by the sampling thread under mu_
-  std::map<std::string, uint64_t> errors_;
-  std::set<std::string> failing_;  // reasons of the last sample (logged when new)
+  std::map<PeakKey, ServerGpu> peaks_;  // the sampling thread's
 };
+
+struct GpuSample {
+  double time_seconds = 0;  // Unix seconds
+  bool up = false;
+  std::vector<GpuCollector::Gpu> gpus;
+  std::vector<GpuCollector::ServerGpu> servers;
+  std::vector<GpuCollector::ServerGpu> peaks;
+  // Servers whose memory on every GPU is known (the view's, when every GPU
+  // was attributed): 0 on the board when none of theirs is on a GPU.
+  std::vector<std::pair<std::string, std::string>> attributed;  // name, type
+};
+
+// The last sample's (for tests).
+inline bool GpuCollector::up() const {
+  return latest().up;
+}
+inline std::vector<GpuCollector::Gpu> GpuCollector::gpus() const {
+  return latest().gpus;
+}
+inline std::vector<GpuCollector::ServerGpu> GpuCollector::servers() const {
+  return latest().servers;
+}
+inline std::vector<GpuCollector::ServerGpu> GpuCollector::peaks() const {
+  return latest().peaks;
+}
 
 }  // namespace gym::exporter

@@ -39,12 +39,7 @@ class SelfCollector : public Collector {
   }
 };
 
-GYM_REGISTER_COLLECTOR({.name = "self",
-                        .order = 95,
-                        .parse = nullptr,
-                        .make = [](const CollectorSettings*, const CollectorContext&) {
-                          return std::make_unique<SelfCollector>();
-                        }});
+GYM_REGISTER_COLLECTOR(plain_kind<SelfCollector>("self", 95));
 
 }  // namespace
 }  // namespace gym::exporter

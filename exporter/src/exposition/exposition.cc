@@ -6,6 +6,7 @@
 #include "exposition/families.h"
 #include "exposition/text.h"
 #include "gym/families.h"
+#include "sampled_collector.h"
 
 namespace gym::exporter {
 
@@ -109,7 +110,12 @@ std::string Exposition::render(const Encoder& encoder, const std::set<std::strin
     to_otel_names(renamed);
     encoder.family(renamed, extras, out);
   });
-  for (auto& c : collectors_) c->collect(emit);
+  std::vector<SampleStats> stats;
+  for (auto& c : collectors_) {
+    c->collect(emit);
+    if (std::optional<SampleStats> s = c->sample_stats()) stats.push_back(std::move(*s));
+  }
+  emit_sample_stats(stats, emit);
   Families own;
   add_simple(own, "gym_exporter_contract_violations_total", double(violations_));
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;

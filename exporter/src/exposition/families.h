@@ -6,6 +6,7 @@
 
 #include <prometheus/metric_family.h>
 
+#include <array>
 #include <deque>
 #include <string>
 #include <string_view>
@@ -67,6 +68,14 @@ class Row {
 // A family with its row's HELP, type and spec appended to `out` (untyped and
 // without HELP when it has no row).
 Family& add_family(Families& out, Row row);
+// Families appended to `out` in the order of `rows`, as add_family makes
+// each: `auto [a, b] = add_families(out, {"gym_x", "gym_y"});`.
+template <size_t N>
+std::array<Family*, N> add_families(Families& out, const Row (&rows)[N]) {
+  std::array<Family*, N> made{};
+  for (size_t i = 0; i < N; ++i) made[i] = &add_family(out, rows[i]);
+  return made;
+}
 // A sample with labels appended to a family.
 prometheus::ClientMetric& add_metric(prometheus::MetricFamily& f, const LabelPairs& labels);
 // A one-sample counter or gauge family appended to `out`.

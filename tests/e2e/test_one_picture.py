@@ -1,0 +1,189 @@
+"""One picture of a server: /metrics, /api/v1/snapshot and gym-stat --json
+give every server the same RSS, process count and GPU memory, because they
+read the same samples (the collectors' last ones, on the board).
+
+Real processes: gym-demo (whose resources servers fork verifier children
+that come and go while the test runs), a writer in a pid namespace of its own
+(unshare --pid --fork --mount-proc), and the tests' fake NVML answering from
+a fixture with the servers' pids. The exporter samples every 0.4 s, so that
+samples land between requests; a scrape is compared with the snapshot after
+it whenever the snapshot before it says the same samples."""
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+
+import pytest
+
+from pace import HTTP_S, STOP_S
+from test_gym_stat import BUILD, DEMO, EXPORTER, FAKE_NVML, STAT, demo, registry, start_exporter  # noqa: F401
+
+DECLARE = os.path.join(BUILD, "tests", "gym_declare_server")
+INTERVAL = 0.4
+PAIRS = 50
+
+
+def unshare_works():
+    return subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
+                          capture_output=True).returncode == 0
+
+
+def server_numbers(text):
+    """server -> {rss, processes, gpu} from an exposition (gpu: summed over
+    the GPUs, 0 for a server none of whose processes is on one)."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'^(gym_server_\w+)\{nemo_gym_server_name="([^"]*)",[^}]*?\} (\S+)$', line)
+        if not m:
+            continue
+        family, name, value = m.group(1), m.group(2), float(m.group(3))
+        s = out.setdefault(name, {"gpu": 0})
+        if family == "gym_server_memory_usage_bytes" and 'memory_type="rss"' in line:
+            s["rss"] = value
+        elif family == "gym_server_processes":
+            s["processes"] = value
+        elif family == "gym_server_gpu_memory_bytes":
+            s["gpu"] += value
+    return out
+
+
+def snapshot_numbers(doc):
+    return {s["server_name"]: {"rss": s["rss_bytes"], "processes": s["processes"],
+                               "gpu": s["gpu_memory_bytes"]} for s in doc["servers"]}
+
+
+def get(port, path):
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=HTTP_S).read()
+
+
+@pytest.fixture
+def sandboxed(demo):
+    """A declarer of its own pid namespace writing into the demo's registry."""
+    if not unshare_works():
+        pytest.skip("unshare --pid --fork --mount-proc does not work here")
+    p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", DECLARE, "sandboxed",
+                          "resources_server", "16", "0"], stdout=subprocess.PIPE, text=True,
+                         env=dict(os.environ, GYM_METRICS_DIR=demo))
+    assert p.stdout.readline() == "ready 1\n"
+    yield demo
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=STOP_S)
+
+
+def nvml_fixture(tmp_path, doc):
+    """The fake NVML's fixture: two servers' oldest processes hold GPU memory."""
+    pids = {s["server_name"]: s["pid"] for s in doc["servers"]}
+    fixture = tmp_path / "nvml"
+    fixture.write_text("device GPU-0 85899345920 10737418240\n"
+                       f"process {pids['policy_model']} 4294967296\n"
+                       f"process {pids['sandboxed']} 1073741824\n")
+    return fixture
+
+
+def wait_for_servers(port, names):
+    for _ in range(200):
+        doc = json.loads(get(port, "/api/v1/snapshot"))
+        have = {s["server_name"] for s in doc["servers"] if s["rss_bytes"] is not None}
+        if names <= have and {"servers", "memory", "gpu"} <= set(doc["samples"]):
+            return doc
+        time.sleep(0.05)
+    raise AssertionError(f"servers {names} not sampled: {doc['servers']}")
+
+
+def test_metrics_and_the_snapshot_serve_the_same_sample_of_every_server(sandboxed, tmp_path):
+    names = {"rollout_driver", "simple_agent", "policy_model", "math_verifier", "code_sandbox",
+             "llm_judge", "sandboxed"}
+    cfg = tmp_path / "gym.yml"
+    cfg.write_text(f"servers:\n  interval_seconds: {INTERVAL}\n"
+                   f"memory:\n  interval_seconds: {INTERVAL}\n"
+                   f"gpu:\n  interval_seconds: {INTERVAL}\n  library: {FAKE_NVML}\n")
+    # The fixture needs the pids the exporter sees: read them without NVML first.
+    plain = json.loads(subprocess.run([STAT, f"--registry.dir={sandboxed}", "--json"], check=True,
+                                      capture_output=True, text=True, timeout=30).stdout)
+    env = dict(os.environ, FAKE_NVML_FIXTURE=str(nvml_fixture(tmp_path, plain)))
+    ex, port = start_exporter(tmp_path, f"--config.file={cfg}", f"--registry.dir={sandboxed}",
+                              env=env)
+    try:
+        before = wait_for_servers(port, names)
+        compared = changed = 0
+        seen_processes = {}
+        for _ in range(PAIRS):
+            metrics = server_numbers(get(port, "/metrics").decode())
+            after = json.loads(get(port, "/api/v1/snapshot"))
+            if after["samples"] != before["samples"]:
+                changed += 1  # a sample landed between: nothing to compare
+            else:
+                compared += 1
+                for name, want in snapshot_numbers(after).items():
+                    if want["rss"] is None:
+                        continue  # declared since the last sample: no numbers anywhere
+                    assert metrics.get(name) == want, (name, metrics.get(name), want)
+                    seen_processes.setdefault(name, set()).add(want["processes"])
+            before = after
+        assert compared >= 10, f"only {compared} of {PAIRS} pairs without a sample between"
+        got = snapshot_numbers(before)
+        assert names <= set(got)
+        assert got["policy_model"]["gpu"] == 4294967296 and got["sandboxed"]["gpu"] == 1073741824
+        assert got["rollout_driver"]["gpu"] == 0, "NVML read: a server with no GPU process has 0"
+        assert got["sandboxed"]["processes"] == 1
+    finally:
+        ex.send_signal(signal.SIGTERM)
+        ex.wait(timeout=STOP_S)
+
+
+def once_numbers(registry, env, cfg):
+    out = subprocess.run([EXPORTER, "--once", f"--registry.dir={registry}",
+                          f"--config.file={cfg}"], check=True, capture_output=True, text=True,
+                         timeout=60, env=env).stdout
+    return server_numbers(out)
+
+
+def test_gym_stat_computes_a_server_as_the_exporter_does(sandboxed, tmp_path):
+    """gym-stat runs the exporter's servers unit and collectors in-process:
+    for a server whose numbers two exporter samples around it agree on
+    (gym-exporter --once before and after), gym-stat --json gives the same."""
+    cfg = tmp_path / "gym.yml"
+    cfg.write_text(f"gpu:\n  library: {FAKE_NVML}\n")
+    plain = json.loads(subprocess.run([STAT, f"--registry.dir={sandboxed}", "--json"], check=True,
+                                      capture_output=True, text=True, timeout=30).stdout)
+    env = dict(os.environ, FAKE_NVML_FIXTURE=str(nvml_fixture(tmp_path, plain)))
+    agreed = set()
+    for _ in range(8):
+        first = once_numbers(sandboxed, env, cfg)
+        doc = json.loads(subprocess.run([STAT, f"--registry.dir={sandboxed}", "--json",
+                                         f"--config.file={cfg}"], check=True, capture_output=True,
+                                        text=True, timeout=30, env=env).stdout)
+        last = once_numbers(sandboxed, env, cfg)
+        for name, mine in snapshot_numbers(doc).items():
+            if name in first and first[name] == last.get(name):
+                assert mine == first[name], (name, mine, first[name])
+                agreed.add(name)
+    assert {"rollout_driver", "policy_model", "sandboxed"} <= agreed, agreed
+
+
+def rollup_opens(registry, cfg):
+    """How often gym-stat opened each smaps_rollup over two refreshes 0.5 s apart."""
+    trace = cfg.parent / "trace"
+    subprocess.run(["strace", "-f", "-qq", "-e", "trace=openat", "-o", str(trace), STAT,
+                    f"--registry.dir={registry}", "--once", "--interval=0.5",
+                    f"--config.file={cfg}"], check=True, capture_output=True, timeout=60)
+    opens = {}
+    for path in re.findall(r'openat\([^"]*"(/proc/\d+/smaps_rollup)"', trace.read_text()):
+        opens[path] = opens.get(path, 0) + 1
+    return opens
+
+
+def test_gym_stat_samples_memory_on_its_interval_not_at_every_refresh(demo, tmp_path):
+    """Reading PSS costs the servers (docs/memory.md): gym-stat, which
+    refreshes every second, samples memory every memory.interval_seconds, as
+    the exporter does."""
+    slow, fast = tmp_path / "slow.yml", tmp_path / "fast.yml"
+    slow.write_text("memory:\n  interval_seconds: 60\n")
+    fast.write_text("memory:\n  interval_seconds: 0.1\n")
+    once = rollup_opens(demo, slow)
+    assert once and max(once.values()) == 1, once
+    twice = rollup_opens(demo, fast)
+    assert max(twice.values()) == 2, twice
