@@ -2,7 +2,9 @@
 // bytes, as a client can send them. They must accept or refuse (400, 505),
 // never crash or hang, and what they accept must hold what the server
 // relies on: a method and header names of token characters, names in lower
-// case, a version of HTTP/1.x.
+// case, a version of HTTP/1.x, no control byte in a value or the path's
+// target, one Host for HTTP/1.1, one body length (never beside
+// Transfer-Encoding), and persistence as the Connection options say.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -21,6 +23,12 @@ bool token(const std::string& s, bool lower) {
   return true;
 }
 
+bool has_control(const std::string& s) {
+  for (char c : s)
+    if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) return true;
+  return false;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -30,8 +38,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (status != 0 && status != 400 && status != 505) std::abort();
   if (status == 0) {
     if (!token(r.method, false) || r.minor < 0 || r.minor > 9) std::abort();
-    for (const auto& [name, value] : r.headers)
-      if (!token(name, true) || r.header(name) == nullptr) std::abort();
+    int hosts = 0;
+    for (const auto& [name, value] : r.headers) {
+      if (!token(name, true) || r.header(name) == nullptr || has_control(value)) std::abort();
+      hosts += name == "host";
+    }
+    if (hosts > 1 || (r.minor >= 1 && hosts != 1)) std::abort();
+    if (r.content_length && r.transfer_encoding) std::abort();
+    if (r.keep_alive && r.minor == 0 && r.header("connection") == nullptr) std::abort();
     (void)gym::exporter::query_values(r.query, "name[]");
   }
   (void)gym::exporter::query_values(text, "name[]");

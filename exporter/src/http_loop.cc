@@ -7,7 +7,6 @@
 #include <openssl/ssl.h>
 #include <poll.h>
 #include <signal.h>
-#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -166,13 +165,21 @@ std::string refusal(int status) {
          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
 }
 
-// The end of a complete request head in `in` (after its blank line), or 0.
+// The end of a complete request head in `in` (after its blank line, its
+// lines ended by CRLF or LF, mixed as they come), or 0. A first line that is
+// whole but no HTTP/1.x request line (HTTP/0.9, say) ends the head there: it
+// is answered 400 at once rather than after the head deadline.
 size_t head_end(const std::string& in) {
-  const size_t crlf = in.find("\r\n\r\n");
-  const size_t lf = in.find("\n\n");
-  if (crlf == in.npos && lf == in.npos) return 0;
-  if (lf == in.npos || (crlf != in.npos && crlf < lf)) return crlf + 4;
-  return lf + 2;
+  const size_t first = in.find('\n');
+  if (first == in.npos) return 0;
+  if (std::string_view(in).substr(0, first).find(" HTTP/") == std::string_view::npos)
+    return first + 1;
+  for (size_t at = first; at != in.npos; at = in.find('\n', at + 1)) {
+    size_t next = at + 1;
+    if (next < in.size() && in[next] == '\r') ++next;
+    if (next < in.size() && in[next] == '\n') return next + 1;
+  }
+  return 0;
 }
 
 }  // namespace
@@ -507,22 +514,14 @@ void HttpLoop::State::serve(Conn* c) {
       break;
     }
     // A body (none is expected) is skipped when it is all here; otherwise
-    // the connection closes after the reply.
-    if (const char* te = req.header("transfer-encoding"); te != nullptr) close = true;
-    if (const char* cl = req.header("content-length"); cl != nullptr) {
-      char* stop = nullptr;
-      const unsigned long long len = std::strtoull(cl, &stop, 10);
-      if (stop == cl || *stop != '\0' || len > c->in.size()) {
+    // the connection closes after the reply (the parser refused a length
+    // that is not one number: 400 and close).
+    close = close || !req.keep_alive || req.transfer_encoding;
+    if (req.content_length) {
+      if (*req.content_length > c->in.size())
         close = true;
-      } else {
-        c->in.erase(0, size_t(len));
-      }
-    }
-    const char* connection = req.header("connection");
-    if (req.minor == 0) {
-      close = close || connection == nullptr || strcasecmp(connection, "keep-alive") != 0;
-    } else if (connection != nullptr && strcasecmp(connection, "close") == 0) {
-      close = true;
+      else
+        c->in.erase(0, size_t(*req.content_length));
     }
     HttpReply reply;
     try {
@@ -538,7 +537,10 @@ void HttpLoop::State::serve(Conn* c) {
     std::string head = "HTTP/1.1 " + std::to_string(reply.status) + " " + reason_of(reply.status) +
                        "\r\n" + reply.headers +
                        "Content-Length: " + std::to_string(reply.body.size()) + "\r\n" +
-                       (close ? "Connection: close\r\n" : "") + "\r\n";
+                       (close            ? "Connection: close\r\n"
+                        : req.minor == 0 ? "Connection: keep-alive\r\n"  // as Go's server
+                                         : "") +
+                       "\r\n";
     if (!reply.head_only && reply.body.size() < 4096) {
       head += reply.body;  // one write
       reply.body.clear();

@@ -43,11 +43,77 @@ bool is_token_char(char c) {
          (c != '\0' && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
 }
 
+// Bytes no header value or target may hold: controls (but a value's
+// horizontal tab) and DEL.
+bool is_control(char c, bool tab_ok) {
+  const auto u = static_cast<unsigned char>(c);
+  return (u < 0x20 && !(tab_ok && c == '\t')) || u == 0x7f;
+}
+
+// What Go's net/http takes as a Host value (httpguts.ValidHostHeader).
+bool valid_host(std::string_view h) {
+  return std::all_of(h.begin(), h.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+           std::strchr("!$%&'()*+,-.:;=[]_~", c) != nullptr || (c & 0x80) != 0;
+  });
+}
+
+bool iequals(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) ==
+                  std::tolower(static_cast<unsigned char>(y));
+         });
+}
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
   return s;
+}
+
+// The origin-form path of a target: an absolute-form one's part after its
+// authority (RFC 9112 §3.2.2: servers accept it).
+std::string_view origin_form(std::string_view target) {
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (target.size() < scheme.size() || !iequals(target.substr(0, scheme.size()), scheme))
+      continue;
+    const size_t slash = target.find('/', scheme.size());
+    return slash == target.npos ? std::string_view("/") : target.substr(slash);
+  }
+  return target;
+}
+
+// Framing and persistence from the parsed headers, or 400.
+int read_framing(HttpRequest* r) {
+  int hosts = 0;
+  bool close = false, keep_alive = false;
+  for (const auto& [name, value] : r->headers) {
+    if (name == "host") {
+      if (++hosts > 1 || !valid_host(value)) return 400;
+    } else if (name == "content-length") {
+      // One number, digits only (no sign, list or spaces), the same on every line.
+      if (value.empty() || value.size() > 18 ||
+          !std::all_of(value.begin(), value.end(), [](char c) { return c >= '0' && c <= '9'; }))
+        return 400;
+      const uint64_t n = std::stoull(value);
+      if (r->content_length && *r->content_length != n) return 400;
+      r->content_length = n;
+    } else if (name == "transfer-encoding") {
+      r->transfer_encoding = true;
+    } else if (name == "connection") {
+      for (std::string_view rest = value; !rest.empty();) {
+        const size_t comma = rest.find(',');
+        const std::string_view option = trim(rest.substr(0, comma));
+        rest = comma == rest.npos ? std::string_view() : rest.substr(comma + 1);
+        close = close || iequals(option, "close");
+        keep_alive = keep_alive || iequals(option, "keep-alive");
+      }
+    }
+  }
+  if (r->minor >= 1 && hosts == 0) return 400;                // RFC 9112 §3.2
+  if (r->transfer_encoding && r->content_length) return 400;  // RFC 9112 §6.3: smuggling
+  r->keep_alive = !close && (r->minor >= 1 || keep_alive);
+  return 0;
 }
 
 }  // namespace
@@ -62,16 +128,21 @@ int parse_request_head(std::string_view head, HttpRequest* out) {
   const std::string_view method = line.substr(0, sp1);
   const std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
   const std::string_view version = line.substr(sp2 + 1);
-  if (!std::all_of(method.begin(), method.end(), is_token_char) || target.empty()) return 400;
+  if (!std::all_of(method.begin(), method.end(), is_token_char) || target.empty() ||
+      std::any_of(target.begin(), target.end(), [](char c) { return is_control(c, false); }))
+    return 400;
   if (version.size() != 8 || version.substr(0, 7) != "HTTP/1." || version[7] < '0' ||
       version[7] > '9')
     return version.substr(0, 5) == "HTTP/" ? 505 : 400;
   out->method = std::string(method);
   out->minor = version[7] - '0';
-  const size_t q = target.find('?');
-  out->path = percent_decode(target.substr(0, q), false);
-  out->query = q == std::string_view::npos ? "" : std::string(target.substr(q + 1));
+  const std::string_view origin = origin_form(target);
+  const size_t q = origin.find('?');
+  out->path = percent_decode(origin.substr(0, q), false);
+  out->query = q == std::string_view::npos ? "" : std::string(origin.substr(q + 1));
   out->headers.clear();
+  out->content_length.reset();
+  out->transfer_encoding = false;
   while (eol != std::string_view::npos) {
     const size_t start = eol + 1;
     eol = head.find('\n', start);
@@ -84,9 +155,12 @@ int parse_request_head(std::string_view head, HttpRequest* out) {
     std::string name(h.substr(0, colon));
     if (!std::all_of(name.begin(), name.end(), is_token_char)) return 400;
     for (char& c : name) c = char(std::tolower(static_cast<unsigned char>(c)));
-    out->headers.emplace_back(std::move(name), std::string(trim(h.substr(colon + 1))));
+    const std::string_view value = trim(h.substr(colon + 1));
+    if (std::any_of(value.begin(), value.end(), [](char c) { return is_control(c, true); }))
+      return 400;  // NUL, a bare CR, DEL, ...
+    out->headers.emplace_back(std::move(name), std::string(value));
   }
-  return 0;
+  return read_framing(out);
 }
 
 std::vector<std::string> query_values(std::string_view query, std::string_view key) {

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <strings.h>
+
 #include <cstring>
 #include <set>
 #include <string_view>
@@ -87,21 +89,27 @@ bool HttpServer::authorized(const HttpRequest& req) {
   std::string user;
   std::string hash;
   std::string password;
+  bool known = false;
   {
     std::lock_guard<std::mutex> lock(users_mu_);
     if (users_.empty()) return true;
     const char* header = req.header("authorization");
-    if (header == nullptr || std::strncmp(header, "Basic ", 6) != 0) return false;
+    // The scheme is case-insensitive (RFC 9110 §11.1).
+    if (header == nullptr || strncasecmp(header, "Basic ", 6) != 0) return false;
     const std::string pair = base64_decode(header + 6);
     const auto colon = pair.find(':');
-    if (colon == std::string::npos) return false;
+    // A NUL would end the password where bcrypt reads it: never a credential.
+    if (colon == std::string::npos || pair.find('\0') != std::string::npos) return false;
     user = pair.substr(0, colon);
-    auto it = users_.find(user);
-    if (it == users_.end()) return false;
-    hash = it->second;
     password = pair.substr(colon + 1);
+    auto it = users_.find(user);
+    known = it != users_.end();
+    // An unknown user is checked against a configured hash all the same,
+    // so that the time a refusal takes does not say which users exist.
+    hash = known ? it->second : users_.begin()->second;
   }
-  return passwords_.check(user, password, hash);  // bcrypt is slow: outside the lock
+  const bool ok = passwords_.check(known ? user : "", password, hash);  // slow: outside the lock
+  return known && ok;
 }
 
 static_assert(HttpServer::kNotFound == SelfMetrics::kPaths.size() - 1, "the routes are the paths");

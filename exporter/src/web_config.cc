@@ -1,9 +1,11 @@
 #include "web_config.h"
 
 #include <crypt.h>
+
 #include <strings.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
+#include <atomic>
 
 #include <algorithm>
 #include <cstring>
@@ -22,8 +24,17 @@ bool is_bcrypt(const std::string& hash) {
 
 }  // namespace
 
+namespace {
+std::atomic<uint64_t> g_verifications{0};
+}  // namespace
+
+uint64_t password_verifications() {
+  return g_verifications.load(std::memory_order_relaxed);
+}
+
 bool verify_password(const std::string& password, const std::string& hash) {
   if (!is_bcrypt(hash)) return false;
+  g_verifications.fetch_add(1, std::memory_order_relaxed);
   auto data = std::make_unique<crypt_data>();
   std::memset(data.get(), 0, sizeof(crypt_data));
   const char* out = crypt_r(password.c_str(), hash.c_str(), data.get());

@@ -22,6 +22,7 @@
 // is thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -53,6 +54,8 @@ WebConfigResult parse_web_config(const std::string& yaml, const std::string& nam
 
 // Whether `password` matches the bcrypt `hash` ($2a$, $2b$ or $2y$).
 bool verify_password(const std::string& password, const std::string& hash);
+// How many bcrypt checks verify_password has made in this process.
+uint64_t password_verifications();
 
 // Checked credentials, remembered as exporter-toolkit remembers them: bcrypt
 // costs tens of milliseconds, which every authenticated request would pay.

@@ -27,6 +27,7 @@
 #include "http_client.h"
 #include "sampled_collector.h"
 #include "test_support.h"
+#include "web_config.h"
 #include "yaml_reader.h"
 
 namespace gym::exporter {
@@ -337,6 +338,36 @@ TEST(App, ARefusedReloadChangesNothingNotEvenTheBasicAuthUsers) {
   EXPECT_TRUE(app->reload());
   EXPECT_EQ(http(app->port(), "GET", "/metrics", basic("alice", "a")).status, 401);
   EXPECT_EQ(http(app->port(), "GET", "/metrics", basic("bob", "b")).status, 200);
+}
+
+// #45's findings 7-9: the whole password is compared (a NUL and what follows
+// it are not ignored), the scheme is matched in any case (RFC 9110 §11.1),
+// and an unknown user costs a bcrypt check as a wrong password does, so the
+// time of a refusal does not say which users exist.
+TEST(App, BasicAuthTakesTheWholePasswordAnyCaseOfTheSchemeAndChecksUnknownUsersToo) {
+  TempDir tmp;
+  const Flags flags = app_flags(tmp);
+  std::ofstream(flags.config_file) << "log:\n  level: error\n";
+  std::ofstream(flags.web_config_file)
+      << "basic_auth_users:\n  alice: " << bcrypt("correct horse") << "\n";
+  std::string error;
+  auto app = App::start(flags, load(flags), &error);
+  ASSERT_TRUE(app) << error;
+  const int port = app->port();
+  EXPECT_EQ(http(port, "GET", "/metrics", basic("alice", "correct horse")).status, 200);
+  using namespace std::string_literals;
+  EXPECT_EQ(http(port, "GET", "/metrics", basic("alice", "correct horse\0"s)).status, 401)
+      << "a NUL appended";
+  EXPECT_EQ(http(port, "GET", "/metrics", basic("alice", "correct horse\0anything"s)).status, 401);
+  EXPECT_EQ(http(port, "GET", "/metrics", basic("alice", "correct hors")).status, 401);
+  for (const std::string scheme : {"basic ", "BASIC ", "bAsIc "}) {
+    std::string header = basic("alice", "correct horse");
+    header.replace(header.find("Basic "), 6, scheme);
+    EXPECT_EQ(http(port, "GET", "/metrics", header).status, 200) << scheme;
+  }
+  const uint64_t before = password_verifications();
+  EXPECT_EQ(http(port, "GET", "/metrics", basic("mallory", "a guess")).status, 401);
+  EXPECT_EQ(password_verifications(), before + 1) << "an unknown user is checked all the same";
 }
 
 TEST(App, CollectorsStopWhileScrapesAreStillServedAndStartOnce) {

@@ -121,8 +121,8 @@ TEST(HttpLoop, PipelinedRequestsAreAnsweredInOrder) {
   Loop l;
   const int fd = connect_loopback(l.port());
   send_all(fd,
-           "GET /one HTTP/1.1\r\n\r\nHEAD /two HTTP/1.1\r\n\r\nGET /three HTTP/1.1\r\n"
-           "Connection: close\r\n\r\n");
+           "GET /one HTTP/1.1\r\nHost: h\r\n\r\nHEAD /two HTTP/1.1\r\nHost: h\r\n\r\n"
+           "GET /three HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n");
   bool closed = false;
   const std::string r = read_replies(fd, 3, &closed);
   const size_t one = r.find("path /one"), three = r.find("path /three");
@@ -152,10 +152,104 @@ TEST(HttpLoop, Http10ClosesUnlessAskedToKeepAlive) {
   ::close(fd);
 }
 
+// `ab -k` (HTTP/1.0 with Connection: keep-alive) waits for the reply to say
+// so: a kept 1.0 connection is acknowledged, as Go's server does.
+TEST(HttpLoop, AnHttp10ConnectionKeptAliveIsAcknowledgedInTheReply) {
+  Loop l;
+  const int fd = connect_loopback(l.port());
+  send_all(fd, "GET /x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+  const std::string r = read_replies(fd, 1);
+  EXPECT_NE(r.find("\r\nConnection: keep-alive\r\n"), std::string::npos) << r;
+  send_all(fd, "GET /y HTTP/1.0\r\n\r\n");
+  const std::string last = read_replies(fd, 1);
+  EXPECT_NE(last.find("path /y"), std::string::npos) << last;
+  EXPECT_NE(last.find("Connection: close"), std::string::npos) << last;
+  EXPECT_TRUE(closed_by_server(fd));
+  ::close(fd);
+}
+
+// RFC 9112 §6.3: a message whose length can be read two ways is answered 400
+// and its connection closed; what follows is never read as a request.
+TEST(HttpLoop, ALengthThatIsNotOneNumberIs400AndTheBodyIsNeverARequest) {
+  Loop l;
+  for (const std::string lengths :
+       {"Content-Length: 0\r\nContent-Length: 37", "Content-Length: +37", "Content-Length: 37, 0",
+        "Content-Length: -0", "Content-Length: 0x25"}) {
+    const int fd = connect_loopback(l.port());
+    send_all(fd, "GET /a HTTP/1.1\r\nHost: h\r\n" + lengths +
+                     "\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: h\r\n\r\n");
+    bool closed = false;
+    const std::string r = read_replies(fd, 2, &closed);
+    EXPECT_EQ(r.rfind("HTTP/1.1 400 ", 0), 0u) << lengths << "\n" << r;
+    EXPECT_EQ(r.find("smuggled"), std::string::npos) << lengths;
+    EXPECT_TRUE(closed) << lengths;
+    ::close(fd);
+  }
+  EXPECT_EQ(l.requests.load(), 0) << "none reached the handler";
+}
+
+TEST(HttpLoop, CloseAmongTheConnectionOptionsOrOnASecondLineCloses) {
+  Loop l;
+  for (const std::string connection : {"Connection: keep-alive, close", "Connection: close, TE",
+                                       "Connection: TE\r\nConnection: close"}) {
+    const int fd = connect_loopback(l.port());
+    send_all(fd, "GET /c HTTP/1.1\r\nHost: h\r\n" + connection + "\r\n\r\n");
+    const std::string r = read_replies(fd, 1);
+    EXPECT_NE(r.find("path /c"), std::string::npos) << connection;
+    EXPECT_NE(r.find("Connection: close"), std::string::npos) << connection;
+    EXPECT_TRUE(closed_by_server(fd)) << connection;
+    ::close(fd);
+  }
+}
+
+// Heads the parser refuses (RFC 9112 §3.2, §5), and ones it must take.
+TEST(HttpLoop, NoOrTwoHostsAndControlBytesGet400AndAnAbsoluteTargetIsServed) {
+  Loop l;
+  auto reply_to = [&](const std::string& req) {
+    const int fd = connect_loopback(l.port());
+    send_all(fd, req);
+    const std::string r = read_replies(fd, 1);
+    ::close(fd);
+    return r;
+  };
+  using namespace std::string_literals;
+  EXPECT_EQ(reply_to("GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 400 ", 0), 0u) << "no Host";
+  EXPECT_EQ(reply_to("GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n").rfind("HTTP/1.1 400 ", 0), 0u);
+  EXPECT_EQ(reply_to("GET / HTTP/1.1\r\nHost: h\r\nX: a\0b\r\n\r\n"s).rfind("HTTP/1.1 400 ", 0), 0u)
+      << "a NUL in a value";
+  EXPECT_EQ(reply_to("GET / HTTP/1.1\r\nHost: h\r\nX: a\rb\r\n\r\n").rfind("HTTP/1.1 400 ", 0), 0u)
+      << "a bare CR";
+  EXPECT_EQ(reply_to("GET /a\0b HTTP/1.1\r\nHost: h\r\n\r\n"s).rfind("HTTP/1.1 400 ", 0), 0u)
+      << "a NUL in the target";
+  const std::string absolute = reply_to("GET http://h:1/abs?q=1 HTTP/1.1\r\nHost: h\r\n\r\n");
+  EXPECT_EQ(absolute.rfind("HTTP/1.1 200 ", 0), 0u) << absolute;
+  EXPECT_NE(absolute.find("path /abs query q=1"), std::string::npos) << absolute;
+  EXPECT_EQ(l.requests.load(), 1) << "only the absolute-form one reached the handler";
+}
+
+// Within the head deadline (10 s), not after it: an HTTP/0.9 line is no
+// request to wait for, and a head may end its lines with CRLF or LF mixed.
+TEST(HttpLoop, AnHttp09LineAndAMixedLineEndingHeadAreAnsweredAtOnce) {
+  HttpLoop::Options o;
+  o.head_timeout = 30s;
+  Loop l(o);
+  int fd = connect_loopback(l.port());
+  send_all(fd, "GET /\r\n");
+  bool closed = false;
+  std::string r = read_replies(fd, 1, &closed);  // gives up after 5 s
+  EXPECT_EQ(r.rfind("HTTP/1.1 400 ", 0), 0u) << r;
+  ::close(fd);
+  fd = connect_loopback(l.port());
+  send_all(fd, "GET /mixed HTTP/1.1\nHost: h\n\r\n");
+  r = read_replies(fd, 1);
+  EXPECT_NE(r.find("path /mixed"), std::string::npos) << r;
+  ::close(fd);
+}
+
 TEST(HttpLoop, ARequestSentWholeThenHalfClosedIsAnswered) {
   Loop l;
   const int fd = connect_loopback(l.port());
-  send_all(fd, "GET /bye HTTP/1.1\r\n\r\n");
+  send_all(fd, "GET /bye HTTP/1.1\r\nHost: h\r\n\r\n");
   ::shutdown(fd, SHUT_WR);
   const std::string r = read_replies(fd, 1);
   EXPECT_NE(r.find("path /bye"), std::string::npos) << r;
@@ -178,8 +272,8 @@ TEST(HttpLoop, AHeadOver16KiBGets431AndMalformedOnes400Or505) {
   EXPECT_EQ(status_of("NONSENSE\r\n\r\n"), 400);
   EXPECT_EQ(status_of("GET / HTTP/2.0\r\n\r\n"), 505);
   EXPECT_EQ(status_of("GET / HTTP/1.1\r\nno colon here\r\n\r\n"), 400);
-  EXPECT_EQ(status_of("GET /throw HTTP/1.1\r\n\r\n"), 500) << "a handler's exception";
-  EXPECT_EQ(status_of("GET /fine HTTP/1.1\r\n\r\n"), 200);
+  EXPECT_EQ(status_of("GET /throw HTTP/1.1\r\nHost: h\r\n\r\n"), 500) << "a handler's exception";
+  EXPECT_EQ(status_of("GET /fine HTTP/1.1\r\nHost: h\r\n\r\n"), 200);
   EXPECT_EQ(l.requests.load(), 2) << "the refused ones never reach the handler";
 }
 
@@ -192,7 +286,7 @@ TEST(HttpLoop, HalfSentHeadsAndIdleConnectionsCloseAtTheirTimeouts) {
   const int half = connect_loopback(l.port());
   send_all(half, "GET /metrics HTTP/1.1\r\nHost:");
   const int kept = connect_loopback(l.port());
-  send_all(kept, "GET /k HTTP/1.1\r\n\r\n");
+  send_all(kept, "GET /k HTTP/1.1\r\nHost: h\r\n\r\n");
   EXPECT_NE(read_replies(kept, 1).find("path /k"), std::string::npos);
   const auto start = std::chrono::steady_clock::now();
   EXPECT_TRUE(closed_by_server(silent));

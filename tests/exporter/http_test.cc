@@ -241,8 +241,64 @@ TEST(RequestHead, MalformedLinesGet400AndOtherVersions505) {
   using namespace std::string_view_literals;
   EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\nA\0B: x"sv, &r), 400) << "a NUL in a name";
   EXPECT_EQ(parse_request_head("G\0T / HTTP/1.1"sv, &r), 400) << "a NUL in the method";
-  EXPECT_EQ(parse_request_head("GET /%zz%4 HTTP/1.1", &r), 0);
+  EXPECT_EQ(parse_request_head("GET /%zz%4 HTTP/1.1\r\nHost: h", &r), 0);
   EXPECT_EQ(r.path, "/%zz%4") << "a malformed escape is kept as sent";
+}
+
+// RFC 9112 §6.3 and §3.2: what a client or a proxy in front could read
+// another way is refused (400, and the loop closes the connection).
+TEST(RequestHead, FramingThatCouldBeReadTwoWaysIs400) {
+  using namespace std::string_view_literals;
+  HttpRequest r;
+  auto with = [&](std::string_view headers) {
+    return parse_request_head("GET / HTTP/1.1\r\nHost: h\r\n" + std::string(headers), &r);
+  };
+  for (const char* cl :
+       {"-1", "abc", "+5", "5, 7", "0x10", "1 2", "", "-0", "5,5", " 5x", "99999999999999999999"})
+    EXPECT_EQ(with(std::string("Content-Length: ") + cl), 400) << "Content-Length: " << cl;
+  EXPECT_EQ(with("Content-Length: 5\r\nContent-Length: 7"), 400) << "two lengths";
+  ASSERT_EQ(with("Content-Length: 5\r\nContent-Length: 5"), 0) << "the same length twice";
+  EXPECT_EQ(r.content_length, 5u);
+  ASSERT_EQ(with("Content-Length: 0"), 0);
+  EXPECT_EQ(r.content_length, 0u);
+  EXPECT_EQ(with("Transfer-Encoding: chunked\r\nContent-Length: 3"), 400);
+  ASSERT_EQ(with("Transfer-Encoding: chunked"), 0);
+  EXPECT_TRUE(r.transfer_encoding);
+  EXPECT_EQ(with("X: a\0b"sv), 400) << "a NUL in a value";
+  EXPECT_EQ(with("X: a\rb"), 400) << "a bare CR";
+  EXPECT_EQ(with("X: a\x7f"), 400) << "DEL";
+  EXPECT_EQ(with("X: \x01"), 400);
+  EXPECT_EQ(with("X: a\r\r\n"), 400) << "a CR before the line's own";
+  EXPECT_EQ(with("X: a\tb\r\nY: caf\xc3\xa9"), 0) << "a tab and UTF-8 are fine";
+  EXPECT_EQ(parse_request_head("GET /a\0b HTTP/1.1\r\nHost: h"sv, &r), 400)
+      << "a NUL in the target";
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\nX: y", &r), 400) << "HTTP/1.1 without Host";
+  EXPECT_EQ(with("Host: h2"), 400) << "two Host lines";
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\nHost: a b", &r), 400) << "not a host";
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\nHost: a/b", &r), 400);
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.1\r\nHost: [::1]:9478", &r), 0);
+  EXPECT_EQ(parse_request_head("GET / HTTP/1.0", &r), 0) << "HTTP/1.0 needs no Host";
+  ASSERT_EQ(parse_request_head("GET http://node7:9478/metrics?x=1 HTTP/1.1\r\nHost: node7", &r), 0)
+      << "absolute-form";
+  EXPECT_EQ(r.path, "/metrics");
+  EXPECT_EQ(r.query, "x=1");
+  ASSERT_EQ(parse_request_head("GET HTTPS://node7 HTTP/1.1\r\nHost: node7", &r), 0);
+  EXPECT_EQ(r.path, "/");
+}
+
+TEST(RequestHead, TheConnectionOptionsOfEveryLineDecideWhetherItStaysOpen) {
+  HttpRequest r;
+  auto keeps = [&](std::string_view version_and_headers) {
+    EXPECT_EQ(parse_request_head("GET / " + std::string(version_and_headers), &r), 0);
+    return r.keep_alive;
+  };
+  EXPECT_TRUE(keeps("HTTP/1.1\r\nHost: h"));
+  EXPECT_FALSE(keeps("HTTP/1.1\r\nHost: h\r\nConnection: keep-alive, close"));
+  EXPECT_FALSE(keeps("HTTP/1.1\r\nHost: h\r\nConnection: CLOSE , TE"));
+  EXPECT_FALSE(keeps("HTTP/1.1\r\nHost: h\r\nConnection: TE\r\nConnection: close"));
+  EXPECT_FALSE(keeps("HTTP/1.0"));
+  EXPECT_TRUE(keeps("HTTP/1.0\r\nConnection: Keep-Alive"));
+  EXPECT_FALSE(keeps("HTTP/1.0\r\nConnection: keep-alive\r\nConnection: close"));
 }
 
 TEST(QueryValues, EveryValueOfAKeyDecodedWhetherTheKeyIsEscapedOrNot) {
