@@ -54,8 +54,10 @@ void SampleThread::loop() {
       cv_.wait(lock);
       continue;
     }
-    if (Clock::now() < due->next) {
-      cv_.wait_until(lock, due->next);
+    // A copy: wait_until reads it after the lock is let go, and an add()
+    // meanwhile may move the jobs.
+    if (const Clock::time_point when = due->next; Clock::now() < when) {
+      cv_.wait_until(lock, when);
       continue;
     }
     const void* key = due->key;
