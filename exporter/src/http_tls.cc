@@ -16,11 +16,19 @@ std::string openssl_reason() {
   return text;
 }
 
-int version_of(const std::string& min_version) {
-  if (min_version == "TLS10") return TLS1_VERSION;
-  if (min_version == "TLS11") return TLS1_1_VERSION;
-  if (min_version == "TLS13") return TLS1_3_VERSION;
+int version_of(const std::string& name) {
+  if (name == "TLS10") return TLS1_VERSION;
+  if (name == "TLS11") return TLS1_1_VERSION;
+  if (name == "TLS13") return TLS1_3_VERSION;
   return TLS1_2_VERSION;
+}
+
+// The TLS 1.0-1.2 suites, OpenSSL's names joined.
+std::string cipher_list(const WebConfig& web) {
+  if (web.cipher_suites.empty()) return kDefaultCipherSuites;
+  std::string out;
+  for (const std::string& s : web.cipher_suites) out += (out.empty() ? "" : ":") + s;
+  return out;
 }
 
 }  // namespace
@@ -36,9 +44,16 @@ ssl_ctx_st* make_context(const WebConfig& web, std::string* error) {
   // Client-initiated renegotiation is a denial-of-service lever; nothing here
   // needs it.
   SSL_CTX_set_options(ctx, SSL_OP_NO_RENEGOTIATION);
+  // The server's order of suites wins (exporter-toolkit's default).
+  if (web.prefer_server_cipher_suites) SSL_CTX_set_options(ctx, SSL_OP_CIPHER_SERVER_PREFERENCE);
   SSL_CTX_set_mode(ctx, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   if (SSL_CTX_set_min_proto_version(ctx, version_of(web.min_version)) != 1)
     return fail("cannot set the lowest TLS version " + web.min_version);
+  if (!web.max_version.empty() &&
+      SSL_CTX_set_max_proto_version(ctx, version_of(web.max_version)) != 1)
+    return fail("cannot set the highest TLS version " + web.max_version);
+  if (SSL_CTX_set_cipher_list(ctx, cipher_list(web).c_str()) != 1)
+    return fail("cannot set the cipher suites " + cipher_list(web));
   if (SSL_CTX_use_certificate_chain_file(ctx, web.cert_file.c_str()) != 1)
     return fail("cannot load the certificate " + web.cert_file);
   if (SSL_CTX_use_PrivateKey_file(ctx, web.key_file.c_str(), SSL_FILETYPE_PEM) != 1)

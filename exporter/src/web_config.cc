@@ -61,7 +61,57 @@ bool PasswordCache::check(const std::string& user, const std::string& password,
   return ok;
 }
 
+const char* const kDefaultCipherSuites =
+    "ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:"
+    "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:"
+    "ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305";
+
+std::optional<std::string> openssl_cipher(const std::string& go_name) {
+  // crypto/tls's names (with its aliases) and OpenSSL's for the same suite.
+  static const std::map<std::string, std::string> kNames = {
+      {"TLS_RSA_WITH_AES_128_CBC_SHA", "AES128-SHA"},
+      {"TLS_RSA_WITH_AES_256_CBC_SHA", "AES256-SHA"},
+      {"TLS_RSA_WITH_AES_128_GCM_SHA256", "AES128-GCM-SHA256"},
+      {"TLS_RSA_WITH_AES_256_GCM_SHA384", "AES256-GCM-SHA384"},
+      {"TLS_ECDHE_ECDSA_WITH_AES_128_CBC_SHA", "ECDHE-ECDSA-AES128-SHA"},
+      {"TLS_ECDHE_ECDSA_WITH_AES_256_CBC_SHA", "ECDHE-ECDSA-AES256-SHA"},
+      {"TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA", "ECDHE-RSA-AES128-SHA"},
+      {"TLS_ECDHE_RSA_WITH_AES_256_CBC_SHA", "ECDHE-RSA-AES256-SHA"},
+      {"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256", "ECDHE-ECDSA-AES128-GCM-SHA256"},
+      {"TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256", "ECDHE-RSA-AES128-GCM-SHA256"},
+      {"TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384", "ECDHE-ECDSA-AES256-GCM-SHA384"},
+      {"TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", "ECDHE-RSA-AES256-GCM-SHA384"},
+      {"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256", "ECDHE-ECDSA-CHACHA20-POLY1305"},
+      {"TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305", "ECDHE-ECDSA-CHACHA20-POLY1305"},
+      {"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256", "ECDHE-RSA-CHACHA20-POLY1305"},
+      {"TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305", "ECDHE-RSA-CHACHA20-POLY1305"},
+      {"TLS_AES_128_GCM_SHA256", ""},
+      {"TLS_AES_256_GCM_SHA384", ""},
+      {"TLS_CHACHA20_POLY1305_SHA256", ""}};
+  auto it = kNames.find(go_name);
+  if (it == kNames.end()) return std::nullopt;
+  return it->second;
+}
+
 namespace {
+
+void read_cipher_suites(YamlReader& rd, const YAML::Node& n, WebConfig& c) {
+  if (!n.IsSequence() || n.size() == 0) {
+    rd.error(n, "cipher_suites must be a list of Go's cipher suite names");
+    return;
+  }
+  for (const auto& item : n) {
+    std::string name;
+    if (!rd.string(item, "cipher_suites[]", name)) continue;
+    const std::optional<std::string> openssl = openssl_cipher(name);
+    if (!openssl)
+      rd.error(item, "cipher suite '" + name +
+                         "' is not one of Go's (crypto/tls names, as "
+                         "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256)");
+    else if (!openssl->empty())
+      c.cipher_suites.push_back(*openssl);
+  }
+}
 
 bool one_of(const std::string& v, std::initializer_list<const char*> allowed) {
   for (const char* a : allowed)
@@ -97,19 +147,15 @@ void read_tls(YamlReader& rd, const YAML::Node& v, WebConfig& c) {
         }},
        {"max_version",
         [&](const YAML::Node& n) {
-          rd.error(n,
-                   "max_version is not supported: gym-exporter sets only the lowest TLS "
-                   "version; use min_version");
+          if (rd.string(n, "max_version", c.max_version) &&
+              !one_of(c.max_version, {"TLS10", "TLS11", "TLS12", "TLS13"}))
+            rd.error(n, "max_version '" + c.max_version + "' must be TLS10, TLS11, TLS12 or TLS13");
+          else if (!c.max_version.empty() && c.max_version < c.min_version)
+            rd.error(n, "max_version " + c.max_version + " is below min_version " + c.min_version);
         }},
-       {"cipher_suites",
-        [&](const YAML::Node& n) {
-          rd.error(n,
-                   "cipher_suites is not supported: OpenSSL names its ciphers, not with "
-                   "Go's suite names; min_version: TLS13 limits the suites to TLS 1.3's");
-        }},
+       {"cipher_suites", [&](const YAML::Node& n) { read_cipher_suites(rd, n, c); }},
        {"prefer_server_cipher_suites", [&](const YAML::Node& n) {
-          bool ignored = true;  // Go ignores it too (since 1.17)
-          rd.boolean(n, "prefer_server_cipher_suites", ignored);
+          rd.boolean(n, "prefer_server_cipher_suites", c.prefer_server_cipher_suites);
         }}});
 }
 

@@ -7,7 +7,9 @@
 //     client_auth_type: RequireAndVerifyClientCert   # or NoClientCert, VerifyClientCertIfGiven
 //     client_ca_file: ca.crt
 //     min_version: TLS12                              # TLS10, TLS11, TLS12, TLS13
-//     prefer_server_cipher_suites: true               # accepted, no effect (as in Go)
+//     max_version: TLS13                              # the same; default: the newest
+//     cipher_suites: [TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256, ...]   # Go's names
+//     prefer_server_cipher_suites: true               # the server's order wins
 //   basic_auth_users:
 //     prometheus: $2y$10$...                         # bcrypt hashes
 //   http_server_config:
@@ -15,8 +17,11 @@
 //       Strict-Transport-Security: max-age=31536000
 //     http2: false                                    # accepted: HTTP/1.1 only
 //
-// max_version and cipher_suites are refused with the reason: only the lowest
-// TLS version is set, and OpenSSL's cipher names are not Go's.
+// cipher_suites takes Go's names (crypto/tls), for TLS 1.0-1.2 as in Go;
+// TLS 1.3's three are accepted and change nothing (Go does not configure
+// them either). Without it, the TLS 1.2 suites are ECDHE with AES-GCM or
+// ChaCha20-Poly1305 only (no CBC suite, no static RSA), in the server's
+// order unless prefer_server_cipher_suites is false.
 //
 // Thread-safety: plain values; verify_password is reentrant; PasswordCache
 // is thread-safe.
@@ -25,6 +30,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -38,6 +44,9 @@ struct WebConfig {
   std::string client_auth_type = "NoClientCert";
   std::string client_ca_file;
   std::string min_version = "TLS12";
+  std::string max_version;                 // empty: the newest
+  std::vector<std::string> cipher_suites;  // OpenSSL's names; empty: the default list
+  bool prefer_server_cipher_suites = true;
   std::map<std::string, std::string> basic_auth_users;  // user -> bcrypt hash
   std::map<std::string, std::string> headers;           // http_server_config.headers
   bool operator==(const WebConfig&) const = default;
@@ -53,6 +62,13 @@ WebConfigResult load_web_config_file(const std::string& path);
 WebConfigResult parse_web_config(const std::string& yaml, const std::string& name);
 
 // Whether `password` matches the bcrypt `hash` ($2a$, $2b$ or $2y$).
+// The TLS 1.2 suites served without cipher_suites, in OpenSSL's names and in
+// the server's order of preference.
+extern const char* const kDefaultCipherSuites;
+// OpenSSL's name of Go's TLS 1.0-1.2 suite `go_name` ("" for TLS 1.3's,
+// which are not configured), or nullopt for a name Go does not have.
+std::optional<std::string> openssl_cipher(const std::string& go_name);
+
 bool verify_password(const std::string& password, const std::string& hash);
 // How many bcrypt checks verify_password has made in this process.
 uint64_t password_verifications();

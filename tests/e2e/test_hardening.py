@@ -269,9 +269,11 @@ def test_tls_and_basic_auth_together(exporter, pki):
     ("tls_server_config:\n  min_version: SSL3\n", "min_version 'SSL3'"),
     ("tls_server_config:\n  client_auth_type: RequireAnyClientCert\n", "is not supported"),
     ("basic_auth_users: [\n", "invalid YAML"),
-    ("tls_server_config:\n  max_version: TLS12\n", "max_version is not supported"),
-    ("tls_server_config:\n  cipher_suites: [TLS_AES_128_GCM_SHA256]\n",
-     "cipher_suites is not supported"),
+    ("tls_server_config:\n  max_version: TLS14\n", "max_version 'TLS14'"),
+    ("tls_server_config:\n  min_version: TLS13\n  max_version: TLS12\n",
+     "max_version TLS12 is below min_version TLS13"),
+    ("tls_server_config:\n  cipher_suites: [ECDHE-RSA-AES128-GCM-SHA256]\n",
+     "cipher suite 'ECDHE-RSA-AES128-GCM-SHA256' is not one of Go's"),
     ("http_server_config:\n  headers:\n    X-Powered-By: gym\n",
      "header 'X-Powered-By' cannot be set"),
     ("http_server_config:\n  headers:\n    X-Frame-Options: \"deny\\r\\nSet-Cookie: a=b\"\n",
@@ -376,6 +378,46 @@ def test_configured_headers_are_on_every_reply_and_the_rest_of_the_schema_is_acc
         assert status == code
         assert headers["X-Frame-Options"] == "deny", path
         assert headers["Strict-Transport-Security"] == "max-age=31536000", path
+
+
+def handshake(port, pki, maximum=ssl.TLSVersion.TLSv1_2, ciphers=None):
+    """(TLS version, suite) a client offering `ciphers` (OpenSSL's names, in
+    its order of preference) up to `maximum` gets; None when refused."""
+    ctx = tls_context(pki)
+    ctx.maximum_version = maximum
+    if ciphers:
+        ctx.set_ciphers(ciphers)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=HTTP_S) as raw:
+            with ctx.wrap_socket(raw, server_hostname="127.0.0.1") as s:
+                return s.version(), s.cipher()[0]
+    except (ssl.SSLError, ConnectionError):
+        return None
+
+
+def test_tls_offers_no_cbc_suite_and_its_own_order_wins(exporter, pki):
+    """testssl.sh found CBC suites offered (LUCKY13) and no server order."""
+    e = exporter(f"tls_server_config:\n  cert_file: {pki}/server.crt\n"
+                 f"  key_file: {pki}/server.key\n")
+    assert e.port, open(e.log).read()
+    assert handshake(e.port, pki, ciphers="ECDHE-RSA-AES128-SHA:AES128-SHA") is None, "CBC"
+    assert handshake(e.port, pki, ciphers="AES128-GCM-SHA256") is None, "no forward secrecy"
+    # The client prefers ChaCha20; the server's order (AES-GCM first) wins.
+    assert handshake(e.port, pki, ciphers="ECDHE-RSA-CHACHA20-POLY1305:ECDHE-RSA-AES128-GCM-SHA256"
+                     ) == ("TLSv1.2", "ECDHE-RSA-AES128-GCM-SHA256")
+    assert handshake(e.port, pki, maximum=ssl.TLSVersion.TLSv1_3)[0] == "TLSv1.3"
+
+
+def test_max_version_and_cipher_suites_take_go_names_as_exporter_toolkit_does(exporter, pki):
+    e = exporter(f"tls_server_config:\n  cert_file: {pki}/server.crt\n"
+                 f"  key_file: {pki}/server.key\n  max_version: TLS12\n"
+                 f"  cipher_suites: [TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, TLS_AES_128_GCM_SHA256]\n"
+                 f"  prefer_server_cipher_suites: false\n")
+    assert e.port, open(e.log).read()
+    assert handshake(e.port, pki, maximum=ssl.TLSVersion.TLSv1_3) == (
+        "TLSv1.2", "ECDHE-RSA-AES256-GCM-SHA384"), "TLS 1.3 is above max_version"
+    assert handshake(e.port, pki, ciphers="ECDHE-RSA-AES128-GCM-SHA256") is None, "not listed"
+    assert get(f"https://127.0.0.1:{e.port}/metrics", tls_context(pki))[0] == 200
 
 
 def test_prefer_server_cipher_suites_is_accepted_with_tls(exporter, pki):
