@@ -147,6 +147,7 @@ class Source {
   // has passed, as in the exporter, not at every refresh: a memory sample
   // reads PSS, which costs the servers (docs/memory.md).
   void next(exporter::View& out) {
+    const int64_t start_ns = segment::precise_now_ns();
     const auto now = std::chrono::steady_clock::now();
     for (auto& [c, last] : collectors_) {
       const auto* sampled = dynamic_cast<const exporter::IntervalCollector*>(c.get());
@@ -156,7 +157,11 @@ class Source {
     }
     const exporter::BoardFigures figures = board_->read();
     registry_->with([&](RegistryReader& r) {
-      builder_.build(r.snapshot(), args_.dir, figures, boot_, out);
+      // The snapshot the servers were resolved from, when this refresh took
+      // one: the registry is read once a refresh, and limits and servers
+      // come from the same moment.
+      const bool fresh = r.last_snapshot().monotonic_ns >= start_ns;
+      builder_.build(fresh ? r.last_snapshot() : r.snapshot(), args_.dir, figures, boot_, out);
       return 0;
     });
   }

@@ -38,14 +38,27 @@ def get_json(url):
         return json.loads(r.read())
 
 
-def until(what, check, seconds=WAIT_S):
+def until(what, check, seconds=WAIT_S, detail=lambda: ""):
+    """check()'s first true answer; after `seconds`, a failure that says what
+    detail() finds (logs, Prometheus's view of its targets)."""
     deadline = time.time() + seconds
     while True:
         got = check()
         if got:
             return got
-        assert time.time() < deadline, f"not within {seconds} s: {what}"
+        if time.time() >= deadline:
+            raise AssertionError(f"not within {seconds} s: {what}\n{detail()}")
         time.sleep(0.2)
+
+
+def targets_and_log(api, log):
+    targets = [(t.get("scrapeUrl"), t.get("health"), t.get("lastError"))
+               for t in active_targets(api)]
+    try:
+        tail = log.read_text()[-3000:]
+    except OSError as e:
+        tail = str(e)
+    return f"Prometheus's targets: {targets}\nthe exporter's log ({log}):\n{tail}"
 
 
 class Procs:
@@ -194,7 +207,8 @@ def test_the_slurm_prolog_starts_a_jobs_exporter_that_prometheus_finds_and_the_e
             res = r["data"]["result"]
             return res if res and float(res[0]["value"][1]) >= 4 else None
 
-        until("Prometheus has the job's limits, labelled with the job", job_series)
+        until("Prometheus has the job's limits, labelled with the job", job_series,
+              detail=lambda: targets_and_log(api, tmp_path / "run" / job / "exporter.log"))
         demo.send_signal(signal.SIGTERM)
         demo.wait(timeout=STOP_S)
         pid = int((tmp_path / "run" / job / "pid").read_text())

@@ -151,10 +151,16 @@ def test_gym_stat_computes_a_server_as_the_exporter_does(sandboxed, tmp_path):
     plain = json.loads(subprocess.run([STAT, f"--registry.dir={sandboxed}", "--json"], check=True,
                                       capture_output=True, text=True, timeout=RUN_S).stdout)
     env = dict(os.environ, FAKE_NVML_FIXTURE=str(nvml_fixture(tmp_path, plain)))
+    # The two servers on the GPU, and one other (any: which servers hold
+    # still between two sanitized runs is up to the demo) with its 0.
     agreed = set()
-    want = {"rollout_driver", "policy_model", "sandboxed"}
+    want = {"policy_model", "sandboxed"}
+
+    def enough():
+        return want <= agreed and len(agreed) > len(want)
+
     for _ in range(8):
-        if want <= agreed:
+        if enough():
             break
         first = once_numbers(sandboxed, env, cfg)
         doc = json.loads(subprocess.run([STAT, f"--registry.dir={sandboxed}", "--json",
@@ -165,7 +171,7 @@ def test_gym_stat_computes_a_server_as_the_exporter_does(sandboxed, tmp_path):
             if name in first and first[name] == last.get(name):
                 assert mine == first[name], (name, mine, first[name])
                 agreed.add(name)
-    assert want <= agreed, agreed
+    assert enough(), agreed
 
 
 def rollup_opens(registry, cfg):

@@ -49,7 +49,6 @@ std::shared_ptr<const ServersView> ServerWatcher::view(
   const auto now = std::chrono::steady_clock::now();
   if (last_ && last_ != seen && now - last_->taken <= max_age) return last_;
   auto v = std::make_shared<ServersView>(config_.proc_root);
-  v->taken = now;
   // A walk skips roots that are no process: a proc root that is not there
   // at all must not read as every server gone.
   v->proc_ok =
@@ -62,6 +61,7 @@ std::shared_ptr<const ServersView> ServerWatcher::view(
   v->unseen_declarers = processes_.trees().unseen_declarers();
   failing_.swap(failing_now_);
   failing_now_.clear();
+  v->taken = std::chrono::steady_clock::now();
   last_ = v;
   return v;
 }
