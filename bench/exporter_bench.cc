@@ -30,7 +30,7 @@
 #include "exposition/text.h"
 #include "gym/contract.h"
 #include "gym/segment_writer.h"
-#include "http_server.h"
+#include "http/server.h"
 #include "scratch_dir.h"
 
 namespace {

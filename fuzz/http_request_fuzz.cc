@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "http_request.h"
+#include "http/request.h"
 
 namespace {
 

@@ -115,8 +115,12 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
   app->exposition_->start();
   app->page_ = landing_page(c, flags.config_file);
   App* self = app.get();
-  HttpServer::Options http{c.listen_address, c.telemetry_path, c.max_connections, app->web_,
-                           [self] { return self->snapshot_json(); }};
+  HttpServer::Options http{c.listen_address,
+                           c.telemetry_path,
+                           c.max_connections,
+                           app->web_,
+                           [self] { return self->snapshot_json(); },
+                           c.max_connections_per_peer};
   app->server_ = HttpServer::start(
       http, *app->exposition_,
       [self] {
@@ -166,12 +170,14 @@ void App::apply(Config next, const WebConfig& web) {
   web_.basic_auth_users = web.basic_auth_users;
   if (next.listen_address != config_.listen_address ||
       next.telemetry_path != config_.telemetry_path ||
-      next.max_connections != config_.max_connections) {
+      next.max_connections != config_.max_connections ||
+      next.max_connections_per_peer != config_.max_connections_per_peer) {
     spdlog::warn("reload: web settings change only at restart; keeping {} {}",
                  config_.listen_address, config_.telemetry_path);
     next.listen_address = config_.listen_address;
     next.telemetry_path = config_.telemetry_path;
     next.max_connections = config_.max_connections;
+    next.max_connections_per_peer = config_.max_connections_per_peer;
   }
   setup_logging(next.log_level, next.log_format);
   const bool reader_changed = !next.same_reader(config_);

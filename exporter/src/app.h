@@ -16,7 +16,7 @@
 #include "config.h"
 #include "exposition/exposition.h"
 #include "flags.h"
-#include "http_server.h"
+#include "http/server.h"
 #include "servers/board.h"
 #include "web_config.h"
 

@@ -54,8 +54,12 @@ void read_web(YamlReader& rd, const YAML::Node& n, Config& c) {
                [&](const YAML::Node& v) { rd.string(v, "web.listen_address", c.listen_address); }},
               {"telemetry_path",
                [&](const YAML::Node& v) { rd.string(v, "web.telemetry_path", c.telemetry_path); }},
-              {"max_connections", [&](const YAML::Node& v) {
+              {"max_connections",
+               [&](const YAML::Node& v) {
                  rd.integer(v, "web.max_connections", c.max_connections, 1, 4096);
+               }},
+              {"max_connections_per_peer", [&](const YAML::Node& v) {
+                 rd.integer(v, "web.max_connections_per_peer", c.max_connections_per_peer, 1, 4096);
                }}});
 }
 

@@ -32,6 +32,7 @@ struct Config {
   std::string log_level = "info";     // debug, info, warn, error
   std::string log_format = "logfmt";  // logfmt, json
   int max_connections = 1024;         // HTTP connections open at once
+  int max_connections_per_peer = 0;   // of one peer address; 0: a quarter of those
   // Users whose segments are read; empty: the registry directory's owner and
   // the exporter's own user.
   std::vector<int> trusted_uids;

@@ -1,4 +1,4 @@
-// The HTTP loop (http_loop.h) on real sockets: keep-alive and pipelining,
+// The HTTP loop (http/loop.h) on real sockets: keep-alive and pipelining,
 // HTTP/1.0, the limits (head size, head and idle timeouts, connections at
 // once), workers made on demand and retired, and that idle connections hold
 // no thread. The parsers alone are in http_test.cc.
@@ -13,8 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include "http/loop.h"
 #include "http_client.h"
-#include "http_loop.h"
 #include "test_support.h"
 
 namespace gym::exporter {
@@ -299,6 +299,7 @@ TEST(HttpLoop, HalfSentHeadsAndIdleConnectionsCloseAtTheirTimeouts) {
 TEST(HttpLoop, AtMaxConnectionsTheOneIdleLongestMakesRoom) {
   HttpLoop::Options o;
   o.max_connections = 3;
+  o.max_connections_per_peer = 3;  // one peer here: the cap of all, not its own
   Loop l(o);
   std::vector<int> idle;
   for (int i = 0; i < 3; ++i) {

@@ -10,8 +10,8 @@
 #include "exposition/exposition.h"
 #include "exposition/negotiate.h"
 #include "gym/families.h"
-#include "http_loop.h"
-#include "http_server.h"
+#include "http/loop.h"
+#include "http/server.h"
 
 namespace gym::exporter {
 namespace {

@@ -283,7 +283,7 @@ int idle_connection(int port, bool half_sent) {
 
 TEST(ExporterProcess, AScrapeIsAnsweredBeside500IdleAndHalfSentConnectionsByFewThreads) {
   // Idle and half-sent connections wait in the exporter's one connection
-  // thread (http_loop.h), not in a worker each: with CivetWeb's thread per
+  // thread (http/loop.h), not in a worker each: with CivetWeb's thread per
   // connection a scrape queued behind them (29.5 s with 200 connections and
   // 64 workers), and 1,024 workers were started up front. The client gives
   // up after 5 s; #29's budget is 16 threads at idle.

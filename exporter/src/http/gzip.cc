@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "exposition/negotiate.h"
-#include "http_server.h"
+#include "http/server.h"
 
 namespace gym::exporter {
 

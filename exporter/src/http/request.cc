@@ -1,4 +1,4 @@
-#include "http_request.h"
+#include "http/request.h"
 
 #include <algorithm>
 #include <cctype>

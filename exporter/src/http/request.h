@@ -1,4 +1,4 @@
-// HTTP/1.x request heads, parsed: what the connection loop (http_loop.h)
+// HTTP/1.x request heads, parsed: what the connection loop (http/loop.h)
 // hands the server. Strict where a lenient parse could be read two ways
 // (spaces in the request line, obsolete line folding, header names that are
 // not tokens, control bytes in a value or the target, a Content-Length that

@@ -1,4 +1,4 @@
-#include "http_server.h"
+#include "http/server.h"
 
 #include <spdlog/spdlog.h>
 
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "exposition/negotiate.h"
-#include "http_tls.h"
+#include "http/tls.h"
 #include "logging.h"
 #include "self_metrics.h"
 
@@ -58,7 +58,10 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
   server->users_ = options.web.basic_auth_users;
   for (const auto& [name, value] : options.web.headers)
     server->configured_headers_ += name + ": " + value + "\r\n";
-  HttpLoop::Options loop{options.listen_address, options.max_connections, nullptr};
+  HttpLoop::Options loop;
+  loop.listen_address = options.listen_address;
+  loop.max_connections = options.max_connections;
+  loop.max_connections_per_peer = options.max_connections_per_peer;
   if (options.web.tls) {
     std::string why;
     loop.tls = tls::make_context(options.web, &why);

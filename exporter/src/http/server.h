@@ -1,7 +1,7 @@
 // The exporter's HTTP server: the telemetry path, a landing page, /-/healthy
 // and /-/ready, /api/v1/snapshot; gzip when asked; 405 for methods other
 // than GET and HEAD; basic auth and TLS from the web configuration. Its
-// connections are http_loop.h's: a few threads, made when needed.
+// connections are http/loop.h's: a few threads, made when needed.
 //
 // Thread-safety: requests are served concurrently by the loop's workers;
 // the Exposition serializes scrapes.
@@ -14,7 +14,7 @@
 #include <string>
 
 #include "exposition/exposition.h"
-#include "http_loop.h"
+#include "http/loop.h"
 #include "web_config.h"
 
 namespace gym::exporter {
@@ -34,6 +34,7 @@ class HttpServer {
     // The registry as JSON at /api/v1/snapshot (docs/snapshot.schema.json);
     // none: 404.
     std::function<std::string()> snapshot_json;
+    int max_connections_per_peer = 0;  // 0: a quarter of max_connections
   };
   // Starts serving, or returns nullptr with a one-line reason in `error`.
   static std::unique_ptr<HttpServer> start(const Options& options, Exposition& exposition,

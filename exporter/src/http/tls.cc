@@ -1,4 +1,4 @@
-#include "http_tls.h"
+#include "http/tls.h"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>

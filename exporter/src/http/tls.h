@@ -1,4 +1,4 @@
-// TLS for the HTTP server (http_loop.h does the handshakes): an OpenSSL
+// TLS for the HTTP server (http/loop.h does the handshakes): an OpenSSL
 // server context made from the web configuration (--web.config.file):
 // certificate chain and key, the lowest TLS version, client certificates.
 #pragma once

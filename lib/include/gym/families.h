@@ -530,8 +530,27 @@ inline constexpr FamilySpec kFamilies[] = {
      Source::kExporter,
      "",
      "HTTP requests the exporter answered, by path (metrics, snapshot, healthy, ready, landing, "
-     "other) and status code.",
+     "other) and status code; those its connection loop refused itself (400, 431, 500, 505) "
+     "under other.",
      {"code", "path"},
+     ""},
+    {"gym_exporter_http_connections",
+     MetricType::kGauge,
+     Source::kExporter,
+     "",
+     "HTTP connections open now, by state: waiting (a TLS handshake, a request head, or idle "
+     "between requests), ready (for a worker), serving (at a worker), sending (a reply the peer "
+     "reads slowly), lingering (closing).",
+     {"state"},
+     ""},
+    {"gym_exporter_http_connections_closed_total",
+     MetricType::kCounter,
+     Source::kExporter,
+     "",
+     "HTTP connections closed, by reason: peer_closed, done, head_timeout, idle_timeout, "
+     "write_timeout, evicted (room made: max_connections, the per-peer cap, the memory of "
+     "replies being sent), tls_error, bad_request, shutdown.",
+     {"reason"},
      ""},
     {"gym_exporter_config_reloads_total",
      MetricType::kCounter,

@@ -1,0 +1,120 @@
+// Accepting connections (loop.h): within max_connections and each peer's
+// cap, making room by closing the connection that has waited the longest.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/ssl.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <thread>
+
+#include "http/state.h"
+
+namespace gym::exporter {
+
+using http::Clock;
+using http::Conn;
+
+namespace {
+
+// The peer's address as raw bytes (an IPv4-mapped IPv6 one as IPv4).
+std::string peer_key(const sockaddr_storage& from) {
+  if (from.ss_family == AF_INET) {
+    const auto& a = reinterpret_cast<const sockaddr_in&>(from).sin_addr;
+    return std::string(reinterpret_cast<const char*>(&a), sizeof a);
+  }
+  if (from.ss_family == AF_INET6) {
+    const auto& a = reinterpret_cast<const sockaddr_in6&>(from).sin6_addr;
+    const char* bytes = reinterpret_cast<const char*>(&a);
+    if (IN6_IS_ADDR_V4MAPPED(&a)) return std::string(bytes + 12, 4);
+    return std::string(bytes, sizeof a);
+  }
+  return {};
+}
+
+}  // namespace
+
+void HttpLoop::State::set_accepting(bool on) {
+  if (on == accepting) return;
+  epoll_event ev{};
+  ev.events = on ? uint32_t{EPOLLIN} : 0u;
+  ev.data.u64 = kListenTag;
+  (void)epoll_ctl(epfd, EPOLL_CTL_MOD, listener, &ev);
+  accepting = on;
+}
+
+void HttpLoop::State::accept_new() {
+  for (;;) {
+    // At max_connections, the connection that has waited the longest makes
+    // room for a new one. With none waiting (all at a worker), the new one
+    // waits in the backlog until one is done. Those the workers have just
+    // answered wait again first: they may not have been taken back yet.
+    const bool full = open.load() >= opts.max_connections;
+    if (full) {
+      take_back();
+      if (waiting.empty()) return set_accepting(false);
+    }
+    sockaddr_storage from{};
+    socklen_t len = sizeof from;
+    const int fd =
+        ::accept4(listener, reinterpret_cast<sockaddr*>(&from), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+      // Out of descriptors: the connection idle the longest goes, or the
+      // next try waits a little (the listener stays readable).
+      if (!waiting.empty()) {
+        drop(waiting.front(), HttpStats::kEvicted);
+        continue;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    if (fd < 0) return;  // EAGAIN: all taken
+    if (full && !waiting.empty()) drop(waiting.front(), HttpStats::kEvicted);
+    admit(fd, peer_key(from));
+  }
+}
+
+// A new connection, within its peer's cap: at the cap, the peer's own
+// connection that has waited the longest makes room; with none waiting (all
+// at a worker), the new one is closed.
+void HttpLoop::State::admit(int fd, std::string peer) {
+  if (auto p = peers.find(peer); p != peers.end() && p->second >= opts.max_connections_per_peer) {
+    const auto oldest = std::find_if(waiting.begin(), waiting.end(),
+                                     [&](const Conn* w) { return w->peer == peer; });
+    if (oldest == waiting.end()) {
+      ::close(fd);
+      stats->closed(HttpStats::kEvicted);
+      return;
+    }
+    drop(*oldest, HttpStats::kEvicted);
+  }
+  const int on = 1;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  if (opts.send_buffer > 0)
+    (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &opts.send_buffer, sizeof opts.send_buffer);
+  auto* c = new Conn;
+  c->fd = fd;
+  c->accepted = Clock::now();
+  if (opts.tls != nullptr) {
+    c->ssl = SSL_new(opts.tls);
+    if (c->ssl == nullptr || SSL_set_fd(c->ssl, fd) != 1) {
+      http::release(c);
+      delete c;
+      stats->closed(HttpStats::kTlsError);
+      return;
+    }
+  } else {
+    c->handshaken = true;
+  }
+  c->peer = std::move(peer);
+  ++peers[c->peer];
+  open.fetch_add(1);
+  stats->enter(HttpStats::kWaiting);
+  wait_for(c, EPOLLIN | EPOLLRDHUP,
+           c->handshaken ? opts.head_timeout : std::min(opts.handshake_timeout, opts.head_timeout));
+}
+
+}  // namespace gym::exporter

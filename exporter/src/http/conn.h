@@ -1,0 +1,76 @@
+// One connection of the HTTP loop (loop.h), and the socket work on it that
+// never blocks: reading a head, sending what the socket takes of a reply,
+// draining, closing. Which thread may touch a Conn is its state's owner
+// (loop.h); it moves between threads only under the loop's lock.
+#pragma once
+
+#include <openssl/ssl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <string>
+#include <string_view>
+
+#include "http/stats.h"
+
+namespace gym::exporter::http {
+
+using Clock = std::chrono::steady_clock;
+
+struct Conn {
+  int fd = -1;
+  SSL* ssl = nullptr;
+  std::string peer;  // the peer's address, raw bytes (the per-peer cap)
+  bool handshaken = false;
+  bool peeked = false;  // TLS: the first byte was seen to start a handshake
+  std::string in;       // received, not yet answered
+  Clock::time_point accepted;
+  Clock::time_point deadline;          // the reactor gives up waiting then
+  std::list<Conn*>::iterator waiting;  // in the reactor's list while it waits
+  uint32_t events = 0;                 // what epoll waits for (0: not in epoll)
+  bool eof = false;                    // the peer sent all it will
+  bool closing = false;                // answered: to close, after lingering
+  bool notified = false;               // TLS close_notify sent
+  bool failed = false;                 // a send failed: to close at once
+  uint32_t requests = 0;               // answered on it
+  HttpStats::State state = HttpStats::kWaiting;
+  HttpStats::Close why = HttpStats::kPeerClosed;  // counted when it closes
+
+  // The reply being sent (state serving, then sending): its head, then its
+  // body, from `sent` on.
+  std::string out_head, out_body;
+  size_t sent = 0;
+  Clock::time_point reply_deadline;  // all of it sent by then
+  uint64_t unacked = 0;              // bytes the kernel held, at the last look
+
+  size_t unsent() const { return out_head.size() + out_body.size() - sent; }
+};
+
+enum class Sent { kAll, kAgain, kFailed };
+// Sends what the socket takes now of c's reply; `progress` is set when any
+// byte went.
+Sent send_some(Conn* c, bool* progress);
+// Whether the peer acknowledged bytes of the reply since the last look
+// (SIOCOUTQ fell): progress even when the socket reports no room.
+bool acknowledged(Conn* c);
+// One try at sending a small reply on a connection about to close (through
+// TLS unless `raw`).
+void send_now(Conn* c, std::string_view data, bool raw = false);
+// Reads and discards what the peer has sent (up to 1 MiB now). Returns
+// whether the peer may send more: false once it has closed, or failed.
+bool drain(int fd);
+// Closes the socket (a TLS one with a close_notify when it can go now); the
+// Conn stays, with fd -1.
+void release(Conn* c);
+
+// The end of a complete request head in `in` (after its blank line, lines
+// ended by CRLF or LF, mixed as they come), or 0. A whole first line that is
+// no HTTP/1.x request line (HTTP/0.9, say) ends the head there: it is
+// answered 400 at once rather than after the head deadline.
+size_t head_end(const std::string& in);
+const char* reason_of(int status);
+// A small reply for a request the loop refuses itself (it closes).
+std::string refusal(int status);
+
+}  // namespace gym::exporter::http
