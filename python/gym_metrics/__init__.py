@@ -149,7 +149,9 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         fut = loop.create_future()
         # [future, wait, timed out]: the wait is None once its end is
         # counted, which happens before a slot can be freed beside it (never
-        # a free slot beside a queue).
+        # a free slot beside a queue). A slot handed to the future is counted
+        # as this wait's admission when the waiter resumes with it: a waiter
+        # cancelled before then never held it, and its wait is a cancelled one.
         entry: List[Any] = [fut, _abi.limit_wait_started(self._handle), False]
         self._line.append(entry)
         self._queued += 1
@@ -157,11 +159,13 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         if self._admission_timeout_s is not None:
             timer = loop.call_later(self._admission_timeout_s, self._time_out, entry)
         try:
-            hold = await fut
+            handed = await fut
         except BaseException:
             if fut.done() and not fut.cancelled() and not entry[2]:
-                # Handed a slot as the wait ended: pass it on, as the caller
-                # does not get it.
+                # Handed a slot, cancelled before it resumed: the caller never
+                # held it. Its wait ends cancelled, then the slot goes on.
+                _abi.limit_wait_cancelled(self._handle, entry[1])
+                entry[1] = None
                 self._hand_on(fut.result())
             elif entry[1] is not None:  # cancelled (also by an outer wait_for)
                 self._end_wait(entry, _abi.limit_wait_cancelled)
@@ -169,11 +173,13 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         finally:
             if timer is not None:
                 timer.cancel()
-        if hold is _TIMED_OUT:  # its wait was counted as timed out already
+        if handed is _TIMED_OUT:  # its wait was counted as timed out already
             raise TimeoutError(
                 f"no slot of {self._attributes['nemo_gym_concurrency_limit_name']} became "
                 f"free within {self._admission_timeout_s} s")
-        self._keep_hold(hold)
+        # Admitted now: the handed hold becomes this task's.
+        self._keep_hold(_abi.limit_handed_off(self._handle, handed, entry[1]))
+        entry[1] = None
         return True
 
     def _end_wait(self, entry: List[Any], how: Any) -> None:
@@ -196,16 +202,16 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         fut.set_result(_TIMED_OUT)
 
     def _hand_on(self, hold: int) -> None:
-        """Gives the slot of `hold` to the first live waiter, or frees it."""
+        """Gives the slot of `hold` to the first live waiter (still held by
+        `hold` until the waiter resumes and counts its admission), or frees it."""
         while self._line:
             entry = self._line.popleft()
-            fut, wait, _ = entry
+            fut = entry[0]
             if fut.done():  # cancelled, its task not resumed yet: it waits no more
                 self._end_wait(entry, _abi.limit_wait_cancelled)
                 continue
             self._queued -= 1
-            entry[1] = None
-            fut.set_result(_abi.limit_handed_off(self._handle, hold, wait))
+            fut.set_result(hold)
             return
         self._free += 1
         _abi.limit_released(self._handle, hold)

@@ -116,6 +116,72 @@ def test_cancelled_waits_are_counted_also_under_wait_for():
     run(body())
 
 
+def test_a_waiter_cancelled_after_being_handed_a_slot_is_a_cancelled_wait():
+    """What the caller saw is the truth: a wait that ended in CancelledError
+    is cancelled, and the slot it was handed goes on to the next waiter."""
+    async def body():
+        sem = MeteredSemaphore(1, "agent_server", "handed", admission_timeout_s=60)
+        await sem.acquire()
+        first = asyncio.ensure_future(sem.acquire())
+        second = asyncio.ensure_future(sem.acquire())
+        await asyncio.sleep(0.01)
+        sem.release()   # the slot is handed to `first`...
+        first.cancel()  # ...which is cancelled before it resumes
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert await second is True  # the slot went on
+        s = scrape()
+        assert value(s, "gym_concurrency_admission_cancelled_total", **labels("handed")) == 1
+        assert value(s, "gym_concurrency_admissions_total", **labels("handed")) == 2
+        assert value(s, "gym_concurrency_queue_depth", **labels("handed")) == 0
+        assert value(s, "gym_concurrency_active", **labels("handed")) == 1
+        sem.release()
+        s = scrape()
+        assert value(s, "gym_concurrency_active", **labels("handed")) == 0
+        assert value(s, "gym_concurrency_available", **labels("handed")) == 1
+    run(body())
+
+
+def test_under_random_cancels_and_timeouts_the_counts_are_what_callers_saw():
+    async def body():
+        import random
+        rng = random.Random(7)
+        sem = MeteredSemaphore(4, "agent_server", "random", admission_timeout_s=0.03)
+        seen = {"ok": 0, "cancelled": 0, "timeout": 0}
+
+        async def caller():
+            try:
+                await sem.acquire()
+            except asyncio.CancelledError:
+                seen["cancelled"] += 1
+                return
+            except TimeoutError:
+                seen["timeout"] += 1
+                return
+            seen["ok"] += 1
+            try:
+                await asyncio.sleep(rng.random() * 0.005)
+            finally:
+                sem.release()
+
+        tasks = [asyncio.ensure_future(caller()) for _ in range(400)]
+        for _ in range(60):
+            await asyncio.sleep(0.001)
+            for t in rng.sample(tasks, 1):
+                t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        seen["cancelled"] += sum(1 for t in tasks if t.cancelled())
+        s = scrape()
+        assert value(s, "gym_concurrency_admission_cancelled_total",
+                     **labels("random")) == seen["cancelled"]
+        assert value(s, "gym_concurrency_admission_timeouts_total",
+                     **labels("random")) == seen["timeout"]
+        assert value(s, "gym_concurrency_admissions_total", **labels("random")) == seen["ok"]
+        assert value(s, "gym_concurrency_queue_depth", **labels("random")) == 0
+        assert value(s, "gym_concurrency_active", **labels("random")) == 0
+    run(body())
+
+
 def test_waiters_are_admitted_in_turn():
     async def body():
         sem = MeteredSemaphore(2, "rollout_driver", "turns")
