@@ -9,10 +9,17 @@ LD_LIBRARY_PATH). Offline, with Debian's setuptools:
 It builds from the project's source tree (python/ beside lib/), which pip
 does in place. The package's version is the project's (CMake's
 project(... VERSION)): the project has one version number. The .deb
-builds the same package with CMake, over the shared libgymmetrics."""
+builds the same package with CMake, over the shared libgymmetrics.
+
+With pip's build isolation (pip install ./python, which needs the Python
+package index), pip brings setuptools itself. Without it
+(--no-build-isolation, offline), setuptools must be in the environment, and
+so must wheel for setuptools before 70.1: a missing one is said in one line."""
 import glob
+import importlib.util
 import os
 import re
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from setuptools import Extension, setup
@@ -37,6 +44,23 @@ def project_version():
     return m.group(1)
 
 
+def require_wheel():
+    """Metadata and wheels need bdist_wheel: setuptools' own from 70.1, the
+    wheel package's before. Without either, setuptools says only "invalid
+    command 'bdist_wheel'"."""
+    if not {"bdist_wheel", "dist_info"} & set(sys.argv[1:]):
+        return
+    if importlib.util.find_spec("wheel") or importlib.util.find_spec(
+            "setuptools.command.bdist_wheel"):
+        return
+    import setuptools
+    raise SystemExit(
+        f"gym-metrics: building needs the 'wheel' package, which {sys.executable} lacks "
+        f"(setuptools {setuptools.__version__} has no bdist_wheel of its own before 70.1): "
+        "pip install wheel, or install with pip's build isolation: pip install ./python")
+
+
+require_wheel()
 VERSION = project_version()
 SOURCES = sorted(glob.glob(os.path.join(LIB, "src", "*.cc")))
 CXX_FLAGS = ["-std=c++20", "-g0", "-fvisibility=hidden", "-fno-semantic-interposition",

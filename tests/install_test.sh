@@ -57,6 +57,21 @@ async def main():
     print(gym_metrics.__version__)
 asyncio.run(main())'
 
+# Offline without wheel (a venv of Debian's 3.11 has setuptools 66 and no
+# wheel, as pyenv's has): one clear line naming what is missing, not
+# setuptools' "invalid command 'bdist_wheel'".
+/usr/bin/python3 -m venv "$work/venv-nowheel"
+if ! "$work/venv-nowheel/bin/python" -c 'import wheel' 2>/dev/null &&
+  ! "$work/venv-nowheel/bin/python" -c 'import setuptools.command.bdist_wheel' 2>/dev/null; then
+  if out="$("$work/venv-nowheel/bin/pip" install --no-build-isolation "$work/src/python" 2>&1)"; then
+    echo "pip install without wheel succeeded where it cannot" >&2
+    exit 1
+  fi
+  grep -q "gym-metrics: building needs the 'wheel' package" <<<"$out" ||
+    { echo "no clear error without wheel:" >&2; echo "$out" >&2; exit 1; }
+  echo "without wheel: one clear line"
+fi
+
 # One pip command into a fresh venv; then a server writes and the exporter
 # reads what it wrote. The extension needs no library of ours.
 /usr/bin/python3 -m venv --system-site-packages "$work/venv"
