@@ -23,9 +23,18 @@
 
 namespace {
 
+// Under /dev/shm, named with the test run's prefix when the suite replays
+// the corpus (scripts/test.sh), else "gym-".
+std::string scratch(const std::string& name) {
+  const char* p = std::getenv("GYM_TEST_SHM_PREFIX");
+  const std::string prefix =
+      p != nullptr && *p != '\0' && std::strchr(p, '/') == nullptr ? p : "gym-";
+  return "/dev/shm/" + prefix + name + "-" + std::to_string(::getpid());
+}
+
 const std::vector<unsigned char>& segment_template() {
   static const std::vector<unsigned char> bytes = [] {
-    const std::string dir = "/dev/shm/gym-fuzz-template-" + std::to_string(::getpid());
+    const std::string dir = scratch("fuzz-template");
     std::filesystem::remove_all(dir);
     std::vector<unsigned char> out;
     {
@@ -59,12 +68,12 @@ const std::vector<unsigned char>& segment_template() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const std::string dir = [] {
-    std::string d = "/dev/shm/gym-fuzz-reader-" + std::to_string(::getpid());
+    std::string d = scratch("fuzz-reader");
     std::filesystem::remove_all(d);
     std::filesystem::create_directory(d);
     std::atexit([] {
       std::error_code ec;
-      std::filesystem::remove_all("/dev/shm/gym-fuzz-reader-" + std::to_string(::getpid()), ec);
+      std::filesystem::remove_all(scratch("fuzz-reader"), ec);
     });
     return d;
   }();

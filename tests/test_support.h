@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <string>
@@ -32,12 +33,20 @@ inline int threads_of(pid_t pid) {
   return n;
 }
 
+// How the suite's own registries in /dev/shm are named: scripts/test.sh
+// gives each run a prefix of its own (GYM_TEST_SHM_PREFIX) and checks that
+// nothing with it is left; "gym-test-" otherwise.
+inline std::string shm_prefix() {
+  const char* p = std::getenv("GYM_TEST_SHM_PREFIX");
+  return p != nullptr && *p != '\0' && std::strchr(p, '/') == nullptr ? p : "gym-test-";
+}
+
 // A fresh directory under /dev/shm (where the registry lives by default),
 // removed with everything in it at the end of the test.
 class TempDir {
  public:
   TempDir() {
-    std::string tmpl = "/dev/shm/gym-test-XXXXXX";
+    std::string tmpl = "/dev/shm/" + shm_prefix() + "XXXXXX";
     if (::mkdtemp(tmpl.data()) == nullptr) std::abort();
     path_ = tmpl;
   }

@@ -13,7 +13,9 @@ import urllib.request
 
 import pytest
 
-REGISTRY = tempfile.mkdtemp(prefix="gym-pytest-", dir="/dev/shm")
+# Named with the test run's prefix (scripts/test.sh checks nothing with it is left).
+REGISTRY = tempfile.mkdtemp(prefix=os.environ.get("GYM_TEST_SHM_PREFIX", "gym-test-") + "pytest-",
+                            dir="/dev/shm")
 atexit.register(shutil.rmtree, REGISTRY, True)
 os.environ["GYM_METRICS_DIR"] = REGISTRY
 BUILD = os.environ.get("GYM_BUILD_DIR",

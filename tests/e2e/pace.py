@@ -8,6 +8,9 @@ how long anything took beyond them."""
 import os
 
 SANITIZED = bool(os.environ.get("GYM_SANITIZE"))
+# How the tests' registries in /dev/shm start: the run's own prefix, which
+# scripts/test.sh checks nothing is left with.
+SHM_PREFIX = os.environ.get("GYM_TEST_SHM_PREFIX", "gym-test-")
 # One HTTP request (connect, send, read the whole reply).
 HTTP_S = 60 if SANITIZED else 10
 # A process told to stop (SIGTERM) until it has exited.

@@ -14,7 +14,7 @@ import urllib.request
 import jsonschema
 import pytest
 
-from pace import HTTP_S, STOP_S
+from pace import HTTP_S, SHM_PREFIX, STOP_S
 
 SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
@@ -26,7 +26,7 @@ SCHEMA = json.load(open(os.path.join(SOURCE, "docs", "snapshot.schema.json")))
 
 @pytest.fixture
 def registry():
-    d = tempfile.mkdtemp(prefix="gym-stat-test-", dir="/dev/shm")
+    d = tempfile.mkdtemp(prefix=SHM_PREFIX + "stat-", dir="/dev/shm")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 

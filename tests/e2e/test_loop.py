@@ -18,7 +18,7 @@ import urllib.request
 
 import pytest
 
-from pace import HTTP_S, SANITIZED, STOP_S
+from pace import HTTP_S, SANITIZED, SHM_PREFIX, STOP_S
 
 SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
@@ -132,7 +132,7 @@ def make_memory_cgroup(name, limit):
 
 class Loop:
     def __init__(self):
-        self.dir = tempfile.mkdtemp(prefix="gym-loop-", dir="/dev/shm")
+        self.dir = tempfile.mkdtemp(prefix=SHM_PREFIX + "loop-", dir="/dev/shm")
         self.procs = []
         self.exporter_ports = []
         self.cgroups = []

@@ -23,7 +23,7 @@ import urllib.request
 
 import pytest
 
-from pace import HTTP_S, SANITIZED
+from pace import HTTP_S, SANITIZED, SHM_PREFIX
 
 SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
@@ -200,7 +200,7 @@ class frozen:
 
 @pytest.fixture(scope="module")
 def exporter():
-    d = tempfile.mkdtemp(prefix="gym-om-", dir="/dev/shm")
+    d = tempfile.mkdtemp(prefix=SHM_PREFIX + "om-", dir="/dev/shm")
     registry = os.path.join(d, "registry")
     port = free_port()
     global DEMO_STARTED
@@ -731,7 +731,7 @@ def test_every_protobuf_scrape_adds_up_while_a_writer_observes_flat_out(tmp_path
     native zero count and buckets add up to the count, and the classic
     buckets end at it (a reader that copied the classic words, then the
     native ones, while the writer added, served buckets above the count)."""
-    d = tempfile.mkdtemp(prefix="gym-flat-out-", dir="/dev/shm")
+    d = tempfile.mkdtemp(prefix=SHM_PREFIX + "flat-out-", dir="/dev/shm")
     registry = os.path.join(d, "registry")
     procs = []
     try:
@@ -781,7 +781,7 @@ def test_native_histogram_quantiles_are_within_the_schema_bound_of_the_observed(
     count is the writer's, and whose histogram_quantile for 0.5, 0.9, 0.99
     and 0.999 lies within the schema's bound (a factor 2^(1/8)) of the
     quantile of the logged observations (the value at rank ceil(q*n))."""
-    d = tempfile.mkdtemp(prefix="gym-native-", dir="/dev/shm")
+    d = tempfile.mkdtemp(prefix=SHM_PREFIX + "native-", dir="/dev/shm")
     registry = os.path.join(d, "registry")
     log = tmp_path / "observed.txt"
     n = 20000
