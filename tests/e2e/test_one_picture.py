@@ -65,9 +65,11 @@ def sandboxed(demo):
     """A declarer of its own pid namespace writing into the demo's registry."""
     if not unshare_works():
         pytest.skip("unshare --pid --fork --mount-proc does not work here")
-    p = subprocess.Popen(["unshare", "--pid", "--fork", "--mount-proc", DECLARE, "sandboxed",
-                          "resources_server", "16", "0"], stdout=subprocess.PIPE, text=True,
-                         env=dict(os.environ, GYM_METRICS_DIR=demo))
+    # --kill-child: the writer dies with unshare (a SIGKILL of unshare alone
+    # left it running, in its namespace, after the test).
+    p = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", DECLARE,
+                          "sandboxed", "resources_server", "16", "0"], stdout=subprocess.PIPE,
+                         text=True, env=dict(os.environ, GYM_METRICS_DIR=demo))
     assert p.stdout.readline() == "ready 1\n"
     yield demo
     p.send_signal(signal.SIGKILL)
