@@ -37,6 +37,53 @@ C
 cc -std=c11 "$work/use.c" $(pkg-config --cflags --libs gymmetrics) -o "$work/use"
 GYM_METRICS_DIR="$work/registry" LD_LIBRARY_PATH="$work/prefix/lib" "$work/use"
 
+# The documented C++ API (docs/api.md), and nothing else, against the
+# installed headers: a change that breaks it fails here.
+cat > "$work/use.cc" <<'CC'
+#include <gym/metered_semaphore.h>
+#include <gym/resources_operation.h>
+#include <gym/server_identity.h>
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+int main() {
+  gym::declare_server("cpp_api_check", "resources_server");
+  if (!gym::declared_server() || gym::declared_server()->name != "cpp_api_check") return 1;
+  gym::MeteredSemaphore s(2, gym::Component::kResourcesServer, "cpp_api_check", std::nullopt,
+                          std::chrono::milliseconds(10));
+  {
+    gym::SemaphoreGuard g(s);
+    if (s.active() != 1 || s.limit() != 2 || s.queued() != 0) return 2;
+  }
+  {
+    gym::ResourcesOperation op(s, gym::Operation::kVerify, gym::Executor::kSubprocess, {},
+                               gym::OperationMetrics::process());
+    op.set_outcome(gym::Outcome::kTimeout);
+    if (op.outcome() != gym::Outcome::kTimeout) return 3;
+  }
+  s.acquire();
+  s.acquire();
+  try {
+    s.acquire();
+    return 4;
+  } catch (const gym::AdmissionTimeout&) {
+  }
+  s.release();
+  s.release();
+  std::puts("c++ ok");
+  return 0;
+}
+CC
+c++ -std=c++20 "$work/use.cc" $(pkg-config --cflags --libs gymmetrics) -o "$work/use_cc"
+GYM_METRICS_DIR="$work/registry-cc" LD_LIBRARY_PATH="$work/prefix/lib" "$work/use_cc"
+once="$("$build/exporter/gym-exporter" --once --registry.dir="$work/registry-cc")"
+grep -q '^gym_resources_operation_duration_seconds_count{nemo_gym_resources_executor="subprocess",nemo_gym_resources_operation="verify",nemo_gym_resources_operation_outcome="timeout",nemo_gym_server_name="cpp_api_check"} 1$' <<<"$once" ||
+  { echo "the exporter does not see the C++ API program's operation" >&2; echo "$once" >&2; exit 1; }
+grep -q '^gym_concurrency_admission_timeouts_total{.*nemo_gym_concurrency_limit_name="cpp_api_check".*} 1$' <<<"$once" ||
+  { echo "the exporter does not see the C++ API program's admission timeout" >&2; exit 1; }
+
 # The Python package, self-contained: pip compiles the library into the
 # extension from the source tree (copied, so that the build leaves nothing
 # in the checkout). A fresh venv sees the system's setuptools and wheel

@@ -7,6 +7,8 @@
  * gym/server_identity.h), so a language with its own semaphore (asyncio's)
  * reports the same numbers by telling the library what happened.
  *
+ * API (docs/api.md): all of it.
+ *
  * Thread-safety: every call may be made from any thread. */
 #ifndef GYM_METRICS_H
 #define GYM_METRICS_H

@@ -63,7 +63,7 @@ const OperationMetrics::Cell& OperationMetrics::register_cell(Slot& s, Operation
   return c;
 }
 
-const Histogram& OperationMetrics::Cell::duration(Outcome outcome) const {
+const Histogram& detail::OperationCell::duration(Outcome outcome) const {
   const auto i = static_cast<size_t>(outcome);
   return durations[i].get([&] {
     std::vector<Label> l = labels;

@@ -3,6 +3,9 @@
 // one table, so adding a value is a one-line change.
 //
 // Thread-safety: constants and pure functions only.
+//
+// API (docs/api.md): the enums (Component, Operation, Executor, Outcome)
+// and the family and label names. The rest is internal.
 #pragma once
 
 #include <array>

@@ -8,6 +8,8 @@
 // collectors/) and its tests.
 //
 // Thread-safety: constants and pure functions only.
+//
+// Internal (docs/api.md): installed for the exporter; no compatibility promise.
 #pragma once
 
 #include <array>

@@ -20,6 +20,8 @@
 // right.
 //
 // Thread-safety: every method may be called from any thread.
+//
+// Internal (docs/api.md): installed because metered_semaphore.h includes it.
 #pragma once
 
 #include <cstdint>

@@ -17,6 +17,9 @@
 // only which start is kept differs). SemaphoreGuard always ends its own.
 //
 // Fork-safety: as the registry's; a child inherits the semaphore's state.
+//
+// API (docs/api.md): AdmissionError, AdmissionTimeout, AdmissionCancelled,
+// MeteredSemaphore's public members and SemaphoreGuard.
 #pragma once
 
 #include <chrono>

@@ -11,6 +11,8 @@
 //   keys          kMinKey .. kMaxKey     (2^-10 s, 2^13 s] = (0.98 ms, 2.3 h]
 // A value above 2^13 s is counted in the last bucket. In a shard they are
 // kWords consecutive uint64 counts: the zero bucket, then one per key.
+//
+// Internal (docs/api.md): installed because segment_writer.h includes it.
 #pragma once
 
 #include <bit>

@@ -5,6 +5,8 @@
 // 3 state, ... 22 starttime, 24 rss.
 //
 // Thread-safety: pure functions.
+//
+// Internal (docs/api.md): installed for the exporter; no compatibility promise.
 #pragma once
 
 #include <charconv>

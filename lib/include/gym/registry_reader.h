@@ -27,6 +27,9 @@
 //
 // Thread-safety: none; one thread takes snapshots (the exporter serializes
 // scrapes). A snapshot never blocks or waits for a writer.
+//
+// Internal (docs/api.md): the registry's one reader, installed for the
+// exporter; no compatibility promise.
 #pragma once
 
 #include <sys/types.h>

@@ -15,6 +15,9 @@
 //
 // Thread-safety: OperationMetrics may be shared by all threads; one
 // ResourcesOperation belongs to the thread that made it.
+//
+// API (docs/api.md): ResourcesOperation, the AcquireRelease concept and
+// OperationMetrics (its constructor and process()); gym::detail is not.
 #pragma once
 
 #include <array>
@@ -34,8 +37,30 @@
 
 namespace gym {
 
+namespace detail {
+// The registry handles of one (operation, executor): internal, no
+// compatibility promise (docs/api.md).
+struct OperationCell {
+  Histogram queue_duration;
+  Gauge queued;
+  Gauge active;
+  AgeSlots queued_ages;  // gym_resources_operation_oldest_queued_seconds
+  AgeSlots active_ages;  // gym_resources_operation_oldest_active_seconds
+  // The duration histogram of `outcome`, registered when the first
+  // operation ends with it: outcomes that never happen take no space.
+  const Histogram& duration(Outcome outcome) const;
+
+  SegmentWriter* writer = nullptr;
+  std::vector<Label> labels;        // views of label_values, outcome last
+  std::vector<std::string> values;  // the labels' values
+  std::array<LazyHistogram, kOutcomes.size()> durations;
+};
+}  // namespace detail
+
 // The registry handles behind resources operations, for one writer, each
 // registered on first use (so that only combinations that happen report).
+// API: the constructor and process(), to hand to ResourcesOperation; cell()
+// is internal (the C ABI's and ResourcesOperation's).
 class OperationMetrics {
  public:
   // Series of an instance of one's own carry the server declared when each
@@ -45,21 +70,7 @@ class OperationMetrics {
   // Never destroyed.
   static OperationMetrics& process();
 
-  struct Cell {
-    Histogram queue_duration;
-    Gauge queued;
-    Gauge active;
-    AgeSlots queued_ages;  // gym_resources_operation_oldest_queued_seconds
-    AgeSlots active_ages;  // gym_resources_operation_oldest_active_seconds
-    // The duration histogram of `outcome`, registered when the first
-    // operation ends with it: outcomes that never happen take no space.
-    const Histogram& duration(Outcome outcome) const;
-
-    SegmentWriter* writer = nullptr;
-    std::vector<Label> labels;        // views of label_values, outcome last
-    std::vector<std::string> values;  // the labels' values
-    std::array<LazyHistogram, kOutcomes.size()> durations;
-  };
+  using Cell = detail::OperationCell;
   const Cell& cell(Operation op, Executor ex) {
     Slot& s = cells_[static_cast<size_t>(op) * kExecutors.size() + static_cast<size_t>(ex)];
     const Cell* c = s.cell.load(std::memory_order_acquire);
@@ -153,7 +164,7 @@ class ResourcesOperation {
  private:
   static_assert(std::is_same_v<Clock::duration, std::chrono::nanoseconds>);
   Limit& limit_;
-  const OperationMetrics::Cell& cell_;
+  const detail::OperationCell& cell_;
   std::stop_token stop_;
   Clock::time_point started_;
   int64_t active_ticket_ = 0;

@@ -22,6 +22,8 @@
 //
 // Thread-safety: every method may be called from any thread; beat() calls
 // of one LoopMeter are serialized by a mutex held for a few instructions.
+//
+// Internal (docs/api.md): the Python package's event-loop meter.
 #pragma once
 
 #include <cstdint>

@@ -130,6 +130,8 @@
 // array per histogram instead of one per shard (a native histogram's values
 // take 36 lines instead of 104). A reader accepts all five
 // (kMinFormatVersion..kFormatVersion).
+//
+// Internal (docs/api.md): the segment layout, for the reader and writer.
 #pragma once
 
 #include <atomic>

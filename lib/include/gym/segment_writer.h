@@ -23,6 +23,9 @@
 // unmetered. A process left without a segment leaves an empty locked marker
 // file that the exporter counts. Nothing here throws to the caller on the
 // update path, and no signal reaches it.
+//
+// Internal (docs/api.md), except SegmentWriter::process(), the default
+// writer the API's constructors take.
 #pragma once
 
 #include <atomic>

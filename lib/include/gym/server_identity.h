@@ -8,6 +8,9 @@
 // (std::logic_error; GYM_ESTATE through the C ABI; RuntimeError in Python)
 // rather than leave some series of the server without its label. A forked
 // child's operations register their series afresh: it may declare its own.
+//
+// API (docs/api.md): declare_server and declared_server. The rest
+// (identity_for_series, the fork hooks) is internal.
 #pragma once
 
 #include <optional>
