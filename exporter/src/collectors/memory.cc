@@ -111,17 +111,23 @@ namespace {
 // The RSS of `live` from each one's statm, which Linux 6.x sums exactly (as
 // smaps_rollup); stat's field 24, read by the walk, reads per-CPU counters
 // without summing them (0.25-0.45% low). A process gone since the walk
-// counts nothing; one whose statm cannot be parsed counts its stat's.
+// counts nothing; one whose statm cannot be read or parsed while its
+// directory is there (a proc root without statm: a fixture tree) counts its
+// stat's.
 uint64_t statm_rss(const std::vector<const procfs::ProcStat*>& live,
                    const procfs::ProcessTable& table) {
   static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
   uint64_t sum = 0;
   std::string text;
   for (const procfs::ProcStat* p : live) {
-    const std::string path = table.proc_root() + "/" + std::to_string(p->pid) + "/statm";
-    if (procfs::read_file(path, text) != procfs::ReadStatus::kOk) continue;
-    const std::optional<procfs::Statm> m = procfs::parse_statm(text);
-    sum += (m ? m->resident_pages : p->rss_pages) * page;
+    const std::string dir = table.proc_root() + "/" + std::to_string(p->pid);
+    const procfs::ReadStatus read = procfs::read_file(dir + "/statm", text);
+    const std::optional<procfs::Statm> m =
+        read == procfs::ReadStatus::kOk ? procfs::parse_statm(text) : std::nullopt;
+    if (m)
+      sum += m->resident_pages * page;
+    else if (read != procfs::ReadStatus::kGone || ::access(dir.c_str(), F_OK) == 0)
+      sum += p->rss_pages * page;
   }
   return sum;
 }
