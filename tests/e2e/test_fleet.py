@@ -23,8 +23,10 @@ DEMO = os.path.join(BUILD, "demo", "gym-demo")
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 SLURM = os.path.join(SOURCE, "deploy", "slurm")
 WAIT_S = 240 if SANITIZED else 60
-# A sanitized exporter answers a scrape in seconds on two cores.
-SCRAPE_S = 10 if SANITIZED else 1
+# A sanitized exporter answers a scrape in seconds on two cores: beside a
+# sanitized gym-demo, 7-17 s were measured (ThreadSanitizer, a loaded
+# machine), so a 10 s scrape timeout lost most scrapes.
+SCRAPE_S = 30 if SANITIZED else 1
 
 
 def free_port():
@@ -195,7 +197,10 @@ def test_the_slurm_prolog_starts_a_jobs_exporter_that_prometheus_finds_and_the_e
         # The job's tasks get the registry from the TaskProlog.
         task = slurm("gym-task-prolog.sh", env)
         assert task.stdout.strip() == f"export GYM_METRICS_DIR={registry}"
-        demo = procs.start(DEMO, f"--registry.dir={registry}", "--duration=60")
+        # Alive for the whole wait (stopped below once Prometheus has its
+        # limits): with 60 s, a sanitized exporter whose scrapes timed out
+        # while the demo ran had nothing left to show Prometheus after.
+        demo = procs.start(DEMO, f"--registry.dir={registry}", f"--duration={WAIT_S + 60}")
         api = procs.prometheus(tmp_path / "sd")
 
         def job_series():
