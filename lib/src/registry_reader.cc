@@ -65,6 +65,7 @@ bool RegistryReader::try_lock(std::string* why) {
   // Take over from read-only state: the totals are the file's now.
   for (auto& acc : retired_) acc = Accumulator{};
   folded_by_owner_.clear();
+  folded_pending_.clear();  // folded while reading only: read again, into the file's totals
   load_totals(/*adopt_folded=*/true);
   return true;
 }
@@ -108,21 +109,25 @@ const Snapshot& RegistryReader::snapshot() {
       for (auto& acc : retired_) acc = Accumulator{};
       retired_dropped_ = 0;
       folded_by_owner_.clear();
+      folded_pending_.clear();  // what this reader folded is read again beside them
       if (seen.ino != 0) load_totals(/*adopt_folded=*/false);
       totals_seen_ = seen;
     }
   }
   list_directory();
 
-  // Owners that are gone: the retiring reader folds them into the totals
-  // first; a read-only reader still counts their counters and histograms.
+  // Owners that are gone: their counters and histograms are folded in once
+  // and their segments let go of. The retiring reader writes them into the
+  // totals and removes the files; a read-only reader keeps them in its own
+  // totals and skips the files while they stay (a dead owner's values no
+  // longer change), until the holder's totals change.
   for (auto it = segments_.begin(); it != segments_.end();) {
     Segment& s = *it->second;
     const bool removed = !s.listed && snapshot_.directory_error.empty();
     const bool alive = !removed && owner_alive(s);
     s.dead = !alive;
-    if (!alive && retiring()) retire(s);
-    if ((!alive && retiring()) || removed)
+    if (!alive && (retiring() || !removed)) retire(s);
+    if (!alive)
       it = drop_segment(it);
     else
       ++it;

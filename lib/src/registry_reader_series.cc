@@ -365,7 +365,8 @@ void RegistryReader::damage(Segment& s, const std::string& why) {
 }
 
 // Reads a segment's values: counters and histograms (and gauges when
-// `gauges`) into current_ (live) or, for a retiring segment, retired_. A
+// `gauges`) into current_ (live) or, for a dead owner's segment (no
+// gauges), retired_. A
 // counter or histogram below what was read before is a reset: what was read
 // before is folded into the totals first.
 void RegistryReader::read_segment(Segment& s, bool gauges) {
@@ -379,7 +380,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
   uint32_t count = 0;
   if (!read_values(s, &count)) return damage(s, "a page faulted while reading");
   const int64_t now = now_ns();
-  const bool into_retired = !gauges && retiring();
+  const bool into_retired = !gauges;
   bool declared = false;
   for (size_t j = 0; j < s.entries.size(); ++j) {
     const Segment::Entry& e = s.entries[j];
@@ -507,9 +508,9 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
   }
 }
 
-// The owner is gone (or its file was replaced): keep its counters and
-// histograms in the totals, drop the rest. Its file is removed once the
-// totals that hold it are written.
+// The owner is gone: keep its counters and histograms in the totals, drop
+// the rest. The retiring reader removes its file once the totals that hold
+// it are written; a read-only reader leaves it.
 void RegistryReader::retire(Segment& s) {
   if (!s.damaged) {
     read_segment(s, /*gauges=*/false);
@@ -520,6 +521,11 @@ void RegistryReader::retire(Segment& s) {
     }
   }
   retired_dropped_ = sat_add(retired_dropped_, s.dropped);
+  if (!retiring()) {
+    // Read only: skipped while its file stays (list_directory).
+    folded_pending_[s.name] = s.ino;
+    return;
+  }
   ++snapshot_.stats.retired_segments_total;
   totals_dirty_ = true;
   struct stat st {};

@@ -32,7 +32,17 @@ def registry():
 
 
 @pytest.fixture
-def demo(registry):
+def exporter(registry, tmp_path_factory):
+    """The host's exporter, as a user runs one beside Gym: it retires the
+    segments of the demo's exited verifiers (without it they pile up, about
+    a dozen a second, and every fresh read-only reader reads them all). Its port."""
+    ex, port = start_exporter(tmp_path_factory.mktemp("host"), f"--registry.dir={registry}")
+    yield port
+    ex.send_signal(signal.SIGTERM)
+    ex.wait(timeout=STOP_S)
+
+
+def run_demo(registry):
     # Long enough for a sanitized exporter to start and be read several times
     # on a loaded machine (its limits go with it); stopped below in any case.
     p = subprocess.Popen([DEMO, f"--registry.dir={registry}", "--duration=600"],
@@ -40,6 +50,17 @@ def demo(registry):
     yield registry
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=STOP_S)
+
+
+@pytest.fixture
+def demo(registry, exporter):
+    yield from run_demo(registry)
+
+
+@pytest.fixture
+def lone_demo(registry):
+    """The demo before any exporter: for a test that starts its own."""
+    yield from run_demo(registry)
 
 
 def stat_json(registry):
@@ -205,66 +226,62 @@ def start_exporter(tmp_path, *args, env=None):
     raise AssertionError(f"the exporter did not listen: {log.read_text()}")
 
 
-def test_json_validates_and_agrees_with_the_exporters_metrics_and_api(demo, tmp_path):
-    ex, port = start_exporter(tmp_path, f"--registry.dir={demo}")
-    try:
-        wait_for_limits(demo)
-        before = stat_json(demo)
-        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=HTTP_S).read()
-        api = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/snapshot",
-                                                timeout=HTTP_S).read())
-        after = stat_json(demo)
-        jsonschema.validate(api, SCHEMA, cls=jsonschema.Draft202012Validator)
-        served = metrics_limits(metrics.decode())
-        for doc in (before, after, api):
-            assert {(l["server_name"], l["limit_name"]) for l in doc["limits"]} == set(served)
-        for l in after["limits"]:
-            key = (l["server_name"], l["limit_name"])
-            first = next(x for x in before["limits"] if (x["server_name"], x["limit_name"]) == key)
-            assert served[key]["gym_concurrency_limit"] == l["limit"]
-            # Counters agree within one update: between the two snapshots around the scrape.
-            c = served[key]["gym_concurrency_admission_cancelled_total"]
-            assert first["admission_cancelled_total"] <= c <= l["admission_cancelled_total"]
-            if l["admission_timeouts_total"] is not None:
-                c = served[key]["gym_concurrency_admission_timeouts_total"]
-                assert first["admission_timeouts_total"] <= c <= l["admission_timeouts_total"]
-            # Gauges: the same ranges the demo's semaphores allow.
-            assert 0 <= l["active"] <= l["limit"] and l["available"] == l["limit"] - l["active"]
-        names = {s["server_name"] for s in after["servers"]}
-        assert names == {"rollout_driver", "simple_agent", "policy_model", "math_verifier",
-                         "code_sandbox", "llm_judge"}
-        assert all(s["rss_bytes"] > 0 and s["processes"] >= 1 for s in after["servers"])
-        # The demo's one instrumented event loop (llm_judge): its lag histogram
-        # agrees with /metrics within one update, and it has a blocked time.
-        for doc in (before, after, api):
-            for srv in doc["servers"]:
-                loop = srv["server_name"] == "llm_judge"
-                assert (srv["event_loop_lag_seconds"] is not None) == loop, srv
-                assert (srv["event_loop_blocked_seconds"] is not None) == loop, srv
-        judge = {d: next(x for x in doc["servers"] if x["server_name"] == "llm_judge")
-                 for d, doc in (("before", before), ("after", after))}
-        served_lag = re.search(r'^gym_python_event_loop_lag_seconds_count'
-                               r'\{nemo_gym_server_name="llm_judge"\} (\S+)$', metrics.decode(), re.M)
-        assert served_lag, "the exposition has the judge's lag"
-        assert (judge["before"]["event_loop_lag_seconds"]["count"] <= float(served_lag.group(1))
-                <= judge["after"]["event_loop_lag_seconds"]["count"])
-        assert judge["after"]["event_loop_blocked_seconds"] >= 0
-    finally:
-        ex.send_signal(signal.SIGTERM)
-        ex.wait(timeout=STOP_S)
+def test_json_validates_and_agrees_with_the_exporters_metrics_and_api(demo, exporter):
+    port = exporter
+    wait_for_limits(demo)
+    before = stat_json(demo)
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=HTTP_S).read()
+    api = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/snapshot",
+                                            timeout=HTTP_S).read())
+    after = stat_json(demo)
+    jsonschema.validate(api, SCHEMA, cls=jsonschema.Draft202012Validator)
+    served = metrics_limits(metrics.decode())
+    for doc in (before, after, api):
+        assert {(l["server_name"], l["limit_name"]) for l in doc["limits"]} == set(served)
+    for l in after["limits"]:
+        key = (l["server_name"], l["limit_name"])
+        first = next(x for x in before["limits"] if (x["server_name"], x["limit_name"]) == key)
+        assert served[key]["gym_concurrency_limit"] == l["limit"]
+        # Counters agree within one update: between the two snapshots around the scrape.
+        c = served[key]["gym_concurrency_admission_cancelled_total"]
+        assert first["admission_cancelled_total"] <= c <= l["admission_cancelled_total"]
+        if l["admission_timeouts_total"] is not None:
+            c = served[key]["gym_concurrency_admission_timeouts_total"]
+            assert first["admission_timeouts_total"] <= c <= l["admission_timeouts_total"]
+        # Gauges: the same ranges the demo's semaphores allow.
+        assert 0 <= l["active"] <= l["limit"] and l["available"] == l["limit"] - l["active"]
+    names = {s["server_name"] for s in after["servers"]}
+    assert names == {"rollout_driver", "simple_agent", "policy_model", "math_verifier",
+                     "code_sandbox", "llm_judge"}
+    assert all(s["rss_bytes"] > 0 and s["processes"] >= 1 for s in after["servers"])
+    # The demo's one instrumented event loop (llm_judge): its lag histogram
+    # agrees with /metrics within one update, and it has a blocked time.
+    for doc in (before, after, api):
+        for srv in doc["servers"]:
+            loop = srv["server_name"] == "llm_judge"
+            assert (srv["event_loop_lag_seconds"] is not None) == loop, srv
+            assert (srv["event_loop_blocked_seconds"] is not None) == loop, srv
+    judge = {d: next(x for x in doc["servers"] if x["server_name"] == "llm_judge")
+             for d, doc in (("before", before), ("after", after))}
+    served_lag = re.search(r'^gym_python_event_loop_lag_seconds_count'
+                           r'\{nemo_gym_server_name="llm_judge"\} (\S+)$', metrics.decode(), re.M)
+    assert served_lag, "the exposition has the judge's lag"
+    assert (judge["before"]["event_loop_lag_seconds"]["count"] <= float(served_lag.group(1))
+            <= judge["after"]["event_loop_lag_seconds"]["count"])
+    assert judge["after"]["event_loop_blocked_seconds"] >= 0
 
 
 FAKE_NVML = os.path.join(BUILD, "tests", "fake-nvml-current", "libnvidia-ml.so.1")
 
 
-def test_gpu_memory_per_server_in_gym_stat_and_the_api(demo, tmp_path):
+def test_gpu_memory_per_server_in_gym_stat_and_the_api(lone_demo, tmp_path):
     """With NVML (the tests' fake libnvidia-ml.so.1, answering from a fixture
     with the demo servers' pids), gym-stat --json and the exporter's
     /api/v1/snapshot give each server the GPU memory of its processes; a
     process of no server counts for none. Without NVML (this host) it is
     null."""
-    wait_for_limits(demo)
-    without = stat_json(demo)
+    wait_for_limits(lone_demo)
+    without = stat_json(lone_demo)
     assert all(s["gpu_memory_bytes"] is None for s in without["servers"])
     pids = {s["server_name"]: s["pid"] for s in without["servers"]}
     fixture = tmp_path / "nvml"
@@ -275,14 +292,16 @@ def test_gpu_memory_per_server_in_gym_stat_and_the_api(demo, tmp_path):
     env = dict(os.environ, FAKE_NVML_FIXTURE=str(fixture))
     want = {name: 0 for name in pids}
     want.update(policy_model=4294967296, code_sandbox=1073741824)
-    out = subprocess.run([STAT, f"--registry.dir={demo}", "--json", f"--gpu-library={FAKE_NVML}"],
+    out = subprocess.run([STAT, f"--registry.dir={lone_demo}", "--json",
+                          f"--gpu-library={FAKE_NVML}"],
                          check=True, capture_output=True, text=True, timeout=30, env=env).stdout
     doc = json.loads(out)
     jsonschema.validate(doc, SCHEMA, cls=jsonschema.Draft202012Validator)
     assert {s["server_name"]: s["gpu_memory_bytes"] for s in doc["servers"]} == want
     cfg = tmp_path / "gym.yml"
     cfg.write_text(f"gpu:\n  library: {FAKE_NVML}\n")
-    ex, port = start_exporter(tmp_path, f"--config.file={cfg}", f"--registry.dir={demo}", env=env)
+    ex, port = start_exporter(tmp_path, f"--config.file={cfg}", f"--registry.dir={lone_demo}",
+                              env=env)
     try:
         api = json.loads(urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/snapshot",
                                                 timeout=HTTP_S).read())

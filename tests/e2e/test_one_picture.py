@@ -19,7 +19,8 @@ import urllib.request
 import pytest
 
 from pace import HTTP_S, SANITIZED, STOP_S
-from test_gym_stat import BUILD, DEMO, EXPORTER, FAKE_NVML, STAT, demo, registry, start_exporter  # noqa: F401
+from test_gym_stat import (BUILD, DEMO, EXPORTER, FAKE_NVML, STAT, lone_demo,  # noqa: F401
+                           registry, start_exporter)
 
 DECLARE = os.path.join(BUILD, "tests", "gym_declare_server")
 INTERVAL = 3.0 if SANITIZED else 0.4  # sanitized requests are slow: fewer samples land between
@@ -61,7 +62,7 @@ def get(port, path):
 
 
 @pytest.fixture
-def sandboxed(demo):
+def sandboxed(lone_demo):
     """A declarer of its own pid namespace writing into the demo's registry."""
     if not unshare_works():
         pytest.skip("unshare --pid --fork --mount-proc does not work here")
@@ -69,9 +70,9 @@ def sandboxed(demo):
     # left it running, in its namespace, after the test).
     p = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", DECLARE,
                           "sandboxed", "resources_server", "16", "0"], stdout=subprocess.PIPE,
-                         text=True, env=dict(os.environ, GYM_METRICS_DIR=demo))
+                         text=True, env=dict(os.environ, GYM_METRICS_DIR=lone_demo))
     assert p.stdout.readline() == "ready 1\n"
-    yield demo
+    yield lone_demo
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=STOP_S)
 
@@ -191,14 +192,14 @@ def rollup_opens(registry, cfg):
     return opens
 
 
-def test_gym_stat_samples_memory_on_its_interval_not_at_every_refresh(demo, tmp_path):
+def test_gym_stat_samples_memory_on_its_interval_not_at_every_refresh(lone_demo, tmp_path):
     """Reading PSS costs the servers (docs/memory.md): gym-stat, which
     refreshes every second, samples memory every memory.interval_seconds, as
     the exporter does."""
     slow, fast = tmp_path / "slow.yml", tmp_path / "fast.yml"
     slow.write_text("memory:\n  interval_seconds: 60\n")
     fast.write_text("memory:\n  interval_seconds: 0.1\n")
-    once = rollup_opens(demo, slow)
+    once = rollup_opens(lone_demo, slow)
     assert once and max(once.values()) == 1, once
-    twice = rollup_opens(demo, fast)
+    twice = rollup_opens(lone_demo, fast)
     assert max(twice.values()) == 2, twice

@@ -13,10 +13,12 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "gym/metered_semaphore.h"
 #include "gym/registry_reader.h"
+#include "gym/segment_format.h"
 #include "gym/segment_writer.h"
 #include "test_support.h"
 
@@ -501,6 +503,68 @@ TEST(RegistryTrust, OneRetiringReaderPerDirectoryTheOtherReadsOnly) {
   EXPECT_TRUE(tmp.files().empty());
   EXPECT_EQ(find_series(second.snapshot(), "done_total")->counter, 9u)
       << "from the retiring reader's totals, not counted twice";
+}
+
+// The value word `from` in a segment's values, rewritten to `to`; false when
+// it is not there.
+bool rewrite_value(const std::string& path, uint64_t from, uint64_t to) {
+  int fd = ::open(path.c_str(), O_RDWR);
+  if (fd < 0) return false;
+  void* map = ::mmap(nullptr, segment::kTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return false;
+  auto* words = static_cast<uint64_t*>(map);
+  bool found = false;
+  for (uint64_t i = segment::kValuesOffset / 8; i < segment::kTotalBytes / 8 && !found; ++i)
+    if (words[i] == from) found = (words[i] = to, true);
+  ::munmap(map, segment::kTotalBytes);
+  return found;
+}
+
+bool mapped(const std::string& path) {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);)
+    if (line.ends_with(path)) return true;
+  return false;
+}
+
+TEST(RegistryTrust, AReadOnlyReaderReadsADeadWritersSegmentOnceAndCountsItOnce) {
+  TempDir tmp;
+  constexpr uint64_t kDone = 0x5EED5EED;
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    w.counter("done_total", {}).add(kDone);
+    return 0;
+  });
+  ASSERT_EQ(testing::wait_exit(pid), 0);
+  const std::string seg = segment_of(tmp.path());
+  RegistryReader ro(tmp.path(),
+                    ReaderOptions{.trusted_uids = {}, .mode = ReaderOptions::Mode::kReadOnly});
+  EXPECT_EQ(find_series(ro.snapshot(), "done_total")->counter, kDone);
+  EXPECT_FALSE(mapped(seg)) << "a dead owner's segment is let go of once it is folded";
+  // Its values cannot change any more: what a same-user process writes into
+  // it afterwards is not read (an earlier reader read every dead segment at
+  // every snapshot, a cost that grew with the segments no exporter removed).
+  ASSERT_TRUE(rewrite_value(seg, kDone, kDone + 100));
+  EXPECT_EQ(find_series(ro.snapshot(), "done_total")->counter, kDone);
+  EXPECT_EQ(tmp.files().size(), 1u) << "the read-only reader removed nothing";
+  ASSERT_TRUE(rewrite_value(seg, kDone + 100, kDone));
+  // The holder folds it into its totals and removes it: still counted once.
+  RegistryReader holder(tmp.path());
+  EXPECT_EQ(find_series(holder.snapshot(), "done_total")->counter, kDone);
+  EXPECT_TRUE(tmp.files().empty());
+  EXPECT_EQ(find_series(ro.snapshot(), "done_total")->counter, kDone);
+  // A holder's totals that do not hold it yet: it is read again beside them.
+  pid = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    w.counter("done_total", {}).add(1);
+    return 0;
+  });
+  ASSERT_EQ(testing::wait_exit(pid), 0);
+  EXPECT_EQ(find_series(ro.snapshot(), "done_total")->counter, kDone + 1);
+  EXPECT_EQ(find_series(ro.snapshot(), "done_total")->counter, kDone + 1);
+  EXPECT_EQ(find_series(holder.snapshot(), "done_total")->counter, kDone + 1);
+  EXPECT_EQ(find_series(ro.snapshot(), "done_total")->counter, kDone + 1);
 }
 
 TEST(RegistryTrust, SeriesOfGoneWritersExpireAfterTheTtlAndMaxSeriesBoundsTheRest) {

@@ -10,8 +10,9 @@
 // and keeps the folded totals in `<dir>/.exporter-totals`, written crash-safely
 // (a new file renamed over the old) before any folded segment is removed, so
 // that totals survive a restart or SIGKILL of the exporter. A reader without
-// the lock reads only: it retires and removes nothing, and adds the holder's
-// totals file to what it sees.
+// the lock reads only: it removes nothing, reads a dead owner's segment once
+// into totals of its own (skipping the file while it stays), and adds the
+// holder's totals file to what it sees.
 //
 // Trust: nothing in the directory can make the reader crash, hang or report a
 // falling counter. Metadata is copied out with pread and validated once;
@@ -318,7 +319,8 @@ class RegistryReader {
   std::vector<char> scratch_inconsistent_;  // by entry: its shards never agreed
 
   // Totals: folded segments whose files are kept until the totals that hold
-  // them are written (name -> inode); whether the totals changed since.
+  // them are written (name -> inode; a read-only reader's: folded into its
+  // own totals, skipped while the file stays); whether the totals changed since.
   std::unordered_map<std::string, ino_t> folded_pending_;
   std::unordered_set<std::string> folded_by_owner_;  // read only: the holder's
   bool totals_dirty_ = false;
