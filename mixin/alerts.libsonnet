@@ -50,6 +50,12 @@ local percent(r) = '%g%%' % (r * 100);
             summary: 'A slot of {{ $labels.nemo_gym_concurrency_limit_name }} on {{ $labels.instance }} has been held for over %s and nothing was admitted since' % asText(c.holdStuckSeconds),
             description: 'The oldest holder of {{ $labels.nemo_gym_concurrency_component }}/{{ $labels.nemo_gym_concurrency_limit_name }} has held its slot for {{ $value | humanizeDuration }} while no caller got a slot for %s: work is not flowing through this limit, and the holders may be wedged.' % asText(c.holdStuckSeconds),
           }, '5m'),
+          alert('GymConcurrencySlotsStranded', 'warning', |||
+            max by (%(limit)s) (gym_concurrency_stranded_slots{%(gymSelector)s}) > 0
+          ||| % c, {
+            summary: 'Free slots of {{ $labels.nemo_gym_concurrency_limit_name }} on {{ $labels.instance }} sit in one process while another queues',
+            description: '{{ $value | humanize }} slots of {{ $labels.nemo_gym_concurrency_component }}/{{ $labels.nemo_gym_concurrency_limit_name }} have been free in processes with no caller waiting for %s, while callers queue in another process of the same limit: the load balancer in front of the processes, not the limit, holds the work back.' % asText(c.strandedSlotsSeconds),
+          }, minutes(c.strandedSlotsSeconds)),
           alert('GymConcurrencyWaitGrowing', 'warning', |||
             max by (%(limit)s) (gym_concurrency_oldest_wait_seconds{%(gymSelector)s}) > %(waitGrowingSeconds)g
             and on (%(limit)s)

@@ -28,6 +28,7 @@
     // Alert thresholds.
     queueGrowingSeconds: 600,  // a full limit whose queue grew this long
     holdStuckSeconds: 900,  // a slot held this long while nothing is admitted
+    strandedSlotsSeconds: 600,  // free slots beside another process's queue this long
     waitGrowingSeconds: 300,  // the oldest wait, growing
     operationSlowSeconds: 300,  // p99 run time of an operation
     operationErrorRatio: 0.05,  // share of a server's operations that fail

@@ -103,7 +103,8 @@ void limit_lines(const View& now, const View* prev, double dt, const FrameOption
   out.push_back({Line::Kind::kTitle, "LIMITS (" + std::to_string(rows.size()) + ")"});
   out.push_back({Line::Kind::kHeader, pad("SERVER", 18) + pad("COMPONENT", 17) + pad("LIMIT", 20) +
                                           pad("SATURATION", 23) + pad("ACTIVE", 10) +
-                                          pad("QUEUE", 7) + pad("TIMEOUT/s", 10) + "CANCEL/s"});
+                                          pad("QUEUE", 7) + pad("PROCS", 6) + pad("STRANDED", 9) +
+                                          pad("TIMEOUT/s", 10) + "CANCEL/s"});
   for (const LimitView* l : rows) {
     if (!room(out, o)) break;
     const LimitView* was = before(*l);
@@ -125,7 +126,8 @@ void limit_lines(const View& now, const View* prev, double dt, const FrameOption
     const size_t filled = size_t(std::lround(line.fill * 20));
     line.text += "[" + std::string(filled, '#') + std::string(20 - filled, '.') + "] ";
     line.text += pad(std::to_string(l->active) + "/" + std::to_string(l->limit), 10) +
-                 pad(std::to_string(l->queue_depth), 7) + pad(timeouts, 10) + cancels;
+                 pad(std::to_string(l->queue_depth), 7) + pad(std::to_string(l->processes), 6) +
+                 pad(std::to_string(l->stranded_slots), 9) + pad(timeouts, 10) + cancels;
     out.push_back(line);
   }
 }

@@ -115,6 +115,8 @@ void limits(Json& j, const View& v) {
     j.field("active", double(l.active));
     j.field("available", double(l.available));
     j.field("queue_depth", double(l.queue_depth));
+    j.field("processes", double(l.processes));
+    j.field("stranded_slots", double(l.stranded_slots));
     j.optional_number("admission_timeouts_total", l.admission_timeouts_total);
     j.field("admission_cancelled_total", double(l.admission_cancelled_total));
     j.close('}');

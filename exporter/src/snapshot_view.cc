@@ -180,6 +180,13 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
         break;
     }
   }
+  for (LimitView& l : out.limits) l.processes = 0, l.stranded_slots = 0;
+  for (const LimitSpread& spread : snap.limits) {
+    const Slot& slot = slots_[spread.series];
+    if (slot.field != Field::kLimit) continue;
+    out.limits[slot.row].processes = spread.processes;
+    out.limits[slot.row].stranded_slots = spread.stranded_slots;
+  }
   for (LimitView& l : out.limits) {
     const LimitSlots slots = limit_slots(l.limit, l.available, l.holds);
     l.available = slots.free;

@@ -44,6 +44,10 @@ struct LimitView {
   int64_t holds = 0;
   std::optional<uint64_t> admission_timeouts_total;  // only limits with a timeout
   uint64_t admission_cancelled_total = 0;
+  // Its spread over the processes holding it (LimitSpread, gym/registry_reader.h):
+  // how many, and their free slots stranded beside another process's queue.
+  uint32_t processes = 0;
+  int64_t stranded_slots = 0;
   std::string key() const { return server_name + "\x1f" + component + "\x1f" + limit_name; }
   // A limit whose writers are gone keeps its counters but has no gauges: it
   // is not a limit now (not shown, not in the JSON).

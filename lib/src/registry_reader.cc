@@ -146,6 +146,7 @@ const Snapshot& RegistryReader::snapshot() {
   }
   uint64_t live = 0;
   uint64_t dropped = 0;
+  begin_limits();
   for (auto& [name, seg] : segments_) {
     read_segment(*seg, /*gauges=*/!seg->dead);
     dropped = sat_add(dropped, seg->dropped);
@@ -204,6 +205,7 @@ void RegistryReader::build_output() {
     });
     order_dirty_ = false;
   }
+  snapshot_.limits.clear();
   size_t n = 0;
   size_t merged = 0;  // native counts of both parts added up in merged_ so far
   for (uint32_t id : order_) {
@@ -214,6 +216,7 @@ void RegistryReader::build_output() {
     SeriesSample& out = snapshot_.series[n++];
     const SeriesInfo& info = *infos_[id];
     out.info = &info;
+    add_limit_spread(id, n - 1);
     out.counter = sat_add(live.counter, ret.counter);
     out.gauge = live.gauge;
     out.oldest_start = live.oldest;

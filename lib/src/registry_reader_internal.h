@@ -6,6 +6,7 @@
 //   registry_reader_totals.cc   folded totals: loading and persisting them
 //   registry_reader_listing.cc  the directory: segments, markers, temporaries
 //   registry_reader_series.cc   records, interning, values, folding, damage
+//   registry_reader_limits.cc   limits spread over processes (LimitSpread)
 #pragma once
 
 #include <dirent.h>

@@ -95,6 +95,9 @@ int32_t RegistryReader::intern(const Record& rec, std::string* why) {
   retired_[id] = Accumulator{};
   ++live_series_;
   keys_[id] = &series_ids_.emplace(std::move(key), id).first->first;
+  const size_t labels_at = std::min<size_t>(parts[0].size() + 1, rec.text_bytes);
+  note_limit_part(id, infos_[id]->family,
+                  std::string_view(rec.text + labels_at, rec.text_bytes - labels_at));
   order_dirty_ = true;
   return static_cast<int32_t>(id);
 }
@@ -420,6 +423,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
         acc.present = true;
         acc.in_progress = true;
         last_change_[e.id] = now;
+        note_limit_value(e.id, n);
       }
       // Begun: the sum of the lanes, read on as a counter.
       for (uint32_t l = 0; l < segment::kAgeLanes; ++l)
@@ -433,6 +437,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
       acc.gauge = segment::wrapping_add(acc.gauge, static_cast<int64_t>(*cur));
       acc.present = true;
       last_change_[e.id] = now;
+      note_limit_value(e.id, static_cast<int64_t>(*cur));
       const SeriesInfo& info = *infos_[e.id];
       if (!declared && info.family == family::kServerIdentity) {
         DeclaredServer server;
@@ -506,6 +511,7 @@ void RegistryReader::read_segment(Segment& s, bool gauges) {
     acc.present = true;
     if (!into_retired) last_change_[e.id] = now;
   }
+  if (gauges) close_segment_limits();
 }
 
 // The owner is gone: keep its counters and histograms in the totals, drop
@@ -550,6 +556,7 @@ void RegistryReader::expire_series(int64_t now) {
     series_ids_.erase(series_ids_.find(*keys_[id]));
     keys_[id] = nullptr;
     infos_[id].reset();
+    if (id < limit_part_.size()) limit_part_[id] = 0;
     retired_[id] = Accumulator{};
     free_ids_.push_back(id);
     --live_series_;

@@ -250,6 +250,10 @@ def test_json_validates_and_agrees_with_the_exporters_metrics_and_api(demo, expo
             assert first["admission_timeouts_total"] <= c <= l["admission_timeouts_total"]
         # Gauges: the same ranges the demo's semaphores allow.
         assert 0 <= l["active"] <= l["limit"] and l["available"] == l["limit"] - l["active"]
+        # Each demo limit is one process's (its forked verifiers inherit it):
+        # nothing can be stranded.
+        assert l["processes"] == served[key]["gym_concurrency_processes"] == 1
+        assert l["stranded_slots"] == served[key]["gym_concurrency_stranded_slots"] == 0
     names = {s["server_name"] for s in after["servers"]}
     assert names == {"rollout_driver", "simple_agent", "policy_model", "math_verifier",
                      "code_sandbox", "llm_judge"}

@@ -303,6 +303,8 @@ OTEL_FAMILIES = {
     "gym.concurrency.wait_duration": "gym_concurrency_wait_duration_seconds",
     "gym.concurrency.oldest_wait": "gym_concurrency_oldest_wait_seconds",
     "gym.concurrency.oldest_hold": "gym_concurrency_oldest_hold_seconds",
+    "gym.concurrency.processes": "gym_concurrency_processes",
+    "gym.concurrency.stranded_slots": "gym_concurrency_stranded_slots",
     "gym.resources.operation.queue_duration": "gym_resources_operation_queue_duration_seconds",
     "gym.resources.operation.duration": "gym_resources_operation_duration_seconds",
     "gym.resources.operation.queued": "gym_resources_operation_queued",

@@ -19,6 +19,7 @@
 #include "gym/limit_meter.h"
 #include "gym/metered_semaphore.h"
 #include "gym/resources_operation.h"
+#include "gym/segment_writer.h"
 #include "gym/server_identity.h"
 #include "gym_metrics.h"
 #include "http_client.h"
@@ -112,6 +113,8 @@ TEST(ExporterProcess, OnceServesTheWritersSeriesAndPromtoolAcceptsIt) {
   EXPECT_EQ(sample(out, "gym_concurrency_queue_depth" + limit_labels), 0);
   EXPECT_EQ(sample(out, "gym_concurrency_admission_timeouts_total" + limit_labels), 2);
   EXPECT_EQ(sample(out, "gym_concurrency_admission_cancelled_total" + limit_labels), 0);
+  EXPECT_EQ(sample(out, "gym_concurrency_processes" + limit_labels), 2);
+  EXPECT_EQ(sample(out, "gym_concurrency_stranded_slots" + limit_labels), 0);
   // Label values with quotes and backslashes are escaped.
   const std::string op =
       "nemo_gym_resources_executor=\"subprocess\",nemo_gym_resources_operation=\"verify\"";
@@ -315,6 +318,45 @@ int log_lines_with(const std::string& log, std::initializer_list<std::string> pa
     n += std::all_of(parts.begin(), parts.end(),
                      [&](const std::string& p) { return line.find(p) != std::string::npos; });
   return n;
+}
+
+// Two uvicorn-like workers of one server, each with its own 4 slots of one
+// limit: one has all its slots taken and a caller queued, the other none.
+TEST(ExporterProcess, FreeSlotsOfOneWorkerBesideAnothersQueueAreServedAsStranded) {
+  TempDir tmp;
+  testing::Ready ready;
+  testing::Gate gate;
+  auto worker = [&](int holds, bool queue) {
+    return testing::spawn([&, holds, queue] {
+      SegmentWriter w(tmp.path());
+      MeteredSemaphore sem(4, Component::kResourcesServer, "verifiers", "math", std::nullopt, w);
+      for (int i = 0; i < holds; ++i) sem.acquire();
+      std::jthread waiter;
+      if (queue) waiter = std::jthread([&sem] { sem.acquire(); });
+      while (sem.queued() != (queue ? 1 : 0)) std::this_thread::sleep_for(1ms);
+      ready.signal();
+      gate.wait();
+      for (int i = 0; i < holds; ++i) sem.release();
+      return 0;  // the waiter's slot goes with the process
+    });
+  };
+  const pid_t busy = worker(4, true);
+  const pid_t idle = worker(1, false);
+  ready.wait(2);
+  auto [rc, out] = shell(exporter() + " --once --registry.dir=" + tmp.path() + " 2>/dev/null");
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(busy), 0);
+  EXPECT_EQ(testing::wait_exit(idle), 0);
+  ASSERT_EQ(rc, 0) << out;
+  const std::string labels =
+      "{nemo_gym_concurrency_component=\"resources_server\",nemo_gym_concurrency_limit_name="
+      "\"verifiers\",nemo_gym_server_name=\"math\"}";
+  // Summed, a free slot beside a queue; spread, where they are.
+  EXPECT_EQ(sample(out, "gym_concurrency_limit" + labels), 8);
+  EXPECT_EQ(sample(out, "gym_concurrency_available" + labels), 3);
+  EXPECT_EQ(sample(out, "gym_concurrency_queue_depth" + labels), 1);
+  EXPECT_EQ(sample(out, "gym_concurrency_processes" + labels), 2);
+  EXPECT_EQ(sample(out, "gym_concurrency_stranded_slots" + labels), 3);
 }
 
 TEST(ExporterProcess, DebugLogsWritersAndServersAsTheyComeAndGoWithFields) {

@@ -5,7 +5,9 @@
 
 #include <map>
 #include <random>
+#include <thread>
 
+#include "gym/metered_semaphore.h"
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
 #include "test_support.h"
@@ -15,6 +17,7 @@ namespace {
 
 using testing::find_series;
 using testing::TempDir;
+using namespace std::chrono_literals;
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
 const int64_t kBounds[] = {1, 5, 10, 50, 100};
@@ -177,6 +180,108 @@ TEST(RegistryMultiprocess, WritersKilledAtRandomMomentsNeverBreakASnapshot) {
   EXPECT_GT(last_total, 0u);
   EXPECT_TRUE(tmp.files().empty()) << "no segment file is left behind";
   EXPECT_GT(snapshots, uint64_t{kKills});
+}
+
+// A limit's spread over the processes holding it, as a snapshot has it.
+const LimitSpread* spread_of(const Snapshot& snap, const Labels& labels) {
+  for (const LimitSpread& l : snap.limits)
+    if (snap.series[l.series].info->family == "gym_concurrency_limit" &&
+        snap.series[l.series].info->labels == labels)
+      return &l;
+  return nullptr;
+}
+
+// A process with `holds` slots of the limit "slots" (4 a process) and
+// `queued` threads waiting for one, until the gate opens. With `fork_child`,
+// a forked child that writes a series of its own (its segment has the
+// limit's records inherited, not its own limit).
+int hold_and_queue(const std::string& dir, int holds, int queued, bool fork_child,
+                   testing::Ready& ready, testing::Gate& gate) {
+  SegmentWriter w(dir);
+  MeteredSemaphore sem(4, Component::kResourcesServer, "slots", "math", std::nullopt, w);
+  for (int i = 0; i < holds; ++i) sem.acquire();
+  std::vector<std::jthread> waiters;
+  for (int i = 0; i < queued; ++i) waiters.emplace_back([&sem] { sem.acquire(); });
+  while (sem.queued() != queued) std::this_thread::sleep_for(1ms);
+  pid_t child = -1;
+  if (fork_child) {
+    child = testing::spawn([&] {
+      w.counter("child_total", {}).add(1);
+      ready.signal();
+      gate.wait();
+      return 0;
+    });
+  }
+  ready.signal();
+  gate.wait();
+  for (int i = 0; i < holds; ++i) sem.release();
+  waiters.clear();  // joined: each waiter got a slot
+  for (int i = 0; i < queued; ++i) sem.release();
+  return child < 0 ? 0 : testing::wait_exit(child);
+}
+
+TEST(RegistryMultiprocess, FreeSlotsBesideAnotherProcesssQueueAreStranded) {
+  TempDir tmp;
+  const Labels labels = {{"nemo_gym_concurrency_component", "resources_server"},
+                         {"nemo_gym_concurrency_limit_name", "slots"},
+                         {"nemo_gym_server_name", "math"}};
+  testing::Gate gate;
+  testing::Ready ready;
+  // A: all 4 held, 3 queued. B: 1 held, and a forked child. C: none held.
+  const pid_t a =
+      testing::spawn([&] { return hold_and_queue(tmp.path(), 4, 3, false, ready, gate); });
+  const pid_t b =
+      testing::spawn([&] { return hold_and_queue(tmp.path(), 1, 0, true, ready, gate); });
+  const pid_t c =
+      testing::spawn([&] { return hold_and_queue(tmp.path(), 0, 0, false, ready, gate); });
+  ready.wait(4);
+  RegistryReader reader(tmp.path());
+  {
+    const Snapshot& snap = reader.snapshot();
+    EXPECT_EQ(snap.stats.live_segments, 4u) << "three holders and B's child";
+    EXPECT_EQ(find_series(snap, "gym_concurrency_limit", labels)->gauge, 12);
+    EXPECT_EQ(find_series(snap, "gym_concurrency_queue_depth", labels)->gauge, 3);
+    EXPECT_EQ(testing::free_slots(snap, labels), 7);
+    const LimitSpread* l = spread_of(snap, labels);
+    ASSERT_NE(l, nullptr);
+    EXPECT_EQ(l->processes, 3u) << "B's child inherited the limit's records; it holds no limit";
+    EXPECT_EQ(l->stranded_slots, 7) << "B's 3 and C's 4 free slots, while A's callers queue";
+  }
+  ::kill(a, SIGKILL);
+  EXPECT_EQ(testing::wait_exit(a), 128 + SIGKILL);
+  {
+    const Snapshot& snap = reader.snapshot();
+    const LimitSpread* l = spread_of(snap, labels);
+    ASSERT_NE(l, nullptr);
+    EXPECT_EQ(l->processes, 2u);
+    EXPECT_EQ(l->stranded_slots, 0) << "no caller queues: free slots are only free";
+  }
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(b), 0);
+  EXPECT_EQ(testing::wait_exit(c), 0);
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(spread_of(snap, labels), nullptr) << "no live holder";
+  EXPECT_EQ(find_series(snap, "gym_concurrency_limit", labels), nullptr);
+}
+
+TEST(RegistryMultiprocess, OneProcesssQueueStrandsNothing) {
+  TempDir tmp;
+  const Labels labels = {{"nemo_gym_concurrency_component", "resources_server"},
+                         {"nemo_gym_concurrency_limit_name", "slots"},
+                         {"nemo_gym_server_name", "math"}};
+  testing::Gate gate;
+  testing::Ready ready;
+  const pid_t a =
+      testing::spawn([&] { return hold_and_queue(tmp.path(), 4, 2, false, ready, gate); });
+  ready.wait(1);
+  RegistryReader reader(tmp.path());
+  const Snapshot& snap = reader.snapshot();
+  const LimitSpread* l = spread_of(snap, labels);
+  ASSERT_NE(l, nullptr);
+  EXPECT_EQ(l->processes, 1u);
+  EXPECT_EQ(l->stranded_slots, 0);
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(a), 0);
 }
 
 }  // namespace

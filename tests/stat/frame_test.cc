@@ -51,6 +51,21 @@ TEST(Frame, TheFilterKeepsMatchingRowsOnly) {
   EXPECT_EQ(text.find("\ncode "), std::string::npos) << text;
 }
 
+TEST(Frame, ALimitShowsItsProcessesAndStrandedSlots) {
+  View now;
+  LimitView l = limit("math", "verifiers", 8, 3, 0);
+  l.queue_depth = 1;
+  l.processes = 2;
+  l.stranded_slots = 3;
+  now.limits = {l};
+  const std::string text = plain(frame(now, nullptr, {}));
+  EXPECT_NE(text.find("PROCS STRANDED"), std::string::npos) << text;
+  const size_t row = text.find("\nmath ");
+  ASSERT_NE(row, std::string::npos) << text;
+  const std::string line = text.substr(row + 1, text.find('\n', row + 1) - row - 1);
+  EXPECT_NE(line.find("5/8       1      2     3"), std::string::npos) << line;
+}
+
 TEST(Frame, ControlCharactersInLabelValuesNeverReachTheTerminal) {
   View now;
   now.registry_dir = "/dev/shm/\x1b[2J";

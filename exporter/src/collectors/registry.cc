@@ -77,6 +77,16 @@ class RegistryCollector : public Collector {
   Family admissions_;
   FamilyExtras admissions_extras_;  // their created times
   std::vector<std::pair<ClientMetric*, size_t>> admission_slots_;
+  // gym_concurrency_processes and _stranded_slots: each limit's spread
+  // over its processes (Snapshot::limits), by the limit's index into served_.
+  struct SpreadSlot {
+    ClientMetric* processes;
+    ClientMetric* stranded;
+    size_t limit;
+  };
+  Family processes_, stranded_;
+  std::vector<SpreadSlot> spread_slots_;
+  std::vector<const LimitSpread*> spread_by_series_;  // by snapshot index
   std::vector<size_t> scratch_index_;
   std::vector<const SeriesInfo*> scratch_infos_;
 };
@@ -99,6 +109,9 @@ void RegistryCollector::rebuild() {
   active_ = Family{};
   admission_slots_.clear();
   admissions_ = Family{};
+  spread_slots_.clear();
+  processes_ = Family{};
+  stranded_ = Family{};
   // Each family's metrics reserved before any is taken, so that their
   // pointers stay put (model_, a deque, never moves a family).
   const std::string* family = nullptr;
@@ -166,6 +179,15 @@ void RegistryCollector::rebuild() {
   for (const auto& [labels, idx] : limits)
     if (idx.holds != 0)
       admission_slots_.emplace_back(&add_metric(admissions_, labels), size_t(idx.holds - 1));
+  Families three;
+  processes_ = std::move(add_family(three, family::kConcurrencyProcesses));
+  stranded_ = std::move(add_family(three, family::kConcurrencyStrandedSlots));
+  processes_.metric.reserve(limits.size());
+  stranded_.metric.reserve(limits.size());
+  for (const auto& [labels, idx] : limits)
+    if (idx.limit != 0)
+      spread_slots_.push_back(
+          {&add_metric(processes_, labels), &add_metric(stranded_, labels), size_t(idx.limit - 1)});
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {
@@ -204,6 +226,13 @@ void RegistryCollector::update_values(const Snapshot& snap) {
         limit_slots(limit, snap.series[served_index_[size_t(a.available)]].gauge, holds);
     slots_[size_t(a.available)].metric->gauge.value = static_cast<double>(slots.free);
     a.metric->gauge.value = static_cast<double>(slots.active);
+  }
+  spread_by_series_.assign(snap.series.size(), nullptr);
+  for (const LimitSpread& l : snap.limits) spread_by_series_[l.series] = &l;
+  for (SpreadSlot& slot : spread_slots_) {
+    const LimitSpread* l = spread_by_series_[served_index_[slot.limit]];
+    slot.processes->gauge.value = l != nullptr ? double(l->processes) : 0.0;
+    slot.stranded->gauge.value = l != nullptr ? double(l->stranded_slots) : 0.0;
   }
   admissions_extras_.created.resize(admission_slots_.size());
   for (size_t k = 0; k < admission_slots_.size(); ++k) {
@@ -283,6 +312,8 @@ void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
   }
   if (!active_.metric.empty()) emit(active_);
   if (!admissions_.metric.empty()) emit(admissions_, &admissions_extras_);
+  if (!processes_.metric.empty()) emit(processes_);
+  if (!stranded_.metric.empty()) emit(stranded_);
   emit_stats(snap, emit);
 }
 

@@ -27,6 +27,9 @@ inline constexpr std::string_view kConcurrencyWaitDuration =
     "gym_concurrency_wait_duration_seconds";
 inline constexpr std::string_view kConcurrencyOldestWait = "gym_concurrency_oldest_wait_seconds";
 inline constexpr std::string_view kConcurrencyOldestHold = "gym_concurrency_oldest_hold_seconds";
+// Served by the exporter from the snapshot's LimitSpread (not written).
+inline constexpr std::string_view kConcurrencyProcesses = "gym_concurrency_processes";
+inline constexpr std::string_view kConcurrencyStrandedSlots = "gym_concurrency_stranded_slots";
 inline constexpr std::string_view kOperationQueueDuration =
     "gym_resources_operation_queue_duration_seconds";
 inline constexpr std::string_view kOperationDuration = "gym_resources_operation_duration_seconds";

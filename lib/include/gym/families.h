@@ -126,6 +126,22 @@ inline constexpr FamilySpec kFamilies[] = {
      "How long the longest-held slot of a concurrency limit has been held now (0: none is held).",
      {label::kComponent, label::kLimitName, label::kServerName},
      "gym.concurrency.oldest_hold"},
+    {family::kConcurrencyProcesses,
+     MetricType::kGauge,
+     Source::kRegistry,
+     "",
+     "Live processes holding a concurrency limit (each opened it with these labels).",
+     {label::kComponent, label::kLimitName, label::kServerName},
+     "gym.concurrency.processes"},
+    {family::kConcurrencyStrandedSlots,
+     MetricType::kGauge,
+     Source::kRegistry,
+     "",
+     "Free slots of a limit in processes with no caller queued while another process of the "
+     "limit has callers queued (0 otherwise): load sent to the wrong process, not a limit too "
+     "small.",
+     {label::kComponent, label::kLimitName, label::kServerName},
+     "gym.concurrency.stranded_slots"},
     // Resources operations (ResourcesOperation); nemo_gym_server_name once the
     // process declared its server.
     {family::kOperationQueueDuration,

@@ -41,6 +41,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -149,6 +150,20 @@ inline LimitSlots limit_slots(int64_t limit, int64_t available, int64_t holds) {
   return {free, segment::wrapping_sub(limit, free)};
 }
 
+// A concurrency limit spread over the processes that hold it, from one
+// snapshot's read of their segments. A limit that several processes open
+// with the same labels (uvicorn --workers, a forked child's own semaphore)
+// is one series summed over them; summed, a free slot in one process and a
+// queue in another look like a broken semaphore. `stranded_slots` are the
+// free slots of processes with no caller queued while another process of
+// the limit has callers queued (0 otherwise): work the load balancer sent
+// to the wrong process, not a limit too small.
+struct LimitSpread {
+  size_t series = 0;       // index in Snapshot::series of the limit's gym_concurrency_limit
+  uint32_t processes = 0;  // live processes holding the limit
+  int64_t stranded_slots = 0;
+};
+
 struct Snapshot {
   // CLOCK_MONOTONIC (the ages' clock) when the snapshot began: before any
   // value was read, so that an age never exceeds how long its caller has
@@ -166,6 +181,8 @@ struct Snapshot {
   std::vector<DeclaredServer> servers;
   // Live writer processes with a segment, by segment name.
   std::vector<WriterInfo> writers;
+  // Every limit with a live holder, in series order.
+  std::vector<LimitSpread> limits;
   // Changes whenever a series is added or forgotten: a SeriesInfo pointer
   // kept from a snapshot with another epoch may have been freed (and its
   // address reused).
@@ -270,6 +287,14 @@ class RegistryReader {
   void load_totals(bool adopt_folded);
   void persist_totals();
   void expire_series(int64_t now_ns);
+  // Limits' spreads (registry_reader_limits.cc): a series' part in a limit,
+  // noted when it is interned; its per-process values as a live segment is
+  // read; the segment's contribution once it is read.
+  void note_limit_part(uint32_t id, std::string_view family, std::string_view labels);
+  void note_limit_value(uint32_t id, int64_t value);
+  void close_segment_limits();
+  void begin_limits();
+  void add_limit_spread(uint32_t id, size_t series);
   void build_output();
   bool trusted(uid_t owner);
 
@@ -304,6 +329,20 @@ class RegistryReader {
   std::unordered_map<std::string, FamilyShape> families_;
   std::vector<uint32_t> order_;  // ids sorted by family, labels
   bool order_dirty_ = false;
+
+  // By id: (limit index << 3) | part (LimitPart), 0 for none.
+  std::vector<uint32_t> limit_part_;
+  std::unordered_map<std::string, uint32_t> limit_index_;  // labels text -> index
+  struct LimitTally {
+    uint32_t stamp = 0;  // segment whose values below are noted
+    bool held = false;   // that segment has the limit's own record
+    int64_t limit = 0, available = 0, holds = 0, queued = 0;
+    uint32_t processes = 0, queued_processes = 0;
+    int64_t unqueued_free = 0;
+  };
+  std::vector<LimitTally> limit_tallies_;
+  std::vector<uint32_t> limit_touched_;  // tallies noted in this segment
+  uint32_t limit_stamp_ = 0;
 
   std::vector<Accumulator> retired_;  // by id: folded counters, histograms
   std::vector<Accumulator> current_;  // by id: this snapshot
