@@ -113,6 +113,9 @@ Mounts parse_mountinfo(std::string_view text) {
     } else if (fstype == "cgroup" && m.v1_memory.empty() && has_option(super, "memory")) {
       m.v1_memory = unescape(w[4]);
       m.v1_memory_root = unescape(w[3]);
+    } else if (fstype == "cgroup" && m.v1_cpu.empty() && has_option(super, "cpu")) {
+      m.v1_cpu = unescape(w[4]);
+      m.v1_cpu_root = unescape(w[3]);
     }
   });
   return m;
@@ -132,6 +135,8 @@ Membership parse_membership(std::string_view text) {
       who.v2 = path;
     else if (has_option(controllers, "memory"))
       who.v1_memory = path;
+    else if (has_option(controllers, "cpu"))
+      who.v1_cpu = path;
   });
   return who;
 }
@@ -145,6 +150,18 @@ std::optional<Place> locate(const Mounts& mounts, const Membership& who) {
     if (std::optional<std::string> dir =
             dir_of(mounts.v1_memory, mounts.v1_memory_root, *who.v1_memory))
       return Place{1, *who.v1_memory, *dir};
+  }
+  return std::nullopt;
+}
+
+std::optional<Place> locate_cpu(const Mounts& mounts, const Membership& who) {
+  if (who.v2) {
+    if (std::optional<std::string> dir = dir_of(mounts.v2, mounts.v2_root, *who.v2))
+      if (::access((*dir + "/cpu.max").c_str(), F_OK) == 0) return Place{2, *who.v2, *dir};
+  }
+  if (who.v1_cpu) {
+    if (std::optional<std::string> dir = dir_of(mounts.v1_cpu, mounts.v1_cpu_root, *who.v1_cpu))
+      return Place{1, *who.v1_cpu, *dir};
   }
   return std::nullopt;
 }
@@ -214,6 +231,42 @@ MemoryState read_memory(const Place& place) {
   return s;
 }
 
+std::optional<double> parse_cpu_max(std::string_view text) {
+  const std::vector<std::string_view> w = words(trim(text));
+  if (w.size() != 2) return std::nullopt;
+  const std::optional<uint64_t> quota = to_u64(w[0]), period = to_u64(w[1]);
+  if (!quota || !period || *period == 0) return std::nullopt;  // "max": none
+  return double(*quota) / double(*period);
+}
+
+CpuState read_cpu(const Place& place) {
+  CpuState s;
+  struct stat st {};
+  s.exists = ::stat(place.dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  if (!s.exists) return s;
+  std::string buf;
+  const std::string& d = place.dir;
+  if (place.version == 2) {
+    if (procfs::read_file(d + "/cpu.max", buf) == procfs::ReadStatus::kOk)
+      s.limit_cores = parse_cpu_max(buf);
+  } else {
+    // cfs_quota_us is -1 (no limit), which read_number does not take.
+    const std::optional<uint64_t> quota = read_number(d + "/cpu.cfs_quota_us", buf);
+    const std::optional<uint64_t> period = read_number(d + "/cpu.cfs_period_us", buf);
+    if (quota && period && *period != 0) s.limit_cores = double(*quota) / double(*period);
+  }
+  if (procfs::read_file(d + "/cpu.stat", buf) == procfs::ReadStatus::kOk) {
+    s.periods = find_count(buf, "nr_periods");
+    s.throttled_periods = find_count(buf, "nr_throttled");
+    if (place.version == 2) {
+      s.throttled_us = find_count(buf, "throttled_usec");
+    } else if (std::optional<uint64_t> ns = find_count(buf, "throttled_time")) {
+      s.throttled_us = *ns / 1000;
+    }
+  }
+  return s;
+}
+
 std::optional<uint64_t> read_oom_kills(const Place& place) {
   std::string buf;
   const std::string file = place.version == 2 ? "/memory.events" : "/memory.oom_control";
@@ -233,18 +286,33 @@ void Resolver::init() {
     if (procfs::read_file(proc_root_ + "/self/mountinfo", buf) == procfs::ReadStatus::kOk)
       *mounts_ = parse_mountinfo(buf);
   }
-  if (procfs::read_file(proc_root_ + "/self/cgroup", buf) == procfs::ReadStatus::kOk)
-    self_ = locate(*mounts_, parse_membership(buf));
+  if (procfs::read_file(proc_root_ + "/self/cgroup", buf) == procfs::ReadStatus::kOk) {
+    const Membership self = parse_membership(buf);
+    self_ = locate(*mounts_, self);
+    self_cpu_ = locate_cpu(*mounts_, self);
+  }
 }
 
-std::optional<Place> Resolver::own(pid_t pid) {
+std::optional<Membership> Resolver::membership(pid_t pid) {
   init();
   std::string buf;
   if (procfs::read_file(proc_root_ + "/" + std::to_string(pid) + "/cgroup", buf) !=
       procfs::ReadStatus::kOk)
     return std::nullopt;
-  std::optional<Place> place = locate(*mounts_, parse_membership(buf));
+  return parse_membership(buf);
+}
+
+std::optional<Place> Resolver::own(pid_t pid) {
+  const std::optional<Membership> who = membership(pid);
+  std::optional<Place> place = who ? locate(*mounts_, *who) : std::nullopt;
   if (!place || place->path == "/" || (self_ && *self_ == *place)) return std::nullopt;
+  return place;
+}
+
+std::optional<Place> Resolver::own_cpu(pid_t pid) {
+  const std::optional<Membership> who = membership(pid);
+  std::optional<Place> place = who ? locate_cpu(*mounts_, *who) : std::nullopt;
+  if (!place || place->path == "/" || (self_cpu_ && *self_cpu_ == *place)) return std::nullopt;
   return place;
 }
 

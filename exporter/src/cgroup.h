@@ -1,8 +1,9 @@
 // Cgroups: where a process's memory is charged, and what its cgroup reports
-// (usage, peak, limit, OOM kills, memory pressure). Both layouts are read:
-// cgroup v2 (the unified hierarchy, when its memory controller is enabled)
-// and the v1 memory hierarchy (hybrid hosts, where the memory controller is
-// bound to v1). The parsers take text and never fail: a line they do not
+// (usage, peak, limit, OOM kills, memory pressure); where its CPU time is
+// accounted, and that cgroup's CPU limit and throttling. Both layouts are
+// read: cgroup v2 (the unified hierarchy, when its memory or cpu controller
+// is enabled) and the v1 memory and cpu hierarchies (hybrid hosts, where
+// the controller is bound to v1). The parsers take text and never fail: a line they do not
 // understand is skipped.
 //
 // Thread-safety: the parsers are pure; one Resolver belongs to one thread.
@@ -23,15 +24,18 @@ struct Mounts {
   std::string v2_root = "/";  // the part of the hierarchy mounted there
   std::string v1_memory;      // the v1 hierarchy with the memory controller
   std::string v1_memory_root = "/";
+  std::string v1_cpu;  // the v1 hierarchy with the cpu controller
+  std::string v1_cpu_root = "/";
   bool operator==(const Mounts&) const = default;
 };
 Mounts parse_mountinfo(std::string_view text);
 
 // A process's cgroups (/proc/<pid>/cgroup): its v2 path ("0::/path") and
-// its v1 memory path ("N:...memory...:/path").
+// its v1 memory and cpu paths ("N:...memory...:/path", "N:cpu,cpuacct:/path").
 struct Membership {
   std::optional<std::string> v2;
   std::optional<std::string> v1_memory;
+  std::optional<std::string> v1_cpu;
 };
 Membership parse_membership(std::string_view text);
 
@@ -47,6 +51,9 @@ struct Place {
 // memory (has memory.current), else its v1 memory cgroup; nullopt when
 // neither is mounted or the path is outside the mounted part.
 std::optional<Place> locate(const Mounts& mounts, const Membership& who);
+// Where `who`'s CPU time is accounted and limited: its v2 cgroup when the
+// cpu controller is enabled there (it has cpu.max), else its v1 cpu cgroup.
+std::optional<Place> locate_cpu(const Mounts& mounts, const Membership& who);
 
 struct Pressure {
   double avg10 = 0, avg60 = 0, avg300 = 0;  // percent of wall time stalled
@@ -75,6 +82,19 @@ struct MemoryState {
 };
 // Reads the files of `place` (each one that is missing stays empty).
 MemoryState read_memory(const Place& place);
+
+struct CpuState {
+  std::optional<double> limit_cores;  // quota / period; none: unlimited
+  std::optional<uint64_t> periods, throttled_periods;
+  std::optional<uint64_t> throttled_us;
+  bool exists = false;  // the directory was there
+};
+// v2's cpu.max ("QUOTA PERIOD" or "max PERIOD"): the cores it allows.
+std::optional<double> parse_cpu_max(std::string_view text);
+// cpu.stat's nr_periods, nr_throttled and throttled_usec (v2) or
+// throttled_time in nanoseconds (v1), and the quota (v2 cpu.max; v1
+// cpu.cfs_quota_us over cpu.cfs_period_us, -1 for none) of a cpu `place`.
+CpuState read_cpu(const Place& place);
 // Only the OOM kills of `place` (what an exit's reason needs).
 std::optional<uint64_t> read_oom_kills(const Place& place);
 
@@ -88,12 +108,15 @@ class Resolver {
   explicit Resolver(std::string proc_root, std::optional<Mounts> mounts = std::nullopt);
   // nullopt: none of its own, or its cgroup file could not be read.
   std::optional<Place> own(pid_t pid);
+  // Its cpu cgroup, on the same terms.
+  std::optional<Place> own_cpu(pid_t pid);
 
  private:
   void init();
+  std::optional<Membership> membership(pid_t pid);
   std::string proc_root_;
   std::optional<Mounts> mounts_;
-  std::optional<Place> self_;
+  std::optional<Place> self_, self_cpu_;
   bool init_ = false;
 };
 

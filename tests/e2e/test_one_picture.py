@@ -19,8 +19,8 @@ import urllib.request
 import pytest
 
 from pace import HTTP_S, SANITIZED, STOP_S
-from test_gym_stat import (BUILD, DEMO, EXPORTER, FAKE_NVML, STAT, lone_demo,  # noqa: F401
-                           registry, start_exporter)
+from test_gym_stat import (BUILD, DEMO, EXPORTER, FAKE_NVML, STAT, demo, exporter,  # noqa: F401
+                           lone_demo, registry, start_exporter)
 
 DECLARE = os.path.join(BUILD, "tests", "gym_declare_server")
 INTERVAL = 3.0 if SANITIZED else 0.4  # sanitized requests are slow: fewer samples land between
@@ -61,8 +61,7 @@ def get(port, path):
     return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=HTTP_S).read()
 
 
-@pytest.fixture
-def sandboxed(lone_demo):
+def sandbox_in(registry):
     """A declarer of its own pid namespace writing into the demo's registry."""
     if not unshare_works():
         pytest.skip("unshare --pid --fork --mount-proc does not work here")
@@ -70,11 +69,25 @@ def sandboxed(lone_demo):
     # left it running, in its namespace, after the test).
     p = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", DECLARE,
                           "sandboxed", "resources_server", "16", "0"], stdout=subprocess.PIPE,
-                         text=True, env=dict(os.environ, GYM_METRICS_DIR=lone_demo))
+                         text=True, env=dict(os.environ, GYM_METRICS_DIR=registry))
     assert p.stdout.readline() == "ready 1\n"
-    yield lone_demo
+    yield registry
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=STOP_S)
+
+
+@pytest.fixture
+def sandboxed(lone_demo):
+    """The demo and a namespaced declarer, for a test that starts its exporter."""
+    yield from sandbox_in(lone_demo)
+
+
+@pytest.fixture
+def hosted_sandboxed(demo):
+    """The same beside the host's exporter, which retires the segments of the
+    demo's exited verifiers: without it they pile up, and a sanitized
+    `gym-exporter --once` over the pile took over 180 s."""
+    yield from sandbox_in(demo)
 
 
 def nvml_fixture(tmp_path, doc):
@@ -145,14 +158,15 @@ def once_numbers(registry, env, cfg):
     return server_numbers(out)
 
 
-def test_gym_stat_computes_a_server_as_the_exporter_does(sandboxed, tmp_path):
+def test_gym_stat_computes_a_server_as_the_exporter_does(hosted_sandboxed, tmp_path):
     """gym-stat runs the exporter's servers unit and collectors in-process:
     for a server whose numbers two exporter samples around it agree on
     (gym-exporter --once before and after), gym-stat --json gives the same."""
     cfg = tmp_path / "gym.yml"
     cfg.write_text(f"gpu:\n  library: {FAKE_NVML}\n")
-    plain = json.loads(subprocess.run([STAT, f"--registry.dir={sandboxed}", "--json"], check=True,
-                                      capture_output=True, text=True, timeout=RUN_S).stdout)
+    plain = json.loads(subprocess.run([STAT, f"--registry.dir={hosted_sandboxed}", "--json"],
+                                      check=True, capture_output=True, text=True,
+                                      timeout=RUN_S).stdout)
     env = dict(os.environ, FAKE_NVML_FIXTURE=str(nvml_fixture(tmp_path, plain)))
     # The two servers on the GPU, and one other (any: which servers hold
     # still between two sanitized runs is up to the demo) with its 0.
@@ -165,11 +179,11 @@ def test_gym_stat_computes_a_server_as_the_exporter_does(sandboxed, tmp_path):
     for _ in range(8):
         if enough():
             break
-        first = once_numbers(sandboxed, env, cfg)
-        doc = json.loads(subprocess.run([STAT, f"--registry.dir={sandboxed}", "--json",
+        first = once_numbers(hosted_sandboxed, env, cfg)
+        doc = json.loads(subprocess.run([STAT, f"--registry.dir={hosted_sandboxed}", "--json",
                                          f"--config.file={cfg}"], check=True, capture_output=True,
                                         text=True, timeout=RUN_S, env=env).stdout)
-        last = once_numbers(sandboxed, env, cfg)
+        last = once_numbers(hosted_sandboxed, env, cfg)
         for name, mine in snapshot_numbers(doc).items():
             if name in first and first[name] == last.get(name):
                 assert mine == first[name], (name, mine, first[name])

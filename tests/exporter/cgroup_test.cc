@@ -49,6 +49,12 @@ TEST(CgroupParse, MountinfoFindsTheUnifiedAndTheV1MemoryHierarchies) {
   EXPECT_EQ(m.v2, "/sys/fs/cgroup/unified");
   EXPECT_EQ(m.v2_root, "/");
   EXPECT_EQ(m.v1_memory, "/sys/fs/cgroup/memory");
+  EXPECT_EQ(m.v1_cpu, "/sys/fs/cgroup/cpu");
+  EXPECT_EQ(cgroup::parse_mountinfo("35 30 0:31 / /c rw - cgroup cgroup rw,cpu,cpuacct\n"
+                                    "36 30 0:32 / /s rw - cgroup cgroup rw,cpuset\n")
+                .v1_cpu,
+            "/c")
+      << "cpu shares a hierarchy with cpuacct; cpuset is another controller";
   // Pure v2, a mount point with an escaped space, and a namespace's root.
   const cgroup::Mounts v2 = cgroup::parse_mountinfo(
       "29 23 0:26 /ns /my\\040cgroups rw shared:4 - cgroup2 cgroup2 rw\n"
@@ -66,6 +72,17 @@ TEST(CgroupParse, MembershipTakesTheV2PathAndTheV1MemoryPath) {
   EXPECT_EQ(who.v2, "/system.slice/gym.service");
   EXPECT_EQ(who.v1_memory, "/gym/a:b") << "a path may hold a colon";
   EXPECT_FALSE(cgroup::parse_membership("1:cpu:/x\n").v2.has_value());
+  EXPECT_EQ(cgroup::parse_membership("1:cpu:/x\n").v1_cpu, "/x");
+  EXPECT_EQ(cgroup::parse_membership("2:cpu,cpuacct:/sandbox/7\n").v1_cpu, "/sandbox/7");
+  EXPECT_FALSE(who.v1_cpu.has_value()) << "cpuset is not cpu";
+}
+
+TEST(CgroupParse, CpuMaxIsQuotaOverPeriodAndMaxIsNoLimit) {
+  EXPECT_DOUBLE_EQ(*cgroup::parse_cpu_max("20000 100000\n"), 0.2);
+  EXPECT_DOUBLE_EQ(*cgroup::parse_cpu_max("250000 50000\n"), 5.0);
+  EXPECT_FALSE(cgroup::parse_cpu_max("max 100000\n"));
+  EXPECT_FALSE(cgroup::parse_cpu_max("20000 0\n"));
+  EXPECT_FALSE(cgroup::parse_cpu_max("garbage"));
 }
 
 TEST(CgroupParse, PressureReadsSomeAndFullAndSkipsLinesItDoesNotKnow) {
@@ -142,6 +159,11 @@ TEST(CgroupCollector, ServesEveryCgroupFamilyForAFixtureV2Tree) {
   put(dir + "/memory.pressure",
       "some avg10=12.50 avg60=5.00 avg300=1.00 total=2500000\n"
       "full avg10=2.00 avg60=1.00 avg300=0.50 total=500000\n");
+  // The kernel's cpu.max and cpu.stat (Linux 6.1, cpu controller enabled).
+  put(dir + "/cpu.max", "150000 100000\n");
+  put(dir + "/cpu.stat",
+      "usage_usec 9000000\nuser_usec 8000000\nsystem_usec 1000000\ncore_sched.force_idle_usec 0\n"
+      "nr_periods 400\nnr_throttled 120\nthrottled_usec 3500000\nnr_bursts 0\nburst_usec 0\n");
   CgroupCollector c(fx.servers(true), [](const std::string&) {});
   c.sample();
   auto f = families(c);
@@ -166,14 +188,82 @@ TEST(CgroupCollector, ServesEveryCgroupFamilyForAFixtureV2Tree) {
   EXPECT_EQ(ratio[0].label.at(3).value, "10s");
   EXPECT_DOUBLE_EQ(ratio[0].gauge.value, 0.125);
   EXPECT_EQ(f.at("gym_exporter_cgroup_sample_errors_total").metric.at(0).counter.value, 0);
+  EXPECT_DOUBLE_EQ(f.at("gym_server_cgroup_cpu_limit_cores").metric.at(0).gauge.value, 1.5);
+  EXPECT_EQ(f.at("gym_server_cgroup_cpu_periods_total").metric.at(0).counter.value, 400);
+  EXPECT_EQ(f.at("gym_server_cgroup_cpu_throttled_periods_total").metric.at(0).counter.value, 120);
+  EXPECT_DOUBLE_EQ(f.at("gym_server_cgroup_cpu_throttled_seconds_total").metric.at(0).counter.value,
+                   3.5);
 
   // No limit, and a kernel without memory.peak: those series are absent.
+  put(dir + "/cpu.max", "max 100000\n");
   put(dir + "/memory.max", "max\n");
   std::filesystem::remove(dir + "/memory.peak");
   c.sample();
   f = families(c);
   EXPECT_FALSE(f.count("gym_server_cgroup_memory_limit_bytes"));
   EXPECT_FALSE(f.count("gym_server_cgroup_memory_peak_bytes"));
+  EXPECT_FALSE(f.count("gym_server_cgroup_cpu_limit_cores"));
+  EXPECT_EQ(f.at("gym_server_cgroup_cpu_periods_total").metric.at(0).counter.value, 400);
+}
+
+// A server whose root shares the exporter's cgroup and whose two sandboxes
+// (v2, each its own cgroup with a quota) run a verifier each; one sandbox
+// shares its cgroup with another server. Each cgroup counts for every
+// server with a process in it; a removed sandbox keeps what it counted.
+TEST(CgroupCollector, CpuCountsEverySandboxCgroupOfAServerAndKeepsARemovedOnesCounts) {
+  Fixture fx("0::/exporter\n", "0::/exporter\n");
+  auto proc = [&](int pid, int ppid, const std::string& cgroup) {
+    put(fx.proc + "/" + std::to_string(pid) + "/stat",
+        std::to_string(pid) + " (verifier) S " + std::to_string(ppid) +
+            " 100 100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 600 1000000 200 "
+            "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
+    put(fx.proc + "/" + std::to_string(pid) + "/cgroup", cgroup);
+  };
+  auto sandbox = [&](const std::string& name, const std::string& max, int periods, int throttled,
+                     int usec) {
+    put(fx.cg + "/sandboxes/" + name + "/cpu.max", max);
+    put(fx.cg + "/sandboxes/" + name + "/cpu.stat",
+        "usage_usec 1\nnr_periods " + std::to_string(periods) + "\nnr_throttled " +
+            std::to_string(throttled) + "\nthrottled_usec " + std::to_string(usec) + "\n");
+  };
+  proc(101, 100, "0::/sandboxes/a\n");
+  proc(102, 100, "0::/sandboxes/b\n");
+  proc(200, 1, "0::/sandboxes/b\n");  // the other server's root, in b
+  sandbox("a", "20000 100000\n", 10, 5, 400000);
+  sandbox("b", "50000 100000\n", 20, 2, 100000);
+  ServersConfig sc;
+  sc.proc_root = fx.proc;
+  cgroup::Mounts m;
+  m.v2 = fx.cg;
+  sc.mounts = m;
+  sc.targets = {pid_target("agent", "agent", 100), pid_target("other", "agent", 200)};
+  CgroupCollector c(make_watcher(sc), [](const std::string&) {});
+  c.sample();
+  auto f = families(c);
+  auto value = [&](const std::string& family, const std::string& server) {
+    for (const auto& m : f.at(family).metric)
+      if (m.label.at(0).value == server) return m.counter.value + m.gauge.value;
+    return -1.0;
+  };
+  EXPECT_DOUBLE_EQ(value("gym_server_cgroup_cpu_limit_cores", "agent"), 0.7);
+  EXPECT_EQ(value("gym_server_cgroup_cpu_periods_total", "agent"), 30);
+  EXPECT_EQ(value("gym_server_cgroup_cpu_throttled_periods_total", "agent"), 7);
+  EXPECT_DOUBLE_EQ(value("gym_server_cgroup_cpu_throttled_seconds_total", "agent"), 0.5);
+  EXPECT_DOUBLE_EQ(value("gym_server_cgroup_cpu_limit_cores", "other"), 0.5) << "b counts for both";
+  EXPECT_EQ(value("gym_server_cgroup_cpu_periods_total", "other"), 20);
+  EXPECT_FALSE(f.count("gym_server_cgroup_info")) << "the root has no cgroup of its own";
+
+  // Sandbox a throttles more, then its verifier exits and it is removed.
+  sandbox("a", "20000 100000\n", 14, 9, 700000);
+  c.sample();
+  std::filesystem::remove_all(fx.proc + "/101");
+  std::filesystem::remove_all(fx.cg + "/sandboxes/a");
+  c.sample();
+  f = families(c);
+  EXPECT_DOUBLE_EQ(value("gym_server_cgroup_cpu_limit_cores", "agent"), 0.5);
+  EXPECT_EQ(value("gym_server_cgroup_cpu_periods_total", "agent"), 34) << "a's 14 and b's 20";
+  EXPECT_EQ(value("gym_server_cgroup_cpu_throttled_periods_total", "agent"), 11);
+  EXPECT_DOUBLE_EQ(value("gym_server_cgroup_cpu_throttled_seconds_total", "agent"), 0.8);
 }
 
 TEST(CgroupCollector, OomKillsNeverFallWhenTheCgroupIsRecreatedOrReplaced) {
@@ -550,6 +640,118 @@ TEST(RealCgroup, ConfiguredMountsAreWhereExitReasonsAreRead) {
   memory->sample();
   EXPECT_EQ(cg.oom_kills(), 0u) << "the real cgroup saw none";
   EXPECT_EQ(exits_of(*memory), (std::pair<uint64_t, uint64_t>{0, 1}));
+}
+
+// A real cpu cgroup of this host with a quota, removed at the end: cgroup v2
+// when the unified hierarchy offers the cpu controller, else v1's.
+class RealCpuCgroup {
+ public:
+  RealCpuCgroup(uint64_t quota_us, uint64_t period_us) {
+    std::string text;
+    if (procfs::read_file("/proc/self/mountinfo", text) != procfs::ReadStatus::kOk) return;
+    const cgroup::Mounts m = cgroup::parse_mountinfo(text);
+    std::string controllers;
+    const bool v2 =
+        !m.v2.empty() &&
+        procfs::read_file(m.v2 + "/cgroup.controllers", controllers) == procfs::ReadStatus::kOk &&
+        controllers.find("cpu") != std::string::npos;
+    if (!v2 && m.v1_cpu.empty()) {
+      why_ = "the cpu controller is mounted neither in cgroup v2 nor in v1";
+      return;
+    }
+    if (v2) put(m.v2 + "/cgroup.subtree_control", "+cpu");
+    dir_ = (v2 ? m.v2 : m.v1_cpu) + "/gym-test-cpu-" + std::to_string(::getpid());
+    if (::mkdir(dir_.c_str(), 0755) != 0) {
+      why_ = "cannot create " + dir_ + ": " + std::strerror(errno);
+      dir_.clear();
+      return;
+    }
+    if (v2) {
+      std::ofstream(dir_ + "/cpu.max") << quota_us << " " << period_us;
+    } else {
+      std::ofstream(dir_ + "/cpu.cfs_period_us") << period_us;
+      std::ofstream(dir_ + "/cpu.cfs_quota_us") << quota_us;
+    }
+    std::string got;
+    const std::string file = dir_ + (v2 ? "/cpu.max" : "/cpu.cfs_quota_us");
+    if (procfs::read_file(file, got) != procfs::ReadStatus::kOk || std::stoull(got) != quota_us) {
+      why_ = "cannot set " + file;
+      return;
+    }
+    version_ = v2 ? 2 : 1;
+  }
+  ~RealCpuCgroup() {
+    for (int i = 0; !dir_.empty() && i < 500 && ::rmdir(dir_.c_str()) != 0; ++i)
+      std::this_thread::sleep_for(10ms);
+  }
+  bool ok() const { return version_ != 0; }
+  const std::string& why() const { return why_; }
+  bool join() const {
+    std::ofstream procs(dir_ + "/cgroup.procs");
+    procs << ::getpid() << std::flush;
+    return bool(procs);
+  }
+  // The kernel's own count of time throttled, in microseconds.
+  uint64_t throttled_us() const {
+    std::string text;
+    if (procfs::read_file(dir_ + "/cpu.stat", text) != procfs::ReadStatus::kOk) return 0;
+    if (version_ == 2) return cgroup::find_count(text, "throttled_usec").value_or(0);
+    return cgroup::find_count(text, "throttled_time").value_or(0) / 1000;
+  }
+
+ private:
+  std::string dir_, why_ = "no /proc/self/mountinfo";
+  int version_ = 0;
+};
+
+// A server whose verifier runs in a sandbox cgroup limited to 0.2 CPU and
+// burns CPU for 4 s: the server reads the sandbox's limit and its throttled
+// time as the cgroup's own cpu.stat has it.
+TEST(RealCgroup, ASandboxesCpuQuotaAndThrottlingCountForItsServer) {
+  RealCpuCgroup cg(20000, 100000);
+  if (!cg.ok()) GTEST_SKIP() << "no cpu cgroup can be made here: " << cg.why();
+  testing::Gate burn, stop;
+  testing::Ready ready;
+  const pid_t root = testing::spawn([&]() -> int {
+    const pid_t verifier = testing::spawn([&]() -> int {
+      const bool joined = cg.join();
+      ready.signal();
+      if (!joined) return 2;
+      burn.wait();
+      const auto end = std::chrono::steady_clock::now() + 4s;
+      volatile uint64_t spin = 0;
+      while (std::chrono::steady_clock::now() < end) spin = spin + 1;
+      ready.signal();
+      stop.wait();
+      return 0;
+    });
+    burn.close_write();  // the gates open when the test's ends close
+    stop.close_write();
+    return testing::wait_exit(verifier);
+  });
+  burn.close_read();
+  stop.close_read();
+  ready.wait(1);
+  ServersConfig sc;
+  sc.targets = {pid_target("sandboxes", "resources_server", root)};
+  CgroupCollector cgroups(make_watcher(sc), [](const std::string&) {});
+  cgroups.sample();
+  ASSERT_EQ(cgroups.cpu().size(), 1u);
+  EXPECT_DOUBLE_EQ(cgroups.cpu()[0].limit_cores.value_or(0), 0.2);
+  EXPECT_TRUE(cgroups.servers().empty()) << "its root has no cgroup of its own";
+  const uint64_t before = cgroups.cpu()[0].throttled_us();
+  burn.open();
+  ready.wait(1);  // burnt
+  cgroups.sample();
+  ASSERT_EQ(cgroups.cpu().size(), 1u);
+  const CgroupCollector::ServerCpu c = cgroups.cpu()[0];
+  const double kernel = double(cg.throttled_us());
+  EXPECT_NEAR(double(c.throttled_us()), kernel, kernel * 0.1);
+  EXPECT_GT(c.throttled_us() - before, 2000000u) << "0.2 CPU for 4 s: most of it held back";
+  EXPECT_GE(c.periods(), 30u);
+  EXPECT_GT(c.throttled_periods(), c.periods() / 2);
+  stop.open();
+  EXPECT_EQ(testing::wait_exit(root), 0);
 }
 
 }  // namespace

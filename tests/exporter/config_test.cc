@@ -255,6 +255,11 @@ TEST(ExporterConfig, ServerTargetsAndTheirErrors) {
   EXPECT_TRUE(has_error(parse_config("servers:\n  targets: 3\n", "m.yml"), "must be a list"));
   EXPECT_TRUE(has_error(parse_config("servers:\n  nonsense: 3\n", "m.yml"),
                         "unknown key 'servers.nonsense'"));
+  const ConfigResult cpu = parse_config("servers:\n  cgroup_v1_cpu_mount: /host/cpu\n", "m.yml");
+  ASSERT_TRUE(cpu.ok()) << cpu.errors.front();
+  ASSERT_TRUE(cpu.config.servers.mounts.has_value());
+  EXPECT_EQ(cpu.config.servers.mounts->v1_cpu, "/host/cpu");
+  EXPECT_EQ(cpu.config.servers.mounts->v1_memory, "");
 }
 
 // The keys that moved to servers: are read where they were, for one release,

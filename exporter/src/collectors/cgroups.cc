@@ -65,7 +65,68 @@ CgroupSample CgroupCollector::take() {
   state_ = next;
   CgroupSample out;
   for (auto& [name, c] : next) out.servers.push_back(std::move(c));
+  take_cpu(*view, out.cpu);
   return out;
+}
+
+uint64_t CgroupCollector::ServerCpu::periods() const {
+  uint64_t n = gone_periods;
+  for (const auto& [dir, c] : cgroups) n += c.periods.total;
+  return n;
+}
+uint64_t CgroupCollector::ServerCpu::throttled_periods() const {
+  uint64_t n = gone_throttled_periods;
+  for (const auto& [dir, c] : cgroups) n += c.throttled_periods.total;
+  return n;
+}
+uint64_t CgroupCollector::ServerCpu::throttled_us() const {
+  uint64_t n = gone_throttled_us;
+  for (const auto& [dir, c] : cgroups) n += c.throttled_us.total;
+  return n;
+}
+
+// Each server's cpu cgroups: those of its live processes, each read once.
+void CgroupCollector::take_cpu(const ServersView& view, std::vector<ServerCpu>& out) {
+  std::map<std::string, cgroup::CpuState> read;  // by directory, this sample
+  std::map<std::string, ServerCpu> next;
+  for (const ServerProcesses::Tree& s : view.trees) {
+    if (s.root == nullptr) continue;
+    std::map<std::string, cgroup::Place> places;
+    for (const auto& [pid, start] : s.usage.members)
+      if (std::optional<cgroup::Place> p = resolver_.own_cpu(pid)) places.emplace(p->dir, *p);
+    auto before = cpu_state_.find(s.name);
+    ServerCpu c = before == cpu_state_.end() ? ServerCpu{} : std::move(before->second);
+    c.name = s.name;
+    c.server_type = s.server_type;
+    c.limit_cores.reset();
+    std::map<std::string, CpuCounters> now;
+    for (const auto& [dir, place] : places) {
+      auto [it, fresh] = read.try_emplace(dir);
+      if (fresh) it->second = cgroup::read_cpu(place);
+      const cgroup::CpuState& st = it->second;
+      if (!st.exists) continue;  // removed since its process was looked up
+      if (st.limit_cores) c.limit_cores = c.limit_cores.value_or(0) + *st.limit_cores;
+      auto seen = c.cgroups.find(dir);
+      CpuCounters k = seen == c.cgroups.end() ? CpuCounters{} : seen->second;
+      k.periods.add(st.periods);
+      k.throttled_periods.add(st.throttled_periods);
+      k.throttled_us.add(st.throttled_us);
+      c.counted = c.counted || st.periods.has_value();
+      now[dir] = k;
+    }
+    // Cgroups gone (or no longer holding its processes) keep what they counted.
+    for (const auto& [dir, k] : c.cgroups) {
+      if (now.count(dir)) continue;
+      c.gone_periods += k.periods.total;
+      c.gone_throttled_periods += k.throttled_periods.total;
+      c.gone_throttled_us += k.throttled_us.total;
+    }
+    c.cgroups = std::move(now);
+    if (c.cgroups.empty() && !c.counted) continue;
+    next[s.name] = std::move(c);
+  }
+  cpu_state_ = next;
+  for (auto& [name, c] : next) out.push_back(std::move(c));
 }
 
 void CgroupCollector::serve(const CgroupSample& s, const Emit& emit) const {
@@ -102,6 +163,20 @@ void CgroupCollector::serve(const CgroupSample& s, const Emit& emit) const {
           add_metric(*ratio, lk).gauge.value = avg / 100;
         }
       }
+    }
+  }
+  if (!s.cpu.empty()) {
+    auto [limit, periods, throttled, throttled_s] = add_families(
+        out, {"gym_server_cgroup_cpu_limit_cores", "gym_server_cgroup_cpu_periods_total",
+              "gym_server_cgroup_cpu_throttled_periods_total",
+              "gym_server_cgroup_cpu_throttled_seconds_total"});
+    for (const ServerCpu& c : s.cpu) {
+      const LabelPairs l = server_labels(c.name, c.server_type);
+      if (c.limit_cores) add_metric(*limit, l).gauge.value = *c.limit_cores;
+      if (!c.counted) continue;
+      add_metric(*periods, l).counter.value = double(c.periods());
+      add_metric(*throttled, l).counter.value = double(c.throttled_periods());
+      add_metric(*throttled_s, l).counter.value = double(c.throttled_us()) / 1e6;
     }
   }
   // An alias of gym_exporter_collector_sample_errors_total{collector="cgroup"}

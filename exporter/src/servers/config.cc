@@ -38,7 +38,7 @@ ServersConfig read_servers_section(YamlReader& rd, const YAML::Node& servers, YA
                                    YAML::Node& cgroup, std::vector<std::string>& deprecations) {
   ServersConfig c;
   std::set<std::string> set;  // the keys servers: sets
-  std::string v2, v1;
+  std::string v2, v1, v1_cpu;
   auto mark = [&](const std::string& key, const std::function<void(const YAML::Node&)>& read) {
     return std::pair{key,
                      std::function<void(const YAML::Node&)>([&set, key, read](const YAML::Node& v) {
@@ -58,10 +58,14 @@ ServersConfig read_servers_section(YamlReader& rd, const YAML::Node& servers, YA
   };
   auto v2_mount = [&](const YAML::Node& v) { rd.string(v, "servers.cgroup_v2_mount", v2); };
   auto v1_mount = [&](const YAML::Node& v) { rd.string(v, "servers.cgroup_v1_memory_mount", v1); };
+  auto v1_cpu_mount = [&](const YAML::Node& v) {
+    rd.string(v, "servers.cgroup_v1_cpu_mount", v1_cpu);
+  };
   rd.mapping(servers, "servers",
              {mark("interval_seconds", interval), mark("proc_root", proc_root),
               mark("gone_server_ttl_seconds", ttl), mark("targets", targets),
-              mark("cgroup_v2_mount", v2_mount), mark("cgroup_v1_memory_mount", v1_mount)});
+              mark("cgroup_v2_mount", v2_mount), mark("cgroup_v1_memory_mount", v1_mount),
+              mark("cgroup_v1_cpu_mount", v1_cpu_mount)});
   const struct {
     YAML::Node* node;
     const char* section;
@@ -78,10 +82,11 @@ ServersConfig read_servers_section(YamlReader& rd, const YAML::Node& servers, YA
   for (const auto& d : deprecated)
     take_deprecated(rd, *d.node, d.section, d.key, d.new_key, set.contains(d.new_key), deprecations,
                     d.read);
-  if (!v2.empty() || !v1.empty()) {
+  if (!v2.empty() || !v1.empty() || !v1_cpu.empty()) {
     cgroup::Mounts m;
     m.v2 = v2;
     m.v1_memory = v1;
+    m.v1_cpu = v1_cpu;
     c.mounts = m;
   }
   return c;

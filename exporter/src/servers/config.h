@@ -8,6 +8,7 @@
 //     gone_server_ttl_seconds: 300 # a gone declared server reports up 0 this long
 //     cgroup_v2_mount: ""          # cgroup mounts; empty: as mountinfo says
 //     cgroup_v1_memory_mount: ""
+//     cgroup_v1_cpu_mount: ""
 //     targets: []                  # configured servers (targets.h)
 //
 // Until the next release `memory.targets`, `memory.proc_root`,
