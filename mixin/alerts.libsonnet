@@ -144,6 +144,14 @@ local percent(r) = '%g%%' % (r * 100);
           }),
           // A server's cgroup near its memory limit (usage counts page
           // cache, which the kernel reclaims first: hence the long for).
+          alert('GymServerCpuThrottled', 'warning', |||
+            sum by (%(server)s) (rate(gym_server_cgroup_cpu_throttled_periods_total{%(gymSelector)s}[10m]))
+            / sum by (%(server)s) (rate(gym_server_cgroup_cpu_periods_total{%(gymSelector)s}[10m]))
+            > %(cpuThrottledRatio)g
+          ||| % c, {
+            summary: "{{ $labels.nemo_gym_server_name }} on {{ $labels.instance }} runs out of its cgroups' CPU quota",
+            description: "The cpu cgroups of {{ $labels.nemo_gym_server_name }}'s processes (its sandboxes') were throttled in {{ $value | humanizePercentage }} of their CFS periods over 10 minutes (threshold %s): its work runs slower than it asks to." % percent(c.cpuThrottledRatio),
+          }, '10m'),
           alert('GymServerCgroupMemoryNearLimit', 'warning', |||
             gym_server_cgroup_memory_usage_bytes{%(gymSelector)s}
             / on (%(server)s)

@@ -184,6 +184,12 @@ local SERVER = 'nemo_gym_server_name, nemo_gym_server_type';
                     panel('CPU per server', 'percentunit', [
                       ['sum by (instance, %s) (%s)' % [SERVER, rate('gym_server_cpu_seconds_total')], perServerHost],
                     ], description="Cores used by each server's process tree, reaped children included."),
+                    panel('Throttled share of CPU periods per server', 'percentunit', [
+                      [
+                        'sum by (instance, %s) (%s) / sum by (instance, %s) (%s) > 0' % [SERVER, rate('gym_server_cgroup_cpu_throttled_periods_total'), SERVER, rate('gym_server_cgroup_cpu_periods_total')],
+                        perServerHost,
+                      ],
+                    ], description="Over the cpu cgroups of each server's processes (its sandboxes' too): the share of CFS periods in which they ran out of their quota (gym_server_cgroup_cpu_limit_cores). A sandbox throttled most of the time runs its tools at a fraction of their speed and is often OOM-killed next."),
                     panel('Processes per server', 'short', [
                       ['sum by (%(SERVER)s) (gym_server_processes{%(SEL)s})' % s, '{{nemo_gym_server_name}}'],
                     ]),
