@@ -168,8 +168,15 @@ void RegistryReader::list_directory() {
       it->second.listed = true;
       continue;
     }
-    if (auto it = folded_pending_.find(name); it != folded_pending_.end() && it->second == e->d_ino)
-      continue;  // folded in already; removed once the totals are written
+    if (auto it = folded_pending_.find(name);
+        it != folded_pending_.end() && it->second == e->d_ino) {
+      // Folded in already (removed once the totals are written; a read-only
+      // reader's stays): not read again, but its memory is the directory's.
+      struct stat st {};
+      if (::fstatat(dir_fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+        snapshot_.stats.registry_bytes += uint64_t(st.st_blocks) * 512;
+      continue;
+    }
     if (folded_by_owner_.count(name) != 0) continue;
     auto rej = rejected_.find(name);
     if (rej != rejected_.end() && rej->second == e->d_ino) continue;

@@ -546,8 +546,13 @@ TEST(RegistryTrust, AReadOnlyReaderReadsADeadWritersSegmentOnceAndCountsItOnce) 
   // it afterwards is not read (an earlier reader read every dead segment at
   // every snapshot, a cost that grew with the segments no exporter removed).
   ASSERT_TRUE(rewrite_value(seg, kDone, kDone + 100));
-  EXPECT_EQ(find_series(ro.snapshot(), "done_total")->counter, kDone);
+  const Snapshot& again = ro.snapshot();
+  EXPECT_EQ(find_series(again, "done_total")->counter, kDone);
   EXPECT_EQ(tmp.files().size(), 1u) << "the read-only reader removed nothing";
+  struct stat st {};
+  ASSERT_EQ(::stat(seg.c_str(), &st), 0);
+  EXPECT_GE(again.stats.registry_bytes, uint64_t(st.st_blocks) * 512)
+      << "a segment not read again still takes the directory's memory";
   ASSERT_TRUE(rewrite_value(seg, kDone + 100, kDone));
   // The holder folds it into its totals and removes it: still counted once.
   RegistryReader holder(tmp.path());
