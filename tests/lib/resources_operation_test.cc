@@ -58,8 +58,12 @@ TEST(ResourcesOperation, RecordsQueueTimeActiveAndDurationWithOutcomeOk) {
   ASSERT_NE(ok, nullptr);
   EXPECT_EQ(ok->count(), 1u);
   EXPECT_EQ(ok->cumulative_buckets[1], 0u) << "12 ms is above the 5 ms bucket";
-  EXPECT_EQ(ok->cumulative_buckets[3], 1u) << "and within the 50 ms one";
   EXPECT_GE(ok->sum, 12000000);
+  // In the bucket of its value (one observation: the sum), however long the
+  // sleep really took on a loaded machine.
+  for (size_t b = 0; b < ok->info->bounds.size(); ++b)
+    EXPECT_EQ(ok->cumulative_buckets[b], ok->sum <= ok->info->bounds[b] ? 1u : 0u)
+        << "bound " << ok->info->bounds[b] << " ns, observed " << ok->sum << " ns";
   EXPECT_EQ(ok->info->bounds.size(), 13u);
   EXPECT_DOUBLE_EQ(ok->info->unit_divisor, 1e9);
   EXPECT_EQ(
