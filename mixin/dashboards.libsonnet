@@ -49,14 +49,14 @@ local SERVER = 'nemo_gym_server_name, nemo_gym_server_type';
                     panel('Free slots', 'short', [[byLimit('gym_concurrency_available'), perLimit]]),
                     panel('Stranded slots and processes, per host', 'short', [
                       [
-                        'max by (instance, %(LIMIT)s) (gym_concurrency_stranded_slots{%(SEL)s}) > 0' % s,
+                        'max by (instance, %(LIMIT)s) (gym_concurrency_stranded_slots{%(SEL)s})' % s,
                         'stranded {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}',
                       ],
                       [
-                        'max by (instance, %(LIMIT)s) (gym_concurrency_processes{%(SEL)s}) > 1' % s,
+                        'max by (instance, %(LIMIT)s) (gym_concurrency_processes{%(SEL)s})' % s,
                         'processes {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}',
                       ],
-                    ], description='A limit opened by several processes (uvicorn --workers, forked servers) is summed over them. Stranded: free slots in processes with no caller queued while another process of the limit has callers queued. Not a limit too small: the load balancer in front of the processes sends work to the wrong one. Only limits held by more than one process are shown.'),
+                    ], description='A limit opened by several processes (uvicorn --workers, forked servers) is summed over them. Stranded: free slots in processes with no caller queued while another process of the limit has callers queued. Not a limit too small: the load balancer in front of the processes sends work to the wrong one.'),
                     panel('Oldest hold', 's', [
                       [
                         'max by (instance, %(LIMIT)s) (gym_concurrency_oldest_hold_seconds{%(SEL)s})' % s,
