@@ -92,6 +92,27 @@ std::optional<std::string> dir_of(const std::string& mount, const std::string& r
   return std::nullopt;
 }
 
+bool is_dir(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// The v2 cgroup of `who` when its directory has `v2_file` (the controller
+// is enabled there), else its v1 path in the hierarchy at `v1_mount`.
+std::optional<Place> locate_in(const Mounts& mounts, const Membership& who, const char* v2_file,
+                               const std::string& v1_mount, const std::string& v1_root,
+                               const std::optional<std::string>& v1_path) {
+  if (who.v2) {
+    if (std::optional<std::string> dir = dir_of(mounts.v2, mounts.v2_root, *who.v2))
+      if (::access((*dir + v2_file).c_str(), F_OK) == 0) return Place{2, *who.v2, *dir};
+  }
+  if (v1_path) {
+    if (std::optional<std::string> dir = dir_of(v1_mount, v1_root, *v1_path))
+      return Place{1, *v1_path, *dir};
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Mounts parse_mountinfo(std::string_view text) {
@@ -142,28 +163,12 @@ Membership parse_membership(std::string_view text) {
 }
 
 std::optional<Place> locate(const Mounts& mounts, const Membership& who) {
-  if (who.v2) {
-    if (std::optional<std::string> dir = dir_of(mounts.v2, mounts.v2_root, *who.v2))
-      if (::access((*dir + "/memory.current").c_str(), F_OK) == 0) return Place{2, *who.v2, *dir};
-  }
-  if (who.v1_memory) {
-    if (std::optional<std::string> dir =
-            dir_of(mounts.v1_memory, mounts.v1_memory_root, *who.v1_memory))
-      return Place{1, *who.v1_memory, *dir};
-  }
-  return std::nullopt;
+  return locate_in(mounts, who, "/memory.current", mounts.v1_memory, mounts.v1_memory_root,
+                   who.v1_memory);
 }
 
 std::optional<Place> locate_cpu(const Mounts& mounts, const Membership& who) {
-  if (who.v2) {
-    if (std::optional<std::string> dir = dir_of(mounts.v2, mounts.v2_root, *who.v2))
-      if (::access((*dir + "/cpu.max").c_str(), F_OK) == 0) return Place{2, *who.v2, *dir};
-  }
-  if (who.v1_cpu) {
-    if (std::optional<std::string> dir = dir_of(mounts.v1_cpu, mounts.v1_cpu_root, *who.v1_cpu))
-      return Place{1, *who.v1_cpu, *dir};
-  }
-  return std::nullopt;
+  return locate_in(mounts, who, "/cpu.max", mounts.v1_cpu, mounts.v1_cpu_root, who.v1_cpu);
 }
 
 PressureFile parse_pressure(std::string_view text) {
@@ -210,8 +215,7 @@ std::optional<uint64_t> find_count(std::string_view text, std::string_view key) 
 
 MemoryState read_memory(const Place& place) {
   MemoryState s;
-  struct stat st {};
-  s.exists = ::stat(place.dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  s.exists = is_dir(place.dir);
   if (!s.exists) return s;
   std::string buf;
   const std::string& d = place.dir;
@@ -241,8 +245,7 @@ std::optional<double> parse_cpu_max(std::string_view text) {
 
 CpuState read_cpu(const Place& place) {
   CpuState s;
-  struct stat st {};
-  s.exists = ::stat(place.dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  s.exists = is_dir(place.dir);
   if (!s.exists) return s;
   std::string buf;
   const std::string& d = place.dir;

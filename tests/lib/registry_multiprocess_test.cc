@@ -191,6 +191,11 @@ const LimitSpread* spread_of(const Snapshot& snap, const Labels& labels) {
   return nullptr;
 }
 
+// The labels of hold_and_queue()'s limit.
+const Labels kSlotsLabels = {{"nemo_gym_concurrency_component", "resources_server"},
+                             {"nemo_gym_concurrency_limit_name", "slots"},
+                             {"nemo_gym_server_name", "math"}};
+
 // A process with `holds` slots of the limit "slots" (4 a process) and
 // `queued` threads waiting for one, until the gate opens. With `fork_child`,
 // a forked child that writes a series of its own (its segment has the
@@ -222,9 +227,7 @@ int hold_and_queue(const std::string& dir, int holds, int queued, bool fork_chil
 
 TEST(RegistryMultiprocess, FreeSlotsBesideAnotherProcesssQueueAreStranded) {
   TempDir tmp;
-  const Labels labels = {{"nemo_gym_concurrency_component", "resources_server"},
-                         {"nemo_gym_concurrency_limit_name", "slots"},
-                         {"nemo_gym_server_name", "math"}};
+  const Labels& labels = kSlotsLabels;
   testing::Gate gate;
   testing::Ready ready;
   // A: all 4 held, 3 queued. B: 1 held, and a forked child. C: none held.
@@ -266,9 +269,7 @@ TEST(RegistryMultiprocess, FreeSlotsBesideAnotherProcesssQueueAreStranded) {
 
 TEST(RegistryMultiprocess, OneProcesssQueueStrandsNothing) {
   TempDir tmp;
-  const Labels labels = {{"nemo_gym_concurrency_component", "resources_server"},
-                         {"nemo_gym_concurrency_limit_name", "slots"},
-                         {"nemo_gym_server_name", "math"}};
+  const Labels& labels = kSlotsLabels;
   testing::Gate gate;
   testing::Ready ready;
   const pid_t a =

@@ -69,20 +69,9 @@ CgroupSample CgroupCollector::take() {
   return out;
 }
 
-uint64_t CgroupCollector::ServerCpu::periods() const {
-  uint64_t n = gone_periods;
-  for (const auto& [dir, c] : cgroups) n += c.periods.total;
-  return n;
-}
-uint64_t CgroupCollector::ServerCpu::throttled_periods() const {
-  uint64_t n = gone_throttled_periods;
-  for (const auto& [dir, c] : cgroups) n += c.throttled_periods.total;
-  return n;
-}
-uint64_t CgroupCollector::ServerCpu::throttled_us() const {
-  uint64_t n = gone_throttled_us;
-  for (const auto& [dir, c] : cgroups) n += c.throttled_us.total;
-  return n;
+uint64_t CgroupCollector::ServerCpu::sum(Counter CpuCounters::*which, uint64_t gone) const {
+  for (const auto& [dir, c] : cgroups) gone += (c.*which).total;
+  return gone;
 }
 
 // Each server's cpu cgroups: those of its live processes, each read once.

@@ -68,9 +68,13 @@ class CgroupCollector : public SampledCollector<CgroupSample> {
     std::map<std::string, CpuCounters> cgroups;  // by directory, those of the last sample
     uint64_t gone_periods = 0, gone_throttled_periods = 0, gone_throttled_us = 0;
     bool counted = false;  // some cgroup of it reported cpu.stat
-    uint64_t periods() const;
-    uint64_t throttled_periods() const;
-    uint64_t throttled_us() const;
+    uint64_t periods() const { return sum(&CpuCounters::periods, gone_periods); }
+    uint64_t throttled_periods() const {
+      return sum(&CpuCounters::throttled_periods, gone_throttled_periods);
+    }
+    uint64_t throttled_us() const { return sum(&CpuCounters::throttled_us, gone_throttled_us); }
+    // `gone` and one counter of each of its cgroups, added up.
+    uint64_t sum(Counter CpuCounters::*which, uint64_t gone) const;
   };
   // The last sample's servers with a cgroup of their own (for tests).
   std::vector<ServerCgroup> servers() const;
