@@ -203,6 +203,12 @@ PressureFile parse_pressure(std::string_view text) {
   return f;
 }
 
+PressureFile read_pressure(const std::string& path) {
+  std::string buf;
+  if (procfs::read_file(path, buf) != procfs::ReadStatus::kOk) return {};
+  return parse_pressure(buf);
+}
+
 std::optional<uint64_t> find_count(std::string_view text, std::string_view key) {
   std::optional<uint64_t> out;
   each_line(text, [&](std::string_view line) {
@@ -223,8 +229,9 @@ MemoryState read_memory(const Place& place) {
     s.current = read_number(d + "/memory.current", buf);
     s.peak = read_number(d + "/memory.peak", buf);
     s.limit = read_number(d + "/memory.max", buf);  // "max": none
-    if (procfs::read_file(d + "/memory.pressure", buf) == procfs::ReadStatus::kOk)
-      s.pressure = parse_pressure(buf);
+    s.pressure = read_pressure(d + "/memory.pressure");
+    if (procfs::read_file(d + "/memory.events", buf) == procfs::ReadStatus::kOk)
+      s.oom_group_kills = find_count(buf, "oom_group_kill");
   } else {
     s.current = read_number(d + "/memory.usage_in_bytes", buf);
     s.peak = read_number(d + "/memory.max_usage_in_bytes", buf);
@@ -305,18 +312,24 @@ std::optional<Membership> Resolver::membership(pid_t pid) {
   return parse_membership(buf);
 }
 
-std::optional<Place> Resolver::own(pid_t pid) {
-  const std::optional<Membership> who = membership(pid);
-  std::optional<Place> place = who ? locate(*mounts_, *who) : std::nullopt;
-  if (!place || place->path == "/" || (self_ && *self_ == *place)) return std::nullopt;
+namespace {
+// `place` unless it is the root of its hierarchy or `self`.
+std::optional<Place> unless_shared(std::optional<Place> place, const std::optional<Place>& self) {
+  if (!place || place->path == "/" || (self && *self == *place)) return std::nullopt;
   return place;
 }
+}  // namespace
 
-std::optional<Place> Resolver::own_cpu(pid_t pid) {
+std::optional<Place> Resolver::own(pid_t pid) {
   const std::optional<Membership> who = membership(pid);
-  std::optional<Place> place = who ? locate_cpu(*mounts_, *who) : std::nullopt;
-  if (!place || place->path == "/" || (self_cpu_ && *self_cpu_ == *place)) return std::nullopt;
-  return place;
+  return who ? unless_shared(locate(*mounts_, *who), self_) : std::nullopt;
+}
+
+std::pair<std::optional<Place>, std::optional<Place>> Resolver::own_both(pid_t pid) {
+  const std::optional<Membership> who = membership(pid);
+  if (!who) return {};
+  return {unless_shared(locate(*mounts_, *who), self_),
+          unless_shared(locate_cpu(*mounts_, *who), self_cpu_)};
 }
 
 }  // namespace gym::exporter::cgroup

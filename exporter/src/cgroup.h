@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace gym::exporter::cgroup {
 
@@ -62,8 +63,13 @@ struct Pressure {
 struct PressureFile {
   std::optional<Pressure> some, full;
 };
-// memory.pressure (and /proc/pressure/memory).
+// memory.pressure, cpu.pressure, io.pressure (and /proc/pressure/*).
 PressureFile parse_pressure(std::string_view text);
+// The resources the kernel reports pressure of (/proc/pressure/<resource>,
+// <resource>.pressure in a v2 cgroup).
+inline constexpr const char* kPressureResources[3] = {"cpu", "memory", "io"};
+// The pressure file at `path`; empty when it cannot be read.
+PressureFile read_pressure(const std::string& path);
 
 // The value of a "key value" line (memory.events, memory.oom_control,
 // /proc/vmstat).
@@ -74,11 +80,12 @@ inline constexpr uint64_t kV1Unlimited = uint64_t(1) << 62;
 
 struct MemoryState {
   std::optional<uint64_t> current;
-  std::optional<uint64_t> peak;   // v2: Linux 5.19 or later
-  std::optional<uint64_t> limit;  // none: unlimited
-  std::optional<uint64_t> oom_kills;
-  PressureFile pressure;  // v2 only
-  bool exists = false;    // the directory was there
+  std::optional<uint64_t> peak;             // v2: Linux 5.19 or later
+  std::optional<uint64_t> limit;            // none: unlimited
+  std::optional<uint64_t> oom_kills;        // processes killed (oom_kill)
+  std::optional<uint64_t> oom_group_kills;  // v2: whole cgroups killed (oom_group_kill)
+  PressureFile pressure;                    // v2 only
+  bool exists = false;                      // the directory was there
 };
 // Reads the files of `place` (each one that is missing stays empty).
 MemoryState read_memory(const Place& place);
@@ -108,8 +115,9 @@ class Resolver {
   explicit Resolver(std::string proc_root, std::optional<Mounts> mounts = std::nullopt);
   // nullopt: none of its own, or its cgroup file could not be read.
   std::optional<Place> own(pid_t pid);
-  // Its cpu cgroup, on the same terms.
-  std::optional<Place> own_cpu(pid_t pid);
+  // That and its cpu cgroup (on the same terms), from one read of its
+  // cgroup file.
+  std::pair<std::optional<Place>, std::optional<Place>> own_both(pid_t pid);
 
  private:
   void init();

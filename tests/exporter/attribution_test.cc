@@ -307,6 +307,58 @@ servers:
   for (int i = 0; i < 500 && ::rmdir(dir.c_str()) != 0; ++i) std::this_thread::sleep_for(10ms);
 }
 
+// A verifier the server started 1.5 s ago and left running: the server's
+// oldest process (its root, older still, is not counted) is that old; when
+// it goes, the server has none.
+TEST(Attribution, ALeftRunningVerifierIsTheServersOldestProcessByItsAge) {
+  testing::Gate verifier_ends, root_ends;
+  testing::Ready ready;
+  const pid_t root = testing::spawn([&] {
+    std::this_thread::sleep_for(300ms);  // the root is older than its verifier
+    const pid_t verifier = testing::spawn([&] {
+      verifier_ends.close_write();  // the gates open when the test's ends close
+      root_ends.close_write();
+      ready.signal();
+      verifier_ends.wait();
+      return 0;
+    });
+    verifier_ends.close_write();
+    root_ends.close_write();
+    const int status = testing::wait_exit(verifier);
+    ready.signal();
+    root_ends.wait();
+    return status;
+  });
+  verifier_ends.close_read();
+  root_ends.close_read();
+  ready.wait(1);
+  const auto started = std::chrono::steady_clock::now();
+  testing::SamplerConfig c;
+  ServerTarget t;
+  t.name = "verifier_server";
+  t.server_type = "resources_server";
+  t.pid = root;
+  c.targets = {t};
+  testing::ServerSampler sampler(c, nullptr, kQuiet);
+  std::this_thread::sleep_for(1500ms);
+  sampler.sample();
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  std::optional<Server> s = find(sampler.servers(), "verifier_server");
+  ASSERT_TRUE(s.has_value());
+  ASSERT_TRUE(s->oldest_process_seconds.has_value());
+  EXPECT_GE(*s->oldest_process_seconds, waited - 0.1);
+  EXPECT_LT(*s->oldest_process_seconds, waited + 0.3) << "the verifier's age, not the root's";
+  verifier_ends.open();
+  ready.wait(1);
+  sampler.sample();
+  s = find(sampler.servers(), "verifier_server");
+  ASSERT_TRUE(s.has_value());
+  EXPECT_FALSE(s->oldest_process_seconds.has_value()) << "only its root is left";
+  root_ends.open();
+  EXPECT_EQ(testing::wait_exit(root), 0);
+}
+
 TEST(Attribution, AWriterInItsOwnPidNamespaceIsFoundOnTheHostWithItsMemoryAndCpu) {
   if (!unshare_works()) GTEST_SKIP() << "unshare --pid --fork --mount-proc does not work here";
   testing::TempDir tmp;

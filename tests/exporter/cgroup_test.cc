@@ -17,6 +17,7 @@
 
 #include "app.h"
 #include "cgroup.h"
+#include "collectors/cgroup_totals.h"
 #include "collectors/cgroups.h"
 #include "collectors/memory.h"
 #include "collectors/servers.h"
@@ -155,7 +156,20 @@ TEST(CgroupCollector, ServesEveryCgroupFamilyForAFixtureV2Tree) {
   put(dir + "/memory.current", "1048576\n");
   put(dir + "/memory.peak", "4194304\n");
   put(dir + "/memory.max", "8388608\n");
-  put(dir + "/memory.events", "low 0\nhigh 0\nmax 5\noom 2\noom_kill 2\noom_group_kill 0\n");
+  put(dir + "/memory.events", "low 0\nhigh 0\nmax 5\noom 3\noom_kill 2\noom_group_kill 1\n");
+  // Linux 6.1's cpu.pressure and io.pressure, and the host's /proc/pressure.
+  put(dir + "/cpu.pressure",
+      "some avg10=40.00 avg60=20.00 avg300=5.00 total=7000000\n"
+      "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n");
+  put(dir + "/io.pressure",
+      "some avg10=1.00 avg60=0.50 avg300=0.10 total=125000\n"
+      "full avg10=0.50 avg60=0.20 avg300=0.05 total=75000\n");
+  put(fx.proc + "/pressure/cpu",
+      "some avg10=0.00 avg60=0.10 avg300=0.05 total=31000000\n"
+      "full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n");
+  put(fx.proc + "/pressure/io",
+      "some avg10=0.00 avg60=0.00 avg300=0.00 total=4000000\n"
+      "full avg10=0.00 avg60=0.00 avg300=0.00 total=2000000\n");
   put(dir + "/memory.pressure",
       "some avg10=12.50 avg60=5.00 avg300=1.00 total=2500000\n"
       "full avg10=2.00 avg60=1.00 avg300=0.50 total=500000\n");
@@ -177,7 +191,26 @@ TEST(CgroupCollector, ServesEveryCgroupFamilyForAFixtureV2Tree) {
   EXPECT_EQ(f.at("gym_server_cgroup_memory_usage_bytes").metric.at(0).gauge.value, 1048576);
   EXPECT_EQ(f.at("gym_server_cgroup_memory_peak_bytes").metric.at(0).gauge.value, 4194304);
   EXPECT_EQ(f.at("gym_server_cgroup_memory_limit_bytes").metric.at(0).gauge.value, 8388608);
-  EXPECT_EQ(f.at("gym_server_cgroup_oom_kills_total").metric.at(0).counter.value, 2);
+  const auto& ooms = f.at("gym_server_cgroup_oom_kills_total").metric;
+  ASSERT_EQ(ooms.size(), 2u);
+  EXPECT_EQ(ooms[0].label.at(2).value, "process");
+  EXPECT_EQ(ooms[0].counter.value, 2);
+  EXPECT_EQ(ooms[1].label.at(2).value, "group");
+  EXPECT_EQ(ooms[1].counter.value, 1) << "the whole cgroup killed once";
+  const auto& cpu_p = f.at("gym_server_cgroup_cpu_pressure_seconds_total").metric;
+  ASSERT_EQ(cpu_p.size(), 2u);
+  EXPECT_DOUBLE_EQ(cpu_p[0].counter.value, 7);
+  EXPECT_DOUBLE_EQ(cpu_p[1].counter.value, 0);
+  const auto& io_p = f.at("gym_server_cgroup_io_pressure_seconds_total").metric;
+  ASSERT_EQ(io_p.size(), 2u);
+  EXPECT_DOUBLE_EQ(io_p[0].counter.value, 0.125);
+  EXPECT_DOUBLE_EQ(io_p[1].counter.value, 0.075);
+  std::map<std::string, double> host;
+  for (const auto& m : f.at("gym_host_pressure_seconds_total").metric)
+    host[m.label.at(0).value + "/" + m.label.at(1).value] = m.counter.value;
+  EXPECT_EQ(host, (std::map<std::string, double>{
+                      {"cpu/some", 31}, {"cpu/full", 0}, {"io/some", 4}, {"io/full", 2}}))
+      << "no /proc/pressure/memory here: no memory series";
   const auto& stalled = f.at("gym_server_cgroup_memory_pressure_seconds_total").metric;
   ASSERT_EQ(stalled.size(), 2u);
   EXPECT_EQ(stalled[0].label.at(2).value, "some");
@@ -266,6 +299,122 @@ TEST(CgroupCollector, CpuCountsEverySandboxCgroupOfAServerAndKeepsARemovedOnesCo
   EXPECT_DOUBLE_EQ(value("gym_server_cgroup_cpu_throttled_seconds_total", "agent"), 0.8);
 }
 
+// A resources server (its root in the exporter's cgroup) whose verifiers
+// run in a pool cgroup shared with another server and come and go between
+// samples, then in a sandbox of their own that is OOM-killed and removed:
+// every kill counts once for each server it is in, idle and removed
+// cgroups keep theirs, and a second exporter of the same boot goes on from
+// the totals file.
+TEST(CgroupCollector, OomKillsOfPoolAndRemovedSandboxesCountOnceAndSurviveARestart) {
+  Fixture fx("0::/exporter\n", "0::/exporter\n");
+  auto verifier = [&](int pid, int ppid, const std::string& cgroup) {
+    put(fx.proc + "/" + std::to_string(pid) + "/stat",
+        std::to_string(pid) + " (verifier) S " + std::to_string(ppid) +
+            " 100 100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 600 1000000 200 "
+            "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
+    put(fx.proc + "/" + std::to_string(pid) + "/cgroup", cgroup);
+  };
+  auto events = [&](const std::string& cgroup, int kills, int group_kills) {
+    put(fx.cg + cgroup + "/memory.current", "4096\n");
+    put(fx.cg + cgroup + "/memory.max", "33554432\n");
+    put(fx.cg + cgroup + "/memory.events", "low 0\nhigh 0\nmax 9\noom 3\noom_kill " +
+                                               std::to_string(kills) + "\noom_group_kill " +
+                                               std::to_string(group_kills) + "\n");
+  };
+  events("/pool", 1, 0);
+  verifier(101, 100, "0::/pool\n");
+  verifier(200, 1, "0::/pool\n");  // the other server's root
+  ServersConfig sc;
+  sc.proc_root = fx.proc;
+  cgroup::Mounts m;
+  m.v2 = fx.cg;
+  sc.mounts = m;
+  sc.targets = {pid_target("agent", "agent", 100), pid_target("other", "agent", 200)};
+  const std::string file = fx.tmp.sub(kCgroupTotalsFile);
+  auto collector = [&] {
+    return std::make_unique<CgroupCollector>(
+        make_watcher(sc), [](const std::string&) {}, 5, file, [] { return true; });
+  };
+  auto c = collector();
+  auto kills = [&](const std::string& server, const std::string& kind) {
+    c->sample();
+    auto f = families(*c);
+    for (const auto& m : f["gym_server_cgroup_oom_kills_total"].metric)
+      if (m.label.at(0).value == server && m.label.at(2).value == kind) return m.counter.value;
+    return -1.0;
+  };
+  EXPECT_EQ(kills("agent", "process"), 1);
+  EXPECT_EQ(kills("other", "process"), 1) << "a shared cgroup counts for each server in it";
+  EXPECT_EQ(kills("agent", "group"), 0);
+  // The verifier is killed and gone before the next sample: the pool is read
+  // once more, then kept idle; the next verifier goes on from its count.
+  events("/pool", 2, 0);
+  std::filesystem::remove_all(fx.proc + "/101");
+  EXPECT_EQ(kills("agent", "process"), 2);
+  verifier(102, 100, "0::/pool\n");
+  EXPECT_EQ(kills("agent", "process"), 2) << "the pool's kills again are not new kills";
+  // A sandbox of its own, killed whole (one group kill), then removed.
+  events("/sandboxes/s1", 0, 0);
+  verifier(103, 100, "0::/sandboxes/s1\n");
+  EXPECT_EQ(kills("agent", "process"), 2);
+  EXPECT_EQ(families(*c).at("gym_server_cgroup_memory_limit_bytes").metric.at(0).gauge.value,
+            2 * 33554432.0)
+      << "the limits of its two cgroups";
+  events("/sandboxes/s1", 1, 1);
+  std::filesystem::remove_all(fx.proc + "/103");
+  EXPECT_EQ(kills("agent", "group"), 1);
+  std::filesystem::remove_all(fx.cg + "/sandboxes/s1");
+  EXPECT_EQ(kills("agent", "process"), 3);
+  EXPECT_EQ(kills("agent", "group"), 1) << "removed, still counted";
+  EXPECT_EQ(kills("other", "process"), 2);
+  EXPECT_EQ(c->sample_stats()->errors["totals"], 0u);
+
+  // The exporter restarts: the removed sandbox's kills come from the file,
+  // the pool's go on from its last count.
+  c = collector();
+  EXPECT_EQ(kills("agent", "process"), 3);
+  EXPECT_EQ(kills("agent", "group"), 1);
+  EXPECT_EQ(kills("other", "process"), 2);
+  events("/pool", 3, 0);
+  EXPECT_EQ(kills("agent", "process"), 4);
+  EXPECT_EQ(kills("other", "process"), 3);
+  EXPECT_EQ(c->sample_stats()->errors["totals"], 0u);
+}
+
+// A totals file that is not one (cut short, another boot's, garbage) is
+// counted and logged, and the counts of removed cgroups start from zero.
+TEST(CgroupCollector, ACorruptOrStaleTotalsFileIsCountedAndIgnored) {
+  Fixture fx("0::/gym/agent\n", "0::/exporter\n");
+  put(fx.cg + "/gym/agent/memory.current", "1\n");
+  put(fx.cg + "/gym/agent/memory.events", "oom_kill 2\n");
+  const std::string file = fx.tmp.sub(kCgroupTotalsFile);
+  CgroupTotals kept;
+  kept["agent"].name = "agent";
+  kept["agent"].server_type = "agent";
+  kept["agent"].gone[CgroupCollector::kOomProcess] = 5;
+  kept["agent"].seen[CgroupCollector::kOomProcess] = true;
+  const std::string good = encode_cgroup_totals(kept, boot_id());
+  for (const std::string& text :
+       {good.substr(0, good.size() - 9), encode_cgroup_totals(kept, "another-boot"),
+        std::string("\0\xff garbage", 10), good + "cgroup 2 1 1 7 - 1\n"}) {
+    put(file, text);
+    std::vector<std::string> logged;
+    CgroupCollector c(
+        fx.servers(true), [&](const std::string& l) { logged.push_back(l); }, 5, file,
+        [] { return false; });
+    c.sample();
+    EXPECT_EQ(c.totals().at(0).total(CgroupCollector::kOomProcess), 2u);
+    EXPECT_EQ(c.sample_stats()->errors["totals"], 1u);
+    ASSERT_FALSE(logged.empty());
+    EXPECT_NE(logged[0].find("ignored the cgroup totals"), std::string::npos) << logged[0];
+  }
+  put(file, good);
+  CgroupCollector c(
+      fx.servers(true), [](const std::string&) {}, 5, file, [] { return false; });
+  c.sample();
+  EXPECT_EQ(c.totals().at(0).total(CgroupCollector::kOomProcess), 7u) << "5 kept and 2 now";
+}
+
 TEST(CgroupCollector, OomKillsNeverFallWhenTheCgroupIsRecreatedOrReplaced) {
   Fixture fx("0::/gym/agent\n", "0::/exporter\n");
   const std::string dir = fx.cg + "/gym/agent";
@@ -274,7 +423,7 @@ TEST(CgroupCollector, OomKillsNeverFallWhenTheCgroupIsRecreatedOrReplaced) {
   CgroupCollector c(fx.servers(true), [](const std::string&) {});
   auto total = [&] {
     c.sample();
-    return c.servers().at(0).oom_kills.total;
+    return c.totals().at(0).total(CgroupCollector::kOomProcess);
   };
   EXPECT_EQ(total(), 2u);
   put(dir + "/memory.events", "oom_kill 3\n");
@@ -374,11 +523,16 @@ class RealMemoryCgroup {
     }
     version_ = v2 ? 2 : 1;
   }
-  ~RealMemoryCgroup() {
-    // Its processes are gone; the kernel frees it when their last
-    // references go, which can take a moment.
-    for (int i = 0; !dir_.empty() && i < 500 && ::rmdir(dir_.c_str()) != 0; ++i)
+  ~RealMemoryCgroup() { remove(); }
+  // Its processes are gone; the kernel frees it when their last references
+  // go, which can take a moment.
+  bool remove() {
+    for (int i = 0; !dir_.empty() && i < 500; ++i) {
+      if (::rmdir(dir_.c_str()) == 0) dir_.clear();
+      if (dir_.empty()) return true;
       std::this_thread::sleep_for(10ms);
+    }
+    return dir_.empty();
   }
   bool ok() const { return version_ != 0; }
   const std::string& why() const { return why_; }
@@ -455,14 +609,14 @@ TEST(RealCgroup, AnOomKillInTheServersCgroupIsCountedOnceAndTheRootsOwnIsItsExit
   ASSERT_EQ(cgroups.servers().size(), 1u);
   EXPECT_EQ(cgroups.servers()[0].place.version, cg.version());
   EXPECT_EQ(cgroups.servers()[0].memory.limit, 64u << 20);
-  EXPECT_EQ(cgroups.servers()[0].oom_kills.total, 0u);
+  EXPECT_EQ(cgroups.totals().at(0).total(CgroupCollector::kOomProcess), 0u);
 
   child_hogs.open();
   ready.wait(1);  // the child was killed by SIGKILL, and the root goes on
   cgroups.sample();
   memory.sample();
   ASSERT_EQ(cgroups.servers().size(), 1u);
-  EXPECT_EQ(cgroups.servers()[0].oom_kills.total, 1u);
+  EXPECT_EQ(cgroups.totals().at(0).total(CgroupCollector::kOomProcess), 1u);
   EXPECT_EQ(cg.oom_kills(), 1u);
   EXPECT_EQ(memory.servers().at(0).oom_kill_exits, 0u) << "the root lives";
   EXPECT_EQ(memory.servers().at(0).exits, 0u);
@@ -484,6 +638,66 @@ TEST(RealCgroup, AnOomKillInTheServersCgroupIsCountedOnceAndTheRootsOwnIsItsExit
     if (f.name == "gym_host_oom_kills_total") got[f.name] = f.metric.at(0).counter.value;
   });
   EXPECT_GE(got["gym_host_oom_kills_total"], double(host_before + 2));
+}
+
+// A sandbox cgroup limited to 32 MiB whose verifier allocates 128 MiB: the
+// OOM killer kills it, the kill counts for the server (kind="process"),
+// and still does after the sandbox's cgroup is removed and after the
+// exporter starts again.
+TEST(RealCgroup, ASandboxesOomKillCountsAfterItsCgroupIsRemovedAndTheExporterRestarts) {
+  RealMemoryCgroup cg(32u << 20);
+  if (!cg.ok()) GTEST_SKIP() << "no memory cgroup can be made here: " << cg.why();
+  TempDir registry;
+  testing::Gate allocate;
+  testing::Ready ready;
+  const pid_t root = testing::spawn([&]() -> int {
+    const pid_t verifier = testing::spawn([&]() -> int {
+      allocate.close_write();  // the gate opens when the test's end closes
+      const bool joined = cg.join();
+      ready.signal();
+      if (!joined) return 2;
+      allocate.wait();
+      char* p = static_cast<char*>(
+          ::mmap(nullptr, 128u << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+      if (p == MAP_FAILED) return 3;
+      for (size_t i = 0; i < (128u << 20); i += 4096) p[i] = 1;
+      return 0;  // not killed
+    });
+    allocate.close_write();
+    return testing::wait_exit(verifier);
+  });
+  allocate.close_read();
+  ready.wait(1);
+  ServersConfig sc;
+  sc.targets = {pid_target("sandboxes", "resources_server", root)};
+  const std::string file = registry.sub(kCgroupTotalsFile);
+  auto collector = [&] {
+    return std::make_unique<CgroupCollector>(
+        make_watcher(sc), [](const std::string&) {}, 5, file, [] { return true; });
+  };
+  auto c = collector();
+  c->sample();
+  ASSERT_EQ(c->totals().size(), 1u);
+  EXPECT_EQ(c->totals()[0].memory_limit_bytes, 32u << 20) << "the sandbox's limit";
+  EXPECT_EQ(c->totals()[0].total(CgroupCollector::kOomProcess), 0u);
+  allocate.open();
+  EXPECT_EQ(testing::wait_exit(root), 128 + SIGKILL) << "the verifier was OOM-killed";
+  EXPECT_EQ(cg.oom_kills(), 1u);
+  auto kills = [&] {
+    c->sample();
+    std::map<std::string, double> out;
+    for (const auto& [name, f] : families(*c))
+      if (name == "gym_server_cgroup_oom_kills_total")
+        for (const auto& m : f.metric) out[m.label.at(2).value] = m.counter.value;
+    return out;
+  };
+  const std::map<std::string, double> one{{"process", 1}};
+  EXPECT_EQ(kills(), one) << "read once more when its last process went";
+  ASSERT_TRUE(cg.remove());
+  EXPECT_EQ(kills(), one) << "its cgroup removed";
+  c = collector();
+  EXPECT_EQ(kills(), one) << "the exporter started again";
+  EXPECT_EQ(c->sample_stats()->errors["totals"], 0u);
 }
 
 TEST(RealCgroup, AServerThatExitsOnItsOwnCountsAsExitedOnce) {
@@ -736,15 +950,15 @@ TEST(RealCgroup, ASandboxesCpuQuotaAndThrottlingCountForItsServer) {
   sc.targets = {pid_target("sandboxes", "resources_server", root)};
   CgroupCollector cgroups(make_watcher(sc), [](const std::string&) {});
   cgroups.sample();
-  ASSERT_EQ(cgroups.cpu().size(), 1u);
-  EXPECT_DOUBLE_EQ(cgroups.cpu()[0].limit_cores.value_or(0), 0.2);
+  ASSERT_EQ(cgroups.totals().size(), 1u);
+  EXPECT_DOUBLE_EQ(cgroups.totals()[0].cpu_limit_cores.value_or(0), 0.2);
   EXPECT_TRUE(cgroups.servers().empty()) << "its root has no cgroup of its own";
-  const uint64_t before = cgroups.cpu()[0].throttled_us();
+  const uint64_t before = cgroups.totals()[0].throttled_us();
   burn.open();
   ready.wait(1);  // burnt
   cgroups.sample();
-  ASSERT_EQ(cgroups.cpu().size(), 1u);
-  const CgroupCollector::ServerCpu c = cgroups.cpu()[0];
+  ASSERT_EQ(cgroups.totals().size(), 1u);
+  const CgroupCollector::ServerTotals c = cgroups.totals()[0];
   const double kernel = double(cg.throttled_us());
   EXPECT_NEAR(double(c.throttled_us()), kernel, kernel * 0.1);
   EXPECT_GT(c.throttled_us() - before, 2000000u) << "0.2 CPU for 4 s: most of it held back";

@@ -61,6 +61,7 @@ class ServerSampler {
     std::optional<pid_t> root_pid;
     std::vector<pid_t> root_pids;
     uint64_t escaped = 0, exits = 0, oom_kill_exits = 0;
+    std::optional<double> oldest_process_seconds;
   };
   // One sample of both, on one resolution.
   void sample() {
@@ -89,6 +90,7 @@ class ServerSampler {
         s.escaped = it->second.escaped;
         s.exits = it->second.exits;
         s.oom_kill_exits = it->second.oom_kill_exits;
+        s.oldest_process_seconds = it->second.oldest_process_seconds;
       }
       out.push_back(std::move(s));
     }

@@ -1,5 +1,8 @@
 #include "collectors/cgroups.h"
 
+#include <sys/stat.h>
+
+#include "collectors/cgroup_totals.h"
 #include "exposition/families.h"
 #include "gym/contract.h"
 
@@ -9,7 +12,28 @@ namespace gym::exporter {
 
 namespace {
 
-GYM_REGISTER_COLLECTOR(per_server_kind<CgroupCollector>("cgroup", 55));
+std::string totals_path(const CollectorContext& c) {
+  return c.registry
+             ? c.registry->with([](RegistryReader& r) { return r.dir(); }) + "/" + kCgroupTotalsFile
+             : "";
+}
+
+GYM_REGISTER_COLLECTOR(sampled_kind<SampledSettings>(
+    "cgroup", 55, {}, [](const SampledSettings& s, const CollectorContext& c) {
+      std::function<bool()> holder;
+      if (auto registry = c.registry)
+        holder = [registry] {
+          return registry->with([](RegistryReader& r) { return r.retiring(); });
+        };
+      return std::make_unique<CgroupCollector>(c.servers, c.warn, s.interval_seconds,
+                                               totals_path(c), std::move(holder), c.board);
+    }));
+
+// The directory's inode, 0 when it is not there.
+uint64_t inode_of(const std::string& dir) {
+  struct stat st {};
+  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) ? uint64_t(st.st_ino) : 0;
+}
 
 }  // namespace
 
@@ -19,13 +43,29 @@ void CgroupCollector::Counter::add(std::optional<uint64_t> now) {
   last = now;
 }
 
+uint64_t CgroupCollector::ServerTotals::total(Count c) const {
+  uint64_t sum = gone[c];
+  for (const auto& [dir, k] : cgroups) sum += k.counts[c].total;
+  return sum;
+}
+
 CgroupCollector::CgroupCollector(std::shared_ptr<ServerWatcher> servers, Log log,
-                                 double interval_seconds)
-    : SampledCollector(std::chrono::duration<double>(interval_seconds), "cgroup", std::move(log)),
+                                 double interval_seconds, std::string totals_file,
+                                 std::function<bool()> may_write,
+                                 std::shared_ptr<ServerBoard> board)
+    : SampledCollector(std::chrono::duration<double>(interval_seconds), "cgroup", std::move(log),
+                       std::move(board)),
       interval_seconds_(interval_seconds),
       watcher_(std::move(servers)),
-      resolver_(watcher_->config().proc_root, watcher_->config().mounts) {
-  error_reasons({"read"});
+      resolver_(watcher_->config().proc_root, watcher_->config().mounts),
+      totals_file_(std::move(totals_file)),
+      may_write_(std::move(may_write)) {
+  error_reasons({"read", "totals"});
+  if (totals_file_.empty()) return;
+  std::string why;
+  if (!load_cgroup_totals(totals_file_, totals_, why))
+    count_error("totals", "ignored the cgroup totals in " + totals_file_ + ": " + why +
+                              "; the counts of removed cgroups start from zero");
 }
 
 CgroupCollector::~CgroupCollector() {
@@ -36,138 +76,254 @@ CgroupSample CgroupCollector::take() {
   const std::shared_ptr<const ServersView> view =
       watcher_->view(std::chrono::duration<double>(interval_seconds_ / 2), view_);
   view_ = view;
-  std::map<std::string, ServerCgroup> next;
+  CgroupSample out;
+  out.time_seconds = unix_now_seconds();
   for (const ServerProcesses::Tree& s : view->trees) {
     if (s.root == nullptr) continue;
     std::optional<cgroup::Place> place = resolver_.own(s.root->pid);
     if (!place) continue;
-    auto before = state_.find(s.name);
-    ServerCgroup c = before == state_.end() ? ServerCgroup{} : before->second;
-    if (!(c.place == *place)) {  // a cgroup new to this server adds all of its counts
-      c.oom_kills.last.reset();
-      c.pressure_some_us.last.reset();
-      c.pressure_full_us.last.reset();
-    }
-    c.name = s.name;
-    c.server_type = s.server_type;
-    c.place = *place;
-    c.memory = cgroup::read_memory(*place);
+    ServerCgroup c{s.name, s.server_type, *place, cgroup::read_memory(*place)};
     if (!c.memory.exists) continue;  // removed since the process was looked up
     if (!c.memory.current)
       count_error("read", "cannot read the memory usage of cgroup " + place->dir);
-    c.oom_kills.add(c.memory.oom_kills);
-    c.pressure_some_us.add(c.memory.pressure.some ? std::optional(c.memory.pressure.some->total_us)
-                                                  : std::nullopt);
-    c.pressure_full_us.add(c.memory.pressure.full ? std::optional(c.memory.pressure.full->total_us)
-                                                  : std::nullopt);
-    next[s.name] = std::move(c);
+    out.servers.push_back(std::move(c));
   }
-  state_ = next;
-  CgroupSample out;
-  for (auto& [name, c] : next) out.servers.push_back(std::move(c));
-  take_cpu(*view, out.cpu);
+  take_totals(*view, out.totals);
+  const std::string& proc = watcher_->config().proc_root;
+  for (size_t i = 0; i < 3; ++i)
+    out.host[i] = cgroup::read_pressure(proc + "/pressure/" + cgroup::kPressureResources[i]);
   return out;
 }
 
-uint64_t CgroupCollector::ServerCpu::sum(Counter CpuCounters::*which, uint64_t gone) const {
-  for (const auto& [dir, c] : cgroups) gone += (c.*which).total;
-  return gone;
-}
-
-// Each server's cpu cgroups: those of its live processes, each read once.
-void CgroupCollector::take_cpu(const ServersView& view, std::vector<ServerCpu>& out) {
-  std::map<std::string, cgroup::CpuState> read;  // by directory, this sample
-  std::map<std::string, ServerCpu> next;
-  for (const ServerProcesses::Tree& s : view.trees) {
-    if (s.root == nullptr) continue;
-    std::map<std::string, cgroup::Place> places;
-    for (const auto& [pid, start] : s.usage.members)
-      if (std::optional<cgroup::Place> p = resolver_.own_cpu(pid)) places.emplace(p->dir, *p);
-    auto before = cpu_state_.find(s.name);
-    ServerCpu c = before == cpu_state_.end() ? ServerCpu{} : std::move(before->second);
-    c.name = s.name;
-    c.server_type = s.server_type;
-    c.limit_cores.reset();
-    std::map<std::string, CpuCounters> now;
-    for (const auto& [dir, place] : places) {
-      auto [it, fresh] = read.try_emplace(dir);
-      if (fresh) it->second = cgroup::read_cpu(place);
-      const cgroup::CpuState& st = it->second;
-      if (!st.exists) continue;  // removed since its process was looked up
-      if (st.limit_cores) c.limit_cores = c.limit_cores.value_or(0) + *st.limit_cores;
-      auto seen = c.cgroups.find(dir);
-      CpuCounters k = seen == c.cgroups.end() ? CpuCounters{} : seen->second;
-      k.periods.add(st.periods);
-      k.throttled_periods.add(st.throttled_periods);
-      k.throttled_us.add(st.throttled_us);
-      c.counted = c.counted || st.periods.has_value();
-      now[dir] = k;
-    }
-    // Cgroups gone (or no longer holding its processes) keep what they counted.
-    for (const auto& [dir, k] : c.cgroups) {
-      if (now.count(dir)) continue;
-      c.gone_periods += k.periods.total;
-      c.gone_throttled_periods += k.throttled_periods.total;
-      c.gone_throttled_us += k.throttled_us.total;
-    }
-    c.cgroups = std::move(now);
-    if (c.cgroups.empty() && !c.counted) continue;
-    next[s.name] = std::move(c);
+CgroupCollector::Reading CgroupCollector::read(const ServerTotals::Kept& k) const {
+  Reading r;
+  r.inode = inode_of(k.place.dir);
+  if (r.inode == 0) return r;
+  auto pressure = [&r](const cgroup::PressureFile& f, Count some) {
+    if (f.some) r.counts[some] = f.some->total_us;
+    if (f.full) r.counts[some + 1] = f.full->total_us;
+  };
+  if (k.memory) {
+    const cgroup::MemoryState m = cgroup::read_memory(k.place);
+    r.memory_limit = m.limit;
+    r.counts[kOomProcess] = m.oom_kills;
+    r.counts[kOomGroup] = m.oom_group_kills;
+    pressure(m.pressure, kMemorySome);
   }
-  cpu_state_ = next;
-  for (auto& [name, c] : next) out.push_back(std::move(c));
+  if (k.cpu) {
+    const cgroup::CpuState c = cgroup::read_cpu(k.place);
+    r.cpu_limit = c.limit_cores;
+    r.counts[kPeriods] = c.periods;
+    r.counts[kThrottledPeriods] = c.throttled_periods;
+    r.counts[kThrottledUs] = c.throttled_us;
+  }
+  if (k.place.version == 2) {
+    pressure(cgroup::read_pressure(k.place.dir + "/cpu.pressure"), kCpuSome);
+    pressure(cgroup::read_pressure(k.place.dir + "/io.pressure"), kIoSome);
+  }
+  return r;
 }
 
-void CgroupCollector::serve(const CgroupSample& s, const Emit& emit) const {
-  Families out;
-  if (!s.servers.empty()) {
-    auto [info, usage, peak, limit, ooms, stalled, ratio] = add_families(
-        out,
-        {"gym_server_cgroup_info", "gym_server_cgroup_memory_usage_bytes",
-         "gym_server_cgroup_memory_peak_bytes", "gym_server_cgroup_memory_limit_bytes",
-         "gym_server_cgroup_oom_kills_total", "gym_server_cgroup_memory_pressure_seconds_total",
-         "gym_server_cgroup_memory_pressure_ratio"});
-    for (const ServerCgroup& c : s.servers) {
-      const LabelPairs l = server_labels(c.name, c.server_type);
-      LabelPairs li = l;
-      li.emplace_back("cgroup", c.place.path);
-      li.emplace_back("cgroup_version", std::to_string(c.place.version));
-      add_metric(*info, li).gauge.value = 1;
-      if (c.memory.current) add_metric(*usage, l).gauge.value = double(*c.memory.current);
-      if (c.memory.peak) add_metric(*peak, l).gauge.value = double(*c.memory.peak);
-      if (c.memory.limit) add_metric(*limit, l).gauge.value = double(*c.memory.limit);
-      if (c.oom_kills.last) add_metric(*ooms, l).counter.value = double(c.oom_kills.total);
-      for (const auto& [kind, p, total] :
-           {std::tuple{"some", &c.memory.pressure.some, &c.pressure_some_us},
-            std::tuple{"full", &c.memory.pressure.full, &c.pressure_full_us}}) {
-        if (!*p) continue;
-        LabelPairs lk = l;
-        lk.emplace_back("kind", kind);
-        add_metric(*stalled, lk).counter.value = double(total->total) / 1e6;
-        lk.emplace_back("window", "");
-        for (const auto& [window, avg] :
-             {std::pair{"10s", (*p)->avg10}, std::pair{"60s", (*p)->avg60},
-              std::pair{"300s", (*p)->avg300}}) {
-          lk.back().second = window;
-          add_metric(*ratio, lk).gauge.value = avg / 100;
-        }
+// Adds what `k` counted since it was last read (all of it when it is new
+// or was made again since).
+void CgroupCollector::add(ServerTotals::Kept& k, const Reading& r) const {
+  if (k.inode != r.inode)
+    for (Counter& c : k.counts) c.last.reset();
+  k.inode = r.inode;
+  for (size_t i = 0; i < kCounts; ++i) k.counts[i].add(r.counts[i]);
+}
+
+const CgroupCollector::Reading& CgroupCollector::reading(const ServerTotals::Kept& k) {
+  auto [it, fresh] = read_now_.try_emplace({k.place.dir, k.memory + 2 * k.cpu});
+  if (fresh) it->second = read(k);
+  return it->second;
+}
+
+// Each server's cgroups: those of its live processes, each read once a
+// sample, and those it had, read once more when they stop holding its
+// processes and kept while the kernel has them.
+void CgroupCollector::take_totals(const ServersView& view, std::vector<ServerTotals>& out) {
+  read_now_.clear();
+  std::map<std::string, ServerTotals> next;
+  for (const ServerProcesses::Tree& s : view.trees) {
+    std::map<std::string, ServerTotals::Kept> places;  // its cgroups now, by directory
+    for (const auto& [pid, start] : s.usage.members) {
+      const auto [memory, cpu] = resolver_.own_both(pid);
+      if (memory) places[memory->dir].place = *memory, places[memory->dir].memory = true;
+      if (cpu) places[cpu->dir].place = *cpu, places[cpu->dir].cpu = true;
+    }
+    auto before = totals_.find(s.name);
+    ServerTotals t = before == totals_.end() ? ServerTotals{} : std::move(before->second);
+    t.name = s.name;
+    t.server_type = s.server_type;
+    track(t, std::move(places));
+    if (t.cgroups.empty() && std::find(t.seen.begin(), t.seen.end(), true) == t.seen.end())
+      continue;
+    next[s.name] = std::move(t);
+  }
+  if (next.size() != totals_.size()) changed_ = true;  // a server's counts left
+  totals_ = std::move(next);
+  keep_totals();
+  for (const auto& [name, t] : totals_) out.push_back(t);
+}
+
+// Moves `t` to the cgroups of `places` (its processes' now): each adds what
+// it counted since; a cgroup it had that holds none of its processes now is
+// read once more, then kept idle while the kernel has it (a pool's cgroup
+// that its verifiers come back to goes on from its last count), and folded
+// into the gone counts when removed.
+void CgroupCollector::track(ServerTotals& t, std::map<std::string, ServerTotals::Kept> places) {
+  std::map<std::string, ServerTotals::Kept> had = std::move(t.cgroups);
+  t.cgroups.clear();
+  t.cpu_limit_cores.reset();
+  t.memory_limit_bytes.reset();
+  for (auto& [dir, k] : places) {
+    const Reading& r = reading(k);
+    if (r.inode == 0) continue;  // removed since its process was looked up
+    if (auto was = had.find(dir); was != had.end()) {
+      k.counts = was->second.counts;
+      k.inode = was->second.inode;
+      changed_ = changed_ || !was->second.active;
+      had.erase(was);
+    } else {
+      changed_ = true;
+    }
+    add(k, r);
+    k.active = true;
+    if (r.cpu_limit) t.cpu_limit_cores = t.cpu_limit_cores.value_or(0) + *r.cpu_limit;
+    if (r.memory_limit) t.memory_limit_bytes = t.memory_limit_bytes.value_or(0) + *r.memory_limit;
+    t.cgroups.emplace(dir, std::move(k));
+  }
+  for (auto& [dir, k] : had) {
+    uint64_t inode = 0;
+    if (k.active) {
+      const Reading& r = reading(k);
+      if (r.inode == k.inode) add(k, r);
+      inode = r.inode;
+      k.active = false;
+      changed_ = true;
+    } else {
+      inode = inode_of(dir);
+    }
+    if (inode != 0 && inode == k.inode) {
+      t.cgroups.emplace(dir, std::move(k));
+      continue;
+    }
+    for (size_t i = 0; i < kCounts; ++i) t.gone[i] += k.counts[i].total;
+    changed_ = true;
+  }
+  for (const auto& [dir, k] : t.cgroups)
+    for (size_t i = 0; i < kCounts; ++i) t.seen[i] = t.seen[i] || k.counts[i].last.has_value();
+}
+
+// Writes the totals file when its cgroups or gone counts changed and this
+// one may (the registry's lock holder).
+void CgroupCollector::keep_totals() {
+  if (!changed_ || totals_file_.empty() || !may_write_ || !may_write_()) return;
+  std::string why;
+  if (save_cgroup_totals(totals_file_, totals_, why))
+    changed_ = false;
+  else
+    count_error("totals", "cannot write " + totals_file_ + ": " + why);
+}
+
+std::shared_ptr<const ServerFigures> CgroupCollector::figures(const CgroupSample& s) const {
+  auto f = std::make_shared<ServerFigures>();
+  f->time_seconds = s.time_seconds;
+  for (const ServerTotals& t : s.totals) {
+    ServerFigures::Row& row = f->servers[t.name];
+    row.server_type = t.server_type;
+    if (t.seen[kPeriods]) {
+      row.cpu_periods = t.total(kPeriods);
+      row.cpu_throttled_periods = t.total(kThrottledPeriods);
+    }
+    if (t.seen[kOomProcess] || t.seen[kOomGroup])
+      row.oom_kills = t.total(kOomProcess) + t.total(kOomGroup);
+  }
+  return f;
+}
+
+namespace {
+
+// The families of the root's own cgroup.
+void serve_own(const std::vector<CgroupCollector::ServerCgroup>& servers, Families& out) {
+  auto [info, usage, peak, ratio] = add_families(
+      out, {"gym_server_cgroup_info", "gym_server_cgroup_memory_usage_bytes",
+            "gym_server_cgroup_memory_peak_bytes", "gym_server_cgroup_memory_pressure_ratio"});
+  for (const CgroupCollector::ServerCgroup& c : servers) {
+    const LabelPairs l = server_labels(c.name, c.server_type);
+    LabelPairs li = l;
+    li.emplace_back("cgroup", c.place.path);
+    li.emplace_back("cgroup_version", std::to_string(c.place.version));
+    add_metric(*info, li).gauge.value = 1;
+    if (c.memory.current) add_metric(*usage, l).gauge.value = double(*c.memory.current);
+    if (c.memory.peak) add_metric(*peak, l).gauge.value = double(*c.memory.peak);
+    for (const auto& [kind, p] :
+         {std::pair{"some", &c.memory.pressure.some}, std::pair{"full", &c.memory.pressure.full}}) {
+      if (!*p) continue;
+      LabelPairs lk = l;
+      lk.emplace_back("kind", kind);
+      lk.emplace_back("window", "");
+      for (const auto& [window, avg] :
+           {std::pair{"10s", (*p)->avg10}, std::pair{"60s", (*p)->avg60},
+            std::pair{"300s", (*p)->avg300}}) {
+        lk.back().second = window;
+        add_metric(*ratio, lk).gauge.value = avg / 100;
       }
     }
   }
-  if (!s.cpu.empty()) {
-    auto [limit, periods, throttled, throttled_s] = add_families(
-        out, {"gym_server_cgroup_cpu_limit_cores", "gym_server_cgroup_cpu_periods_total",
-              "gym_server_cgroup_cpu_throttled_periods_total",
-              "gym_server_cgroup_cpu_throttled_seconds_total"});
-    for (const ServerCpu& c : s.cpu) {
-      const LabelPairs l = server_labels(c.name, c.server_type);
-      if (c.limit_cores) add_metric(*limit, l).gauge.value = *c.limit_cores;
-      if (!c.counted) continue;
-      add_metric(*periods, l).counter.value = double(c.periods());
-      add_metric(*throttled, l).counter.value = double(c.throttled_periods());
-      add_metric(*throttled_s, l).counter.value = double(c.throttled_us()) / 1e6;
-    }
+}
+
+// The families of a server's totals over all its cgroups.
+void serve_totals(const std::vector<CgroupCollector::ServerTotals>& totals, Families& out) {
+  using C = CgroupCollector;
+  auto [mem_limit, ooms, mem_p, cpu_p, io_p, cpu_limit, periods, throttled, throttled_s] =
+      add_families(
+          out,
+          {"gym_server_cgroup_memory_limit_bytes", "gym_server_cgroup_oom_kills_total",
+           "gym_server_cgroup_memory_pressure_seconds_total",
+           "gym_server_cgroup_cpu_pressure_seconds_total",
+           "gym_server_cgroup_io_pressure_seconds_total", "gym_server_cgroup_cpu_limit_cores",
+           "gym_server_cgroup_cpu_periods_total", "gym_server_cgroup_cpu_throttled_periods_total",
+           "gym_server_cgroup_cpu_throttled_seconds_total"});
+  for (const C::ServerTotals& t : totals) {
+    const LabelPairs l = server_labels(t.name, t.server_type);
+    // A counter with a `kind` label, present when some cgroup reported it.
+    auto kinds = [&](Family& f, std::initializer_list<std::pair<const char*, C::Count>> rows,
+                     double scale) {
+      for (const auto& [kind, c] : rows) {
+        if (!t.seen[c]) continue;
+        LabelPairs lk = l;
+        lk.emplace_back("kind", kind);
+        add_metric(f, lk).counter.value = double(t.total(c)) / scale;
+      }
+    };
+    if (t.memory_limit_bytes) add_metric(*mem_limit, l).gauge.value = double(*t.memory_limit_bytes);
+    kinds(*ooms, {{"process", C::kOomProcess}, {"group", C::kOomGroup}}, 1);
+    kinds(*mem_p, {{"some", C::kMemorySome}, {"full", C::kMemoryFull}}, 1e6);
+    kinds(*cpu_p, {{"some", C::kCpuSome}, {"full", C::kCpuFull}}, 1e6);
+    kinds(*io_p, {{"some", C::kIoSome}, {"full", C::kIoFull}}, 1e6);
+    if (t.cpu_limit_cores) add_metric(*cpu_limit, l).gauge.value = *t.cpu_limit_cores;
+    if (!t.seen[C::kPeriods]) continue;
+    add_metric(*periods, l).counter.value = double(t.periods());
+    add_metric(*throttled, l).counter.value = double(t.throttled_periods());
+    add_metric(*throttled_s, l).counter.value = double(t.throttled_us()) / 1e6;
   }
+}
+
+}  // namespace
+
+void CgroupCollector::serve(const CgroupSample& s, const Emit& emit) const {
+  Families out;
+  serve_own(s.servers, out);
+  serve_totals(s.totals, out);
+  Family& host = add_family(out, "gym_host_pressure_seconds_total");
+  for (size_t i = 0; i < 3; ++i)
+    for (const auto& [kind, p] :
+         {std::pair{"some", &s.host[i].some}, std::pair{"full", &s.host[i].full}})
+      if (*p)
+        add_metric(host, {{"resource", cgroup::kPressureResources[i]}, {"kind", kind}})
+            .counter.value = double((*p)->total_us) / 1e6;
   // An alias of gym_exporter_collector_sample_errors_total{collector="cgroup"}
   // for one release.
   uint64_t errors = 0;

@@ -1,5 +1,8 @@
 #include "collectors/servers.h"
 
+#include <unistd.h>
+
+#include <charconv>
 #include <set>
 
 #include "exposition/families.h"
@@ -19,6 +22,30 @@ GYM_REGISTER_COLLECTOR({.name = "servers",
                         .make = [](const CollectorSettings*, const CollectorContext& c) {
                           return std::make_unique<ServersCollector>(c.servers, c.warn, c.board);
                         }});
+
+// When `t`'s oldest process other than its roots started, in seconds since
+// boot; none when it has none.
+std::optional<double> oldest_start(const ServerProcesses::Tree& t) {
+  static const double hz = double(::sysconf(_SC_CLK_TCK));
+  std::optional<uint64_t> oldest;
+  for (const auto& [pid, start] : t.usage.members) {
+    bool root = false;
+    for (const procfs::ProcStat* r : t.roots)
+      root = root || (r->pid == pid && r->start_ticks == start);
+    if (!root && (!oldest || start < *oldest)) oldest = start;
+  }
+  return oldest ? std::optional(double(*oldest) / hz) : std::nullopt;
+}
+
+// Seconds since boot (the first number of /proc/uptime).
+std::optional<double> uptime_seconds(const std::string& proc_root) {
+  std::string text;
+  if (procfs::read_file(proc_root + "/uptime", text) != procfs::ReadStatus::kOk)
+    return std::nullopt;
+  double v = 0;
+  const auto r = std::from_chars(text.data(), text.data() + text.size(), v);
+  return r.ec == std::errc() && v >= 0 ? std::optional(v) : std::nullopt;
+}
 
 }  // namespace
 
@@ -74,6 +101,7 @@ ServersSample ServersCollector::take() {
       watcher_->view(std::chrono::duration<double>(watcher_->config().interval_seconds / 2), view_);
   view_ = view;
   std::set<std::string> names;
+  const std::optional<double> uptime = uptime_seconds(watcher_->config().proc_root);
   for (const ServerProcesses::Tree& t : view->trees) {
     Server s;
     s.name = t.name;
@@ -81,6 +109,8 @@ ServersSample ServersCollector::take() {
     if (t.root != nullptr) s.root_pid = t.root->pid;
     for (const procfs::ProcStat* r : t.roots) s.root_pids.push_back(r->pid);
     s.escaped = t.escaped;
+    if (const std::optional<double> start = oldest_start(t); start && uptime)
+      s.oldest_process_seconds = std::max(0.0, *uptime - *start);
     track_exits(t, s);
     names.insert(t.name);
     out.servers.push_back(std::move(s));
@@ -100,6 +130,7 @@ std::shared_ptr<const ServerFigures> ServersCollector::figures(const ServersSamp
     ServerFigures::Row& row = f->servers[srv.name];
     row.server_type = srv.server_type;
     row.pid = srv.root_pid;
+    row.oldest_process_seconds = srv.oldest_process_seconds;
   }
   return f;
 }
@@ -108,9 +139,9 @@ void ServersCollector::serve(const ServersSample& s, const Emit& emit) const {
   Families out;
   FamilyExtras exits_created;
   if (!s.servers.empty()) {
-    auto [info, up, exits, escaped] =
+    auto [info, up, exits, escaped, oldest] =
         add_families(out, {"gym_server_info", "gym_server_up", "gym_server_exits_total",
-                           "gym_server_escaped_processes"});
+                           "gym_server_escaped_processes", "gym_server_oldest_process_seconds"});
     for (const Server& srv : s.servers) {
       const LabelPairs l = server_labels(srv.name, srv.server_type);
       for (pid_t pid : srv.root_pids) {
@@ -120,6 +151,8 @@ void ServersCollector::serve(const ServersSample& s, const Emit& emit) const {
       }
       add_metric(*up, l).gauge.value = srv.root_pid ? 1 : 0;
       add_metric(*escaped, l).gauge.value = double(srv.escaped);
+      if (srv.oldest_process_seconds)
+        add_metric(*oldest, l).gauge.value = *srv.oldest_process_seconds;
       for (const auto& [reason, n] :
            {std::pair{"exited", srv.exits}, std::pair{"oom_kill", srv.oom_kill_exits}}) {
         LabelPairs le = l;

@@ -2,7 +2,8 @@
 // there are and whether each is up (gym_server_info, one per root pid;
 // gym_server_up), the exits of their roots by reason
 // (gym_server_exits_total), their processes kept by lineage
-// (gym_server_escaped_processes), the declarers out of sight
+// (gym_server_escaped_processes), the age of the oldest of its processes
+// other than its roots (gym_server_oldest_process_seconds), the declarers out of sight
 // (gym_exporter_unseen_server_processes), and the watcher's failed reads
 // (gym_exporter_collector_sample_errors_total{collector="servers"}).
 // Configuration: the `servers:` section (servers/config.h).
@@ -43,6 +44,8 @@ class ServersCollector : public SampledCollector<ServersSample> {
     std::vector<pid_t> root_pids;   // every root (one gym_server_info each)
     // Of its processes, the ones that left the tree and are its by lineage.
     uint64_t escaped = 0;
+    // The age of its oldest process other than its roots (none: it has none).
+    std::optional<double> oldest_process_seconds;
     // Times its root process exited (or was replaced), by reason.
     uint64_t exits = 0, oom_kill_exits = 0;
     double exits_since = 0;  // Unix seconds the exits count from (0: not known)

@@ -27,6 +27,9 @@ struct ServerFigures {
     std::optional<pid_t> pid;                      // the oldest root as the host sees it (servers)
     std::optional<uint64_t> rss_bytes, processes;  // memory
     std::optional<uint64_t> gpu_bytes;             // gpu: over every GPU
+    // cgroup: over every cgroup of it, removed ones included
+    std::optional<uint64_t> cpu_periods, cpu_throttled_periods, oom_kills;
+    std::optional<double> oldest_process_seconds;  // servers
   };
   std::map<std::string, Row> servers;  // by server name
 };

@@ -261,6 +261,14 @@ inline constexpr FamilySpec kFamilies[] = {
      "exited) and are still counted in it by lineage (pid and start time, while seen).",
      {label::kServerName, label::kServerType},
      ""},
+    {"gym_server_oldest_process_seconds",
+     MetricType::kGauge,
+     Source::kExporter,
+     "seconds",
+     "Age of the oldest process of a server other than its roots (a verifier or sandbox that "
+     "should live seconds and lives hours has leaked); absent when it has none.",
+     {label::kServerName, label::kServerType},
+     ""},
     {"gym_server_info",
      MetricType::kGauge,
      Source::kExporter,
@@ -422,17 +430,18 @@ inline constexpr FamilySpec kFamilies[] = {
      MetricType::kGauge,
      Source::kExporter,
      "bytes",
-     "Memory limit of a server's cgroup (memory.max; v1: memory.limit_in_bytes); absent when "
-     "unlimited.",
+     "Memory limit of a server's cgroups, summed over those of its processes' memory cgroups that "
+     "have one (memory.max; v1: memory.limit_in_bytes); absent when none has.",
      {label::kServerName, label::kServerType},
      ""},
     {"gym_server_cgroup_oom_kills_total",
      MetricType::kCounter,
      Source::kExporter,
      "",
-     "Processes the OOM killer killed in a server's cgroup (memory.events oom_kill; v1: "
-     "memory.oom_control).",
-     {label::kServerName, label::kServerType},
+     "OOM kills in a server's cgroups, removed ones included: processes killed (kind=process: "
+     "memory.events oom_kill; v1: memory.oom_control) and cgroups killed whole (kind=group: "
+     "memory.events oom_group_kill; v2 only).",
+     {label::kServerName, label::kServerType, "kind"},
      ""},
     {"gym_server_cgroup_cpu_limit_cores",
      MetricType::kGauge,
@@ -469,8 +478,24 @@ inline constexpr FamilySpec kFamilies[] = {
      MetricType::kCounter,
      Source::kExporter,
      "seconds",
-     "Time some (or all: full) of a server's cgroup's tasks stalled waiting for memory "
-     "(memory.pressure total; cgroup v2 only).",
+     "Time some (or all: full) of the tasks of a server's cgroups stalled waiting for memory, "
+     "summed over its cgroups (memory.pressure total; cgroup v2 only).",
+     {label::kServerName, label::kServerType, "kind"},
+     ""},
+    {"gym_server_cgroup_cpu_pressure_seconds_total",
+     MetricType::kCounter,
+     Source::kExporter,
+     "seconds",
+     "Time some (or all: full) of the tasks of a server's cgroups stalled waiting for CPU, summed "
+     "over its cgroups (cpu.pressure total; cgroup v2 only).",
+     {label::kServerName, label::kServerType, "kind"},
+     ""},
+    {"gym_server_cgroup_io_pressure_seconds_total",
+     MetricType::kCounter,
+     Source::kExporter,
+     "seconds",
+     "Time some (or all: full) of the tasks of a server's cgroups stalled waiting for IO, summed "
+     "over its cgroups (io.pressure total; cgroup v2 only).",
      {label::kServerName, label::kServerType, "kind"},
      ""},
     {"gym_server_cgroup_memory_pressure_ratio",
@@ -480,6 +505,14 @@ inline constexpr FamilySpec kFamilies[] = {
      "Share of wall time some (or all: full) of a server's cgroup's tasks stalled waiting for "
      "memory, averaged over a window (memory.pressure avg10, avg60, avg300; cgroup v2 only).",
      {label::kServerName, label::kServerType, "kind", "window"},
+     ""},
+    {"gym_host_pressure_seconds_total",
+     MetricType::kCounter,
+     Source::kExporter,
+     "seconds",
+     "Time some (or all: full) of the host's tasks stalled waiting for a resource (cpu, memory, "
+     "io: /proc/pressure totals; Linux 4.20 or later with PSI enabled).",
+     {"resource", "kind"},
      ""},
     {"gym_exporter_cgroup_sample_errors_total",
      MetricType::kCounter,
