@@ -174,14 +174,32 @@ void operation_lines(const View& now, const View* prev, double dt, const FrameOp
 // A server's event-loop lag p99 over the window since `prev` (since the
 // start without one), and how long its loop is blocked now.
 std::string loop_columns(const ServerView& s, const View* prev) {
-  if (!s.loop_lag) return pad("-", 10) + "-";
+  if (!s.loop_lag) return pad("-", 10) + pad("-", 9);
   HistogramView lag = *s.loop_lag;
   if (prev != nullptr)
     for (const ServerView& was : prev->servers)
       if (was.server_name == s.server_name && was.loop_lag &&
           was.loop_lag->buckets.size() == lag.buckets.size() && was.loop_lag->count <= lag.count)
         lag = lag.minus(*was.loop_lag);
-  return pad(seconds(lag.quantile(0.99)), 10) + seconds(s.loop_blocked_seconds);
+  return pad(seconds(lag.quantile(0.99)), 10) + pad(seconds(s.loop_blocked_seconds), 9);
+}
+
+// A server's throttled share of CFS periods over the window since `prev`
+// (since its cgroups were first seen without one), and its OOM kills.
+std::string cgroup_columns(const ServerView& s, const View* prev) {
+  uint64_t periods = s.cpu_periods.value_or(0), throttled = s.cpu_throttled_periods.value_or(0);
+  if (prev != nullptr)
+    for (const ServerView& was : prev->servers)
+      if (was.server_name == s.server_name && was.cpu_periods && *was.cpu_periods <= periods &&
+          was.cpu_throttled_periods.value_or(0) <= throttled) {
+        periods -= *was.cpu_periods;
+        throttled -= was.cpu_throttled_periods.value_or(0);
+      }
+  const std::string share = !s.cpu_periods ? "-"
+                            : periods == 0
+                                ? "0%"
+                                : fmt("%.0f%%", 100.0 * double(throttled) / double(periods));
+  return pad(share, 11) + (s.oom_kills ? std::to_string(*s.oom_kills) : "-");
 }
 
 void server_and_writer_lines(const View& now, const View* prev, const FrameOptions& o,
@@ -189,7 +207,8 @@ void server_and_writer_lines(const View& now, const View* prev, const FrameOptio
   out.push_back({Line::Kind::kTitle, "SERVERS"});
   out.push_back({Line::Kind::kHeader, pad("SERVER", 22) + pad("TYPE", 18) + pad("PID", 9) +
                                           pad("RSS", 12) + pad("GPU MEM", 12) +
-                                          pad("PROCESSES", 11) + pad("LAG P99", 10) + "BLOCKED"});
+                                          pad("PROCESSES", 11) + pad("LAG P99", 10) +
+                                          pad("BLOCKED", 9) + pad("THROTTLED", 11) + "OOM"});
   for (const auto& s : now.servers) {
     if (!room(out, o)) break;
     if (!matches(o.filter, {&s.server_name, &s.server_type})) continue;
@@ -197,7 +216,7 @@ void server_and_writer_lines(const View& now, const View* prev, const FrameOptio
                                          pad(std::to_string(s.pid), 9) +
                                          pad(bytes(s.rss_bytes), 12) + pad(bytes(s.gpu_bytes), 12) +
                                          pad(s.processes ? std::to_string(*s.processes) : "-", 11) +
-                                         loop_columns(s, prev)});
+                                         loop_columns(s, prev) + cgroup_columns(s, prev)});
   }
   out.push_back({Line::Kind::kTitle, "WRITERS (" + std::to_string(now.writers.size()) + ")"});
   out.push_back({Line::Kind::kHeader,

@@ -159,6 +159,10 @@ void servers_and_writers(Json& j, const View& v) {
     j.optional_number("rss_bytes", s.rss_bytes);
     j.optional_number("processes", s.processes);
     j.optional_number("gpu_memory_bytes", s.gpu_bytes);
+    j.optional_number("cpu_periods_total", s.cpu_periods);
+    j.optional_number("cpu_throttled_periods_total", s.cpu_throttled_periods);
+    j.optional_number("oom_kills_total", s.oom_kills);
+    j.optional_number("oldest_process_seconds", s.oldest_process_seconds);
     j.key("event_loop_lag_seconds");
     if (s.loop_lag)
       histogram(j, *s.loop_lag);

@@ -222,8 +222,12 @@ void add_servers(const Snapshot& snap, const BoardFigures& figures, View& v,
   if (auto it = figures.find("servers"); it != figures.end())
     for (const auto& [name, r] : it->second->servers) {
       row.emplace(name, v.servers.size());
-      v.servers.push_back({name, r.server_type, r.pid.value_or(0), std::nullopt, std::nullopt,
-                           std::nullopt, std::nullopt, std::nullopt});
+      ServerView s;
+      s.server_name = name;
+      s.server_type = r.server_type;
+      s.pid = r.pid.value_or(0);
+      s.oldest_process_seconds = r.oldest_process_seconds;
+      v.servers.push_back(std::move(s));
     }
   for (const auto& [source, f] : figures)
     for (const auto& [name, r] : f->servers) {
@@ -233,11 +237,18 @@ void add_servers(const Snapshot& snap, const BoardFigures& figures, View& v,
       if (r.rss_bytes) s.rss_bytes = r.rss_bytes;
       if (r.processes) s.processes = r.processes;
       if (r.gpu_bytes) s.gpu_bytes = r.gpu_bytes;
+      if (r.cpu_periods) s.cpu_periods = r.cpu_periods;
+      if (r.cpu_throttled_periods) s.cpu_throttled_periods = r.cpu_throttled_periods;
+      if (r.oom_kills) s.oom_kills = r.oom_kills;
     }
   for (const DeclaredServer& d : snap.servers)
-    if (row.emplace(d.name, v.servers.size()).second)
-      v.servers.push_back({d.name, d.server_type, d.pid, std::nullopt, std::nullopt, std::nullopt,
-                           std::nullopt, std::nullopt});
+    if (row.emplace(d.name, v.servers.size()).second) {
+      ServerView s;
+      s.server_name = d.name;
+      s.server_type = d.server_type;
+      s.pid = d.pid;
+      v.servers.push_back(std::move(s));
+    }
 }
 }  // namespace
 

@@ -71,6 +71,11 @@ struct ServerView {
   // GPU memory of its processes over every GPU (the gpu collector's last
   // sample, when NVML was read and every GPU's processes were known).
   std::optional<uint64_t> gpu_bytes;
+  // Over every cgroup of it, removed ones included (the cgroup collector's
+  // last sample): CFS periods and those throttled, OOM kills of both kinds.
+  std::optional<uint64_t> cpu_periods, cpu_throttled_periods, oom_kills;
+  // Age of its oldest process other than its roots (the servers unit's).
+  std::optional<double> oldest_process_seconds;
   // Its event loop, when instrumented (gym_metrics.instrument_runtime): the
   // lag histogram, and how long the loop's heartbeat is overdue now (its
   // most overdue loop's).

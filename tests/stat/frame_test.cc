@@ -66,6 +66,40 @@ TEST(Frame, ALimitShowsItsProcessesAndStrandedSlots) {
   EXPECT_NE(line.find("5/8       1      2     3"), std::string::npos) << line;
 }
 
+// THROTTLED is the share of CFS periods throttled over the window (over all
+// of them without one); OOM the kills of the server's cgroups; a server
+// without a CPU account or a cgroup shows dashes.
+TEST(Frame, AServersThrottledShareIsOverTheWindowAndItsOomKillsAreShown) {
+  auto server = [](std::string name, uint64_t periods, uint64_t throttled) {
+    exporter::ServerView s;
+    s.server_name = std::move(name);
+    s.server_type = "resources_server";
+    s.pid = 42;
+    s.cpu_periods = periods;
+    s.cpu_throttled_periods = throttled;
+    s.oom_kills = 3;
+    return s;
+  };
+  View before, now;
+  before.servers = {server("sandboxes", 100, 10)};
+  now.servers = {server("sandboxes", 300, 160), exporter::ServerView{}};
+  now.servers[1].server_name = "plain";
+  now.servers[1].server_type = "agent";
+  auto row = [](const std::string& text, const std::string& name) {
+    const size_t at = text.find("\n" + name + " ");
+    return at == std::string::npos ? std::string()
+                                   : text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  };
+  const std::string text = plain(frame(now, &before, {}));
+  EXPECT_NE(text.find("THROTTLED"), std::string::npos) << text;
+  const std::string r = row(text, "sandboxes");
+  EXPECT_NE(r.find(" 75% "), std::string::npos) << "150 of 200 periods in the window: " << r;
+  EXPECT_TRUE(r.ends_with(" 3")) << r;
+  EXPECT_NE(row(plain(frame(now, nullptr, {})), "sandboxes").find(" 53% "), std::string::npos)
+      << "160 of 300 without a window";
+  EXPECT_TRUE(row(text, "plain").ends_with("-          -")) << row(text, "plain");
+}
+
 TEST(Frame, ControlCharactersInLabelValuesNeverReachTheTerminal) {
   View now;
   now.registry_dir = "/dev/shm/\x1b[2J";
