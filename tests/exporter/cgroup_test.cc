@@ -381,6 +381,39 @@ TEST(CgroupCollector, OomKillsOfPoolAndRemovedSandboxesCountOnceAndSurviveAResta
   EXPECT_EQ(c->sample_stats()->errors["totals"], 0u);
 }
 
+// A server in its own v2 cgroup whose verifier runs in a child cgroup of
+// it: the parent's memory.events, memory.current and pressure hold the
+// child's, so the child adds only its CPU account (its own quota).
+TEST(CgroupCollector, AV2CgroupBelowAnotherOfTheServerIsCountedInItsParentOnly) {
+  Fixture fx("0::/gym/agent\n", "0::/exporter\n");
+  put(fx.proc + "/101/stat",
+      "101 (verifier) S 100 100 100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 600 1000000 200 "
+      "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
+  put(fx.proc + "/101/cgroup", "0::/gym/agent/verifier\n");
+  auto cgroup = [&](const std::string& dir, int current, int max, int kills, int periods) {
+    put(dir + "/memory.current", std::to_string(current) + "\n");
+    put(dir + "/memory.max", std::to_string(max) + "\n");
+    put(dir + "/memory.events", "oom_kill " + std::to_string(kills) + "\noom_group_kill 0\n");
+    put(dir + "/memory.pressure",
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total=" + std::to_string(kills * 1000000) +
+            "\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n");
+    put(dir + "/cpu.max", "50000 100000\n");
+    put(dir + "/cpu.stat",
+        "nr_periods " + std::to_string(periods) + "\nnr_throttled 1\n" + "throttled_usec 10\n");
+  };
+  cgroup(fx.cg + "/gym/agent", 10 << 20, 16 << 20, 3, 100);
+  cgroup(fx.cg + "/gym/agent/verifier", 4 << 20, 8 << 20, 2, 40);
+  CgroupCollector c(fx.servers(true), [](const std::string&) {});
+  c.sample();
+  const CgroupCollector::ServerTotals t = c.totals().at(0);
+  EXPECT_EQ(t.total(CgroupCollector::kOomProcess), 3u) << "the parent's 3 hold the child's 2";
+  EXPECT_EQ(t.total(CgroupCollector::kMemorySome), 3000000u);
+  EXPECT_EQ(t.memory_usage_bytes, uint64_t(10 << 20));
+  EXPECT_EQ(t.memory_limit_bytes, uint64_t(16 << 20));
+  EXPECT_EQ(t.periods(), 140u) << "each cgroup's quota is its own";
+  EXPECT_DOUBLE_EQ(t.cpu_limit_cores.value_or(0), 1.0);
+}
+
 // A totals file that is not one (cut short, another boot's, garbage) is
 // counted and logged, and the counts of removed cgroups start from zero.
 TEST(CgroupCollector, ACorruptOrStaleTotalsFileIsCountedAndIgnored) {

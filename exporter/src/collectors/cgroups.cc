@@ -106,6 +106,7 @@ CgroupCollector::Reading CgroupCollector::read(const ServerTotals::Kept& k) cons
   if (k.memory) {
     const cgroup::MemoryState m = cgroup::read_memory(k.place);
     r.memory_limit = m.limit;
+    r.memory_usage = m.current;
     r.counts[kOomProcess] = m.oom_kills;
     r.counts[kOomGroup] = m.oom_group_kills;
     pressure(m.pressure, kMemorySome);
@@ -130,7 +131,8 @@ void CgroupCollector::add(ServerTotals::Kept& k, const Reading& r) const {
   if (k.inode != r.inode)
     for (Counter& c : k.counts) c.last.reset();
   k.inode = r.inode;
-  for (size_t i = 0; i < kCounts; ++i) k.counts[i].add(r.counts[i]);
+  for (size_t i = 0; i < kCounts; ++i)
+    if (!k.nested || i >= kPeriods) k.counts[i].add(r.counts[i]);
 }
 
 const CgroupCollector::Reading& CgroupCollector::reading(const ServerTotals::Kept& k) {
@@ -167,6 +169,19 @@ void CgroupCollector::take_totals(const ServersView& view, std::vector<ServerTot
   for (const auto& [name, t] : totals_) out.push_back(t);
 }
 
+// Marks the v2 memory cgroups of `places` below another of them: the
+// unified hierarchy's memory.events, memory.current and pressure totals
+// hold their subtree's, so only the outermost ones add theirs.
+void CgroupCollector::mark_nested(std::map<std::string, ServerTotals::Kept>& places) {
+  for (auto& [dir, k] : places) {
+    if (!k.memory || k.place.version != 2) continue;
+    for (const auto& [other, o] : places)
+      if (o.memory && o.place.version == 2 && &o != &k &&
+          (o.place.path == "/" || k.place.path.starts_with(o.place.path + "/")))
+        k.nested = true;
+  }
+}
+
 // Moves `t` to the cgroups of `places` (its processes' now): each adds what
 // it counted since; a cgroup it had that holds none of its processes now is
 // read once more, then kept idle while the kernel has it (a pool's cgroup
@@ -177,6 +192,8 @@ void CgroupCollector::track(ServerTotals& t, std::map<std::string, ServerTotals:
   t.cgroups.clear();
   t.cpu_limit_cores.reset();
   t.memory_limit_bytes.reset();
+  t.memory_usage_bytes.reset();
+  mark_nested(places);
   for (auto& [dir, k] : places) {
     const Reading& r = reading(k);
     if (r.inode == 0) continue;  // removed since its process was looked up
@@ -191,7 +208,10 @@ void CgroupCollector::track(ServerTotals& t, std::map<std::string, ServerTotals:
     add(k, r);
     k.active = true;
     if (r.cpu_limit) t.cpu_limit_cores = t.cpu_limit_cores.value_or(0) + *r.cpu_limit;
-    if (r.memory_limit) t.memory_limit_bytes = t.memory_limit_bytes.value_or(0) + *r.memory_limit;
+    if (!k.nested && r.memory_limit)
+      t.memory_limit_bytes = t.memory_limit_bytes.value_or(0) + *r.memory_limit;
+    if (!k.nested && r.memory_usage)
+      t.memory_usage_bytes = t.memory_usage_bytes.value_or(0) + *r.memory_usage;
     t.cgroups.emplace(dir, std::move(k));
   }
   for (auto& [dir, k] : had) {
@@ -247,16 +267,15 @@ namespace {
 
 // The families of the root's own cgroup.
 void serve_own(const std::vector<CgroupCollector::ServerCgroup>& servers, Families& out) {
-  auto [info, usage, peak, ratio] = add_families(
-      out, {"gym_server_cgroup_info", "gym_server_cgroup_memory_usage_bytes",
-            "gym_server_cgroup_memory_peak_bytes", "gym_server_cgroup_memory_pressure_ratio"});
+  auto [info, peak, ratio] =
+      add_families(out, {"gym_server_cgroup_info", "gym_server_cgroup_memory_peak_bytes",
+                         "gym_server_cgroup_memory_pressure_ratio"});
   for (const CgroupCollector::ServerCgroup& c : servers) {
     const LabelPairs l = server_labels(c.name, c.server_type);
     LabelPairs li = l;
     li.emplace_back("cgroup", c.place.path);
     li.emplace_back("cgroup_version", std::to_string(c.place.version));
     add_metric(*info, li).gauge.value = 1;
-    if (c.memory.current) add_metric(*usage, l).gauge.value = double(*c.memory.current);
     if (c.memory.peak) add_metric(*peak, l).gauge.value = double(*c.memory.peak);
     for (const auto& [kind, p] :
          {std::pair{"some", &c.memory.pressure.some}, std::pair{"full", &c.memory.pressure.full}}) {
@@ -277,6 +296,7 @@ void serve_own(const std::vector<CgroupCollector::ServerCgroup>& servers, Famili
 // The families of a server's totals over all its cgroups.
 void serve_totals(const std::vector<CgroupCollector::ServerTotals>& totals, Families& out) {
   using C = CgroupCollector;
+  Family& usage = add_family(out, "gym_server_cgroup_memory_usage_bytes");
   auto [mem_limit, ooms, mem_p, cpu_p, io_p, cpu_limit, periods, throttled, throttled_s] =
       add_families(
           out,
@@ -298,6 +318,7 @@ void serve_totals(const std::vector<CgroupCollector::ServerTotals>& totals, Fami
         add_metric(f, lk).counter.value = double(t.total(c)) / scale;
       }
     };
+    if (t.memory_usage_bytes) add_metric(usage, l).gauge.value = double(*t.memory_usage_bytes);
     if (t.memory_limit_bytes) add_metric(*mem_limit, l).gauge.value = double(*t.memory_limit_bytes);
     kinds(*ooms, {{"process", C::kOomProcess}, {"group", C::kOomGroup}}, 1);
     kinds(*mem_p, {{"some", C::kMemorySome}, {"full", C::kMemoryFull}}, 1e6);

@@ -93,12 +93,17 @@ class CgroupCollector : public SampledCollector<CgroupSample> {
     std::string name;
     std::string server_type;
     std::optional<double> cpu_limit_cores;       // summed over its limited cgroups
-    std::optional<uint64_t> memory_limit_bytes;  // likewise
+    std::optional<uint64_t> memory_limit_bytes;  // likewise, its outermost ones
+    std::optional<uint64_t> memory_usage_bytes;  // of its outermost memory cgroups
     struct Kept {
       cgroup::Place place;
       bool memory = false, cpu = false;  // which hierarchies it is the server's cgroup in
       bool active = false;               // it held a process of the server at the last sample
-      uint64_t inode = 0;                // of its directory: a cgroup made again is another
+      // Below another memory cgroup of the server in the unified hierarchy,
+      // whose own counts (hierarchical there) hold its OOM kills, pressure
+      // and usage: those it does not add.
+      bool nested = false;
+      uint64_t inode = 0;  // of its directory: a cgroup made again is another
       std::array<Counter, kCounts> counts;
     };
     // By directory: those that held its processes at the last sample, and
@@ -128,7 +133,7 @@ class CgroupCollector : public SampledCollector<CgroupSample> {
   struct Reading {       // one cgroup's files, read once a sample
     uint64_t inode = 0;  // 0: gone
     std::optional<double> cpu_limit;
-    std::optional<uint64_t> memory_limit;
+    std::optional<uint64_t> memory_limit, memory_usage;
     std::array<std::optional<uint64_t>, kCounts> counts;
   };
   Reading read(const ServerTotals::Kept& k) const;
@@ -136,6 +141,7 @@ class CgroupCollector : public SampledCollector<CgroupSample> {
   void take_totals(const ServersView& view, std::vector<ServerTotals>& out);
   void track(ServerTotals& t, std::map<std::string, ServerTotals::Kept> places);
   void add(ServerTotals::Kept& k, const Reading& r) const;
+  static void mark_nested(std::map<std::string, ServerTotals::Kept>& places);
   void keep_totals();
 
   const std::string totals_file_;

@@ -415,7 +415,9 @@ inline constexpr FamilySpec kFamilies[] = {
      MetricType::kGauge,
      Source::kExporter,
      "bytes",
-     "Memory charged to a server's cgroup now (memory.current; v1: memory.usage_in_bytes).",
+     "Memory charged to a server's cgroups now, summed over the outermost of its processes' "
+     "memory cgroups (memory.current, which holds a v2 cgroup's subtree; v1: "
+     "memory.usage_in_bytes).",
      {label::kServerName, label::kServerType},
      ""},
     {"gym_server_cgroup_memory_peak_bytes",
@@ -430,17 +432,17 @@ inline constexpr FamilySpec kFamilies[] = {
      MetricType::kGauge,
      Source::kExporter,
      "bytes",
-     "Memory limit of a server's cgroups, summed over those of its processes' memory cgroups that "
-     "have one (memory.max; v1: memory.limit_in_bytes); absent when none has.",
+     "Memory limit of a server's cgroups, summed over the outermost of its processes' memory "
+     "cgroups that have one (memory.max; v1: memory.limit_in_bytes); absent when none has.",
      {label::kServerName, label::kServerType},
      ""},
     {"gym_server_cgroup_oom_kills_total",
      MetricType::kCounter,
      Source::kExporter,
      "",
-     "OOM kills in a server's cgroups, removed ones included: processes killed (kind=process: "
-     "memory.events oom_kill; v1: memory.oom_control) and cgroups killed whole (kind=group: "
-     "memory.events oom_group_kill; v2 only).",
+     "OOM kills in a server's cgroups, removed ones included (v2: its outermost ones, whose "
+     "memory.events hold their subtree's): processes killed (kind=process: oom_kill; v1: "
+     "memory.oom_control) and cgroups killed whole (kind=group: oom_group_kill; v2 only).",
      {label::kServerName, label::kServerType, "kind"},
      ""},
     {"gym_server_cgroup_cpu_limit_cores",
@@ -479,7 +481,7 @@ inline constexpr FamilySpec kFamilies[] = {
      Source::kExporter,
      "seconds",
      "Time some (or all: full) of the tasks of a server's cgroups stalled waiting for memory, "
-     "summed over its cgroups (memory.pressure total; cgroup v2 only).",
+     "summed over its outermost cgroups (memory.pressure total; cgroup v2 only).",
      {label::kServerName, label::kServerType, "kind"},
      ""},
     {"gym_server_cgroup_cpu_pressure_seconds_total",
@@ -487,7 +489,7 @@ inline constexpr FamilySpec kFamilies[] = {
      Source::kExporter,
      "seconds",
      "Time some (or all: full) of the tasks of a server's cgroups stalled waiting for CPU, summed "
-     "over its cgroups (cpu.pressure total; cgroup v2 only).",
+     "over its outermost cgroups (cpu.pressure total; cgroup v2 only).",
      {label::kServerName, label::kServerType, "kind"},
      ""},
     {"gym_server_cgroup_io_pressure_seconds_total",
@@ -495,7 +497,7 @@ inline constexpr FamilySpec kFamilies[] = {
      Source::kExporter,
      "seconds",
      "Time some (or all: full) of the tasks of a server's cgroups stalled waiting for IO, summed "
-     "over its cgroups (io.pressure total; cgroup v2 only).",
+     "over its outermost cgroups (io.pressure total; cgroup v2 only).",
      {label::kServerName, label::kServerType, "kind"},
      ""},
     {"gym_server_cgroup_memory_pressure_ratio",
