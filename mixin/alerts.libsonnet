@@ -136,12 +136,32 @@ local percent(r) = '%g%%' % (r * 100);
             ) > 0
             or
             sum by (%(server)s) (
-              increase(gym_server_cgroup_oom_kills_total{%(gymSelector)s}[10m])
+              increase(gym_server_cgroup_oom_kills_total{%(gymSelector)s, kind="process"}[10m])
             ) > 0
           ||| % c, {
             summary: 'The OOM killer killed a process of {{ $labels.nemo_gym_server_name }} on {{ $labels.instance }}',
-            description: "{{ $value | humanize }} OOM kills in the last 10 minutes in {{ $labels.nemo_gym_server_name }} ({{ $labels.nemo_gym_server_type }}): its cgroup's memory limit is too small for its work.",
+            description: "{{ $value | humanize }} OOM kills in the last 10 minutes in {{ $labels.nemo_gym_server_name }} ({{ $labels.nemo_gym_server_type }}): the memory limit of its cgroup (or its sandbox's) is too small for its work.",
           }),
+          // A sandbox's cgroup killed whole (memory.oom.group, cgroup v2):
+          // every process in it died at once, and the cgroup is usually
+          // removed right after; its kill still counts for the server.
+          alert('GymSandboxOomKilled', 'warning', |||
+            sum by (%(server)s) (
+              increase(gym_server_cgroup_oom_kills_total{%(gymSelector)s, kind="group"}[10m])
+            ) > 0
+          ||| % c, {
+            summary: 'A sandbox of {{ $labels.nemo_gym_server_name }} on {{ $labels.instance }} was OOM-killed whole',
+            description: "{{ $value | humanize }} cgroups of {{ $labels.nemo_gym_server_name }} ({{ $labels.nemo_gym_server_type }}) were killed whole by the OOM killer in the last 10 minutes: a sandbox's memory limit is too small for the work sent to it.",
+          }),
+          // A process of a server other than its roots has lived far longer
+          // than a verifier or sandbox should: leaked (its caller timed out
+          // and never killed it), holding memory, CPU, maybe a slot.
+          alert('GymServerProcessLeaked', 'warning', |||
+            max by (%(server)s) (gym_server_oldest_process_seconds{%(gymSelector)s}) > %(oldestProcessSeconds)g
+          ||| % c, {
+            summary: '{{ $labels.nemo_gym_server_name }} on {{ $labels.instance }} has a process older than %s' % asText(c.oldestProcessSeconds),
+            description: 'The oldest process of {{ $labels.nemo_gym_server_name }} ({{ $labels.nemo_gym_server_type }}) other than its roots is {{ $value | humanizeDuration }} old (threshold %s): a verifier or sandbox left running.' % asText(c.oldestProcessSeconds),
+          }, '10m'),
           // A server's cgroup near its memory limit (usage counts page
           // cache, which the kernel reclaims first: hence the long for).
           alert('GymServerCpuThrottled', 'warning', |||

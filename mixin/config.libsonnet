@@ -38,6 +38,7 @@
     memoryGrowthHorizonSeconds: 3600,  // memory growth that fills the host this soon
     cgroupMemoryLimitShare: 0.9,  // a server's cgroup near its limit
     cpuThrottledRatio: 0.25,  // share of CFS periods a server's cgroups are throttled
+    oldestProcessSeconds: 10800,  // a server's process other than its roots this old has leaked
     memoryPressureFullRatio: 0.1,  // all tasks of a cgroup stalled on memory
     gpuMemoryFullRatio: 0.97,  // a GPU nearly full (vLLM reserves 0.9)
     eventLoopBlockedSeconds: 60,  // a Python server's loop not running

@@ -190,6 +190,23 @@ local SERVER = 'nemo_gym_server_name, nemo_gym_server_type';
                         perServerHost,
                       ],
                     ], description="Over the cpu cgroups of each server's processes (its sandboxes' too): the share of CFS periods in which they ran out of their quota (gym_server_cgroup_cpu_limit_cores). A sandbox throttled most of the time runs its tools at a fraction of their speed and is often OOM-killed next."),
+                    panel('CPU used and allowed per server', 'short', [
+                      ['sum by (instance, %s) (%s)' % [SERVER, rate('gym_server_cpu_seconds_total')], 'used ' + perServerHost],
+                      ['max by (instance, %(SERVER)s) (gym_server_cgroup_cpu_limit_cores{%(SEL)s})' % s, 'allowed ' + perServerHost],
+                    ], description="Cores each server's process tree uses, and the cores its cpu cgroups' quotas allow, summed over them (absent without a quota)."),
+                    panel('Pressure stalls per server', 'percentunit', [
+                      ['sum by (instance, %s) (%s)' % [SERVER, rate('gym_server_cgroup_%s_pressure_seconds_total' % r)], r + ' ' + perServerHost]
+                      for r in ['cpu', 'memory', 'io']
+                    ], description="Share of wall time some task of each server's cgroups stalled waiting for CPU, memory or IO (kind some and full summed: PSI, cgroup v2 only). CPU stalls beside a low throttled share: the host is full, not the quota."),
+                    panel('Host pressure stalls', 'percentunit', [
+                      ['sum by (instance, resource) (rate(gym_host_pressure_seconds_total{%s, kind="some"}[%s]))' % [HOST, c.dashboardRateInterval], '{{resource}} {{instance}}'],
+                    ], description='Share of wall time some task of the host stalled waiting for each resource (/proc/pressure).'),
+                    panel('OOM kills in servers\' cgroups, by kind', 'short', [
+                      ['sum by (instance, %s, kind) (%s)' % [SERVER, increase('gym_server_cgroup_oom_kills_total')], '{{nemo_gym_server_name}} {{kind}} {{instance}}'],
+                    ], description="Over every cgroup of each server's processes, removed ones included: process (the OOM killer killed a process) and group (a sandbox's cgroup was killed whole, oom_group_kill, v2)."),
+                    panel('Oldest process per server', 's', [
+                      ['max by (instance, %(SERVER)s) (gym_server_oldest_process_seconds{%(SEL)s})' % s, perServerHost],
+                    ], description="Age of each server's oldest process other than its roots: a verifier or sandbox that normally lives seconds and is hours old has leaked (GymServerProcessLeaked)."),
                     panel('Processes per server', 'short', [
                       ['sum by (%(SERVER)s) (gym_server_processes{%(SEL)s})' % s, '{{nemo_gym_server_name}}'],
                     ]),

@@ -17,6 +17,7 @@ import yaml
 SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 DEPLOY = os.path.join(SOURCE, "deploy", "kubernetes")
 MODELS = {("v1", "Namespace"): "V1Namespace", ("v1", "Pod"): "V1Pod",
+          ("v1", "ConfigMap"): "V1ConfigMap",
           ("apps/v1", "DaemonSet"): "V1DaemonSet"}
 
 
@@ -183,10 +184,22 @@ def test_the_daemonset_sees_the_nodes_processes_and_needs_no_privilege():
     assert c["resources"]["limits"]["memory"]
     # The registry: the node's tmpfs path the Gym pods mount, where the
     # exporter's flag says.
-    (vol,) = pod["volumes"]
-    (mount,) = c["volumeMounts"]
-    assert vol["hostPath"]["path"].startswith("/dev/shm/") and mount["name"] == vol["name"]
-    assert f"--registry.dir={mount['mountPath']}" in c["args"]
+    vols = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    assert set(vols) == set(mounts) == {"registry", "cgroup", "config"}
+    assert vols["registry"]["hostPath"]["path"].startswith("/dev/shm/")
+    assert f"--registry.dir={mounts['registry']['mountPath']}" in c["args"]
+    assert not mounts["registry"].get("readOnly")  # its totals files are written there
+    # The node's cgroup tree, read-only, where the configuration says.
+    assert vols["cgroup"]["hostPath"]["path"] == "/sys/fs/cgroup"
+    assert mounts["cgroup"]["readOnly"] is True and mounts["config"]["readOnly"] is True
+    (cm,) = [d for p, d in manifests() if d["kind"] == "ConfigMap"]
+    assert vols["config"]["configMap"]["name"] == cm["metadata"]["name"]
+    (file,) = cm["data"]
+    assert f"--config.file={mounts['config']['mountPath']}/{file}" in c["args"]
+    servers = yaml.safe_load(cm["data"][file])["servers"]
+    for key in ("cgroup_v2_mount", "cgroup_v1_memory_mount", "cgroup_v1_cpu_mount"):
+        assert servers[key].startswith(mounts["cgroup"]["mountPath"]), key
     assert c["ports"][0]["containerPort"] == 9478 and c["ports"][0]["name"] == "metrics"
     assert c["readinessProbe"]["httpGet"]["path"] == "/-/ready"
 
