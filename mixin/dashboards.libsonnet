@@ -201,7 +201,7 @@ local SERVER = 'nemo_gym_server_name, nemo_gym_server_type';
                     panel('Host pressure stalls', 'percentunit', [
                       ['sum by (instance, resource) (rate(gym_host_pressure_seconds_total{%s, kind="some"}[%s]))' % [HOST, c.dashboardRateInterval], '{{resource}} {{instance}}'],
                     ], description='Share of wall time some task of the host stalled waiting for each resource (/proc/pressure).'),
-                    panel('OOM kills in servers\' cgroups, by kind', 'short', [
+                    panel("OOM kills in servers' cgroups, by kind", 'short', [
                       ['sum by (instance, %s, kind) (%s)' % [SERVER, increase('gym_server_cgroup_oom_kills_total')], '{{nemo_gym_server_name}} {{kind}} {{instance}}'],
                     ], description="Over every cgroup of each server's processes, removed ones included: process (the OOM killer killed a process) and group (a sandbox's cgroup was killed whole, oom_group_kill, v2)."),
                     panel('Oldest process per server', 's', [
