@@ -1,11 +1,13 @@
 // Fuzz target: the procfs parsers (stat, meminfo, smaps_rollup) and the
 // cgroup parsers (mountinfo, a process's cgroups, pressure, cpu.max,
-// key-value counts) on arbitrary bytes.
+// key-value counts) and the cgroup collector's totals file on arbitrary
+// bytes.
 #include <cstdint>
 #include <optional>
 #include <string_view>
 
 #include "cgroup.h"
+#include "collectors/cgroup_totals.h"
 #include "procfs.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -28,5 +30,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (const std::optional<double> cores = cg::parse_cpu_max(text))
     if (!(*cores >= 0)) __builtin_trap();  // a quota over a period: never negative or NaN
   (void)cg::find_count(text, "oom_kill");
+  // The totals file: what it accepts it writes back the same, and reads again.
+  gym::exporter::CgroupTotals totals;
+  std::string why;
+  if (gym::exporter::decode_cgroup_totals(text, "b", totals, why)) {
+    const std::string again = gym::exporter::encode_cgroup_totals(totals, "b");
+    gym::exporter::CgroupTotals second;
+    if (!gym::exporter::decode_cgroup_totals(again, "b", second, why)) __builtin_trap();
+    if (gym::exporter::encode_cgroup_totals(second, "b") != again) __builtin_trap();
+  }
   return 0;
 }

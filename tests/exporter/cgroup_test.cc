@@ -414,6 +414,32 @@ TEST(CgroupCollector, AV2CgroupBelowAnotherOfTheServerIsCountedInItsParentOnly) 
   EXPECT_DOUBLE_EQ(t.cpu_limit_cores.value_or(0), 1.0);
 }
 
+// The totals file's lines (the fuzz corpus has this one): read, and written
+// back byte for byte.
+TEST(CgroupTotalsFile, ALineAServerAndALineACgroupReadAndWrittenBackTheSame) {
+  const std::string text =
+      "gym-exporter-cgroup-totals 1 b\n"
+      "server 11000000001 1 2 0 0 0 0 0 0 3 1 100 resources_server\tmath\n"
+      "cgroup 2 1 1 77 1 1 - 0 - 0 - 0 - 0 - 0 - 0 - 0 10 3 1 1 100 100 "
+      "/sandboxes/a\t/sys/fs/cgroup/sandboxes/a\n";
+  CgroupTotals t;
+  std::string why;
+  ASSERT_TRUE(decode_cgroup_totals(text, "b", t, why)) << why;
+  const CgroupCollector::ServerTotals& math = t.at("math");
+  EXPECT_EQ(math.server_type, "resources_server");
+  EXPECT_TRUE(math.seen[CgroupCollector::kOomProcess]);
+  EXPECT_FALSE(math.seen[CgroupCollector::kMemorySome]);
+  EXPECT_EQ(math.total(CgroupCollector::kOomProcess), 2u) << "1 gone and 1 in /sandboxes/a";
+  EXPECT_EQ(math.total(CgroupCollector::kThrottledUs), 200u);
+  const CgroupCollector::ServerTotals::Kept& a = math.cgroups.at("/sys/fs/cgroup/sandboxes/a");
+  EXPECT_EQ(a.inode, 77u);
+  EXPECT_EQ(a.place.path, "/sandboxes/a");
+  EXPECT_FALSE(a.counts[CgroupCollector::kOomGroup].last.has_value());
+  EXPECT_EQ(a.counts[CgroupCollector::kPeriods].last, 10u);
+  EXPECT_EQ(encode_cgroup_totals(t, "b"), text);
+  EXPECT_FALSE(decode_cgroup_totals(text, "c", t, why)) << "another boot's";
+}
+
 // A totals file that is not one (cut short, another boot's, garbage) is
 // counted and logged, and the counts of removed cgroups start from zero.
 TEST(CgroupCollector, ACorruptOrStaleTotalsFileIsCountedAndIgnored) {
