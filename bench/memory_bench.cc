@@ -10,6 +10,12 @@
 // shows, then kept, so a resolution costs the same for both (the counter
 // namespace_scans says how many scans all iterations made).
 //
+// The cgroup collector's sample of a server with 200 verifiers, each in a
+// sandbox cgroup of its own (memory, cpu and pressure files in a fixture v2
+// tree in the kernel's formats), against the same server with all 201
+// processes in its own one cgroup (what the collector read before it read
+// every cgroup of a server: the root's memory).
+//
 //   memory_bench [benchmark flags]
 //   memory_bench --hold-tree=N   (keeps a tree of N processes until killed)
 #include <benchmark/benchmark.h>
@@ -27,6 +33,9 @@
 #include <string>
 #include <vector>
 
+#include <fstream>
+
+#include "collectors/cgroups.h"
 #include "collectors/gpu.h"
 #include "collectors/memory.h"
 #include "gym_metrics.h"
@@ -303,6 +312,104 @@ void gpu_fork_exec_floor(benchmark::State& state) {
 }
 BENCHMARK(gpu_fork_exec_floor)->Unit(benchmark::kMillisecond)->UseRealTime();
 #endif
+
+// A fixture host: a proc root with a server (pid 100) and 200 verifiers,
+// each in /sandboxes/<pid> (or all in /gym/server), and a v2 cgroup tree.
+struct CgroupHost {
+  std::string dir;
+  explicit CgroupHost(bool sandboxes) {
+    dir = gym::bench::scratch_dir(sandboxes ? "gym-bench-cgroups-200" : "gym-bench-cgroups-1");
+    auto put = [](const std::string& path, const std::string& text) {
+      std::filesystem::create_directories(std::filesystem::path(path).parent_path());
+      std::ofstream(path) << text;
+    };
+    auto cgroup = [&](const std::string& path) {
+      const std::string d = dir + "/cg" + path;
+      put(d + "/memory.current", "4194304\n");
+      put(d + "/memory.peak", "8388608\n");
+      put(d + "/memory.max", "33554432\n");
+      put(d + "/memory.events", "low 0\nhigh 0\nmax 4\noom 1\noom_kill 1\noom_group_kill 0\n");
+      for (const char* r : {"memory", "cpu", "io"})
+        put(d + "/" + r + ".pressure",
+            "some avg10=1.00 avg60=0.50 avg300=0.10 total=125000\n"
+            "full avg10=0.50 avg60=0.20 avg300=0.05 total=75000\n");
+      put(d + "/cpu.max", "200000 100000\n");
+      put(d + "/cpu.stat",
+          "usage_usec 9000000\nuser_usec 8000000\nsystem_usec 1000000\n"
+          "core_sched.force_idle_usec 0\nnr_periods 400\nnr_throttled 120\n"
+          "throttled_usec 3500000\nnr_bursts 0\nburst_usec 0\n");
+    };
+    auto process = [&](int pid, int ppid, const std::string& path) {
+      const std::string p = dir + "/proc/" + std::to_string(pid);
+      put(p + "/stat", std::to_string(pid) + " (verifier) S " + std::to_string(ppid) +
+                           " 100 100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 600 1000000 200 "
+                           "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
+      put(p + "/cgroup", "0::" + path + "\n");
+    };
+    put(dir + "/proc/self/cgroup", "0::/exporter\n");
+    cgroup("/gym/server");
+    process(100, 1, "/gym/server");
+    for (int pid = 101; pid <= 100 + kTree; ++pid) {
+      const std::string path = sandboxes ? "/sandboxes/" + std::to_string(pid) : "/gym/server";
+      if (sandboxes) cgroup(path);
+      process(pid, 100, path);
+    }
+  }
+};
+
+void cgroup_sample(benchmark::State& state, bool sandboxes) {
+  static CgroupHost one(false), many(true);
+  const CgroupHost& host = sandboxes ? many : one;
+  gym::exporter::ServersConfig c;
+  c.proc_root = host.dir + "/proc";
+  gym::exporter::cgroup::Mounts m;
+  m.v2 = host.dir + "/cg";
+  c.mounts = m;
+  gym::exporter::ServerTarget t;
+  t.name = "sandboxes";
+  t.server_type = "resources_server";
+  t.pid = 100;
+  c.targets = {t};
+  gym::exporter::CgroupCollector cgroups(gym::exporter::make_watcher(c), [](const std::string&) {});
+  for (auto _ : state) cgroups.sample();
+  state.counters["cgroups"] = double(cgroups.totals().at(0).cgroups.size());
+}
+void cgroup_sample_one_cgroup(benchmark::State& state) {
+  cgroup_sample(state, false);
+}
+void cgroup_sample_200_sandboxes(benchmark::State& state) {
+  cgroup_sample(state, true);
+}
+// What the cgroup collector's sample was before it read every cgroup of a
+// server: the servers' view, the root's own cgroup and its memory files.
+void cgroup_sample_root_only_before(benchmark::State& state) {
+  static CgroupHost one(false);
+  gym::exporter::ServersConfig c;
+  c.proc_root = one.dir + "/proc";
+  gym::exporter::cgroup::Mounts m;
+  m.v2 = one.dir + "/cg";
+  c.mounts = m;
+  gym::exporter::ServerTarget t;
+  t.name = "sandboxes";
+  t.server_type = "resources_server";
+  t.pid = 100;
+  c.targets = {t};
+  auto watcher = gym::exporter::make_watcher(c);
+  gym::exporter::cgroup::Resolver resolver(c.proc_root, m);
+  std::shared_ptr<const gym::exporter::ServersView> view;
+  size_t read = 0;
+  for (auto _ : state) {
+    view = watcher->view(std::chrono::duration<double>(0), view);
+    for (const auto& s : view->trees)
+      if (s.root != nullptr)
+        if (auto place = resolver.own(s.root->pid))
+          read += gym::exporter::cgroup::read_memory(*place).exists;
+  }
+  state.counters["cgroups"] = double(read) / double(state.iterations());
+}
+BENCHMARK(cgroup_sample_root_only_before)->Unit(benchmark::kMillisecond);
+BENCHMARK(cgroup_sample_one_cgroup)->Unit(benchmark::kMillisecond);
+BENCHMARK(cgroup_sample_200_sandboxes)->Unit(benchmark::kMillisecond);
 
 BENCHMARK(sample_pss_gym)->Unit(benchmark::kMillisecond);
 BENCHMARK(sample_pss_floor)->Unit(benchmark::kMillisecond);

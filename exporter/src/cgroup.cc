@@ -230,15 +230,17 @@ MemoryState read_memory(const Place& place) {
     s.peak = read_number(d + "/memory.peak", buf);
     s.limit = read_number(d + "/memory.max", buf);  // "max": none
     s.pressure = read_pressure(d + "/memory.pressure");
-    if (procfs::read_file(d + "/memory.events", buf) == procfs::ReadStatus::kOk)
+    if (procfs::read_file(d + "/memory.events", buf) == procfs::ReadStatus::kOk) {
+      s.oom_kills = find_count(buf, "oom_kill");
       s.oom_group_kills = find_count(buf, "oom_group_kill");
+    }
   } else {
     s.current = read_number(d + "/memory.usage_in_bytes", buf);
     s.peak = read_number(d + "/memory.max_usage_in_bytes", buf);
     s.limit = read_number(d + "/memory.limit_in_bytes", buf);
     if (s.limit && *s.limit >= kV1Unlimited) s.limit.reset();
+    s.oom_kills = read_oom_kills(place);
   }
-  s.oom_kills = read_oom_kills(place);
   return s;
 }
 

@@ -135,6 +135,26 @@ void CgroupCollector::add(ServerTotals::Kept& k, const Reading& r) const {
     if (!k.nested || i >= kPeriods) k.counts[i].add(r.counts[i]);
 }
 
+// The memory and cpu cgroups of a member of `s`: a root's read at every
+// sample (a server may move into a cgroup of its own after it started);
+// another process's when it is first seen, then again every kRecheck
+// samples, staggered by pid (a sandbox's process is moved into its cgroup
+// as it starts; reading every process's cgroup file every sample would
+// make a host without sandboxes pay for them).
+const CgroupCollector::Memberships& CgroupCollector::cgroups_of(
+    const ServerProcesses::Tree& s, pid_t pid, uint64_t start,
+    std::map<Member, Memberships>& seen) {
+  const Member m{pid, start};
+  if (auto it = seen.find(m); it != seen.end()) return it->second;  // in two servers' trees
+  bool root = false;
+  for (const procfs::ProcStat* r : s.roots)
+    root = root || (r->pid == pid && r->start_ticks == start);
+  auto kept = members_.find(m);
+  if (root || kept == members_.end() || (uint64_t(pid) + samples_) % kRecheck == 0)
+    return seen[m] = resolver_.own_both(pid);
+  return seen[m] = kept->second;
+}
+
 const CgroupCollector::Reading& CgroupCollector::reading(const ServerTotals::Kept& k) {
   auto [it, fresh] = read_now_.try_emplace({k.place.dir, k.memory + 2 * k.cpu});
   if (fresh) it->second = read(k);
@@ -146,11 +166,13 @@ const CgroupCollector::Reading& CgroupCollector::reading(const ServerTotals::Kep
 // processes and kept while the kernel has them.
 void CgroupCollector::take_totals(const ServersView& view, std::vector<ServerTotals>& out) {
   read_now_.clear();
+  ++samples_;
+  std::map<Member, Memberships> seen;  // this sample's members' cgroups
   std::map<std::string, ServerTotals> next;
   for (const ServerProcesses::Tree& s : view.trees) {
     std::map<std::string, ServerTotals::Kept> places;  // its cgroups now, by directory
     for (const auto& [pid, start] : s.usage.members) {
-      const auto [memory, cpu] = resolver_.own_both(pid);
+      const auto& [memory, cpu] = cgroups_of(s, pid, start, seen);
       if (memory) places[memory->dir].place = *memory, places[memory->dir].memory = true;
       if (cpu) places[cpu->dir].place = *cpu, places[cpu->dir].cpu = true;
     }
@@ -163,6 +185,7 @@ void CgroupCollector::take_totals(const ServersView& view, std::vector<ServerTot
       continue;
     next[s.name] = std::move(t);
   }
+  members_ = std::move(seen);
   if (next.size() != totals_.size()) changed_ = true;  // a server's counts left
   totals_ = std::move(next);
   keep_totals();

@@ -146,7 +146,14 @@ class CgroupCollector : public SampledCollector<CgroupSample> {
 
   const std::string totals_file_;
   const std::function<bool()> may_write_;
-  std::map<std::string, ServerTotals> totals_;               // the sampling thread's, by server
+  std::map<std::string, ServerTotals> totals_;  // the sampling thread's, by server
+  using Member = std::pair<pid_t, uint64_t>;    // pid, start ticks
+  using Memberships = std::pair<std::optional<cgroup::Place>, std::optional<cgroup::Place>>;
+  static constexpr uint64_t kRecheck = 12;  // samples between two reads of a process's cgroups
+  const Memberships& cgroups_of(const ServerProcesses::Tree& s, pid_t pid, uint64_t start,
+                                std::map<Member, Memberships>& seen);
+  std::map<Member, Memberships> members_;  // the last sample's, memory and cpu cgroup
+  uint64_t samples_ = 0;
   std::map<std::pair<std::string, int>, Reading> read_now_;  // this sample's, by directory
   bool changed_ = false;  // its cgroups or gone counts, since the totals file was written
 };
