@@ -355,21 +355,25 @@ struct CgroupHost {
       process(pid, 100, path);
     }
   }
+  // The servers unit of it: the fixture proc root and tree, the server.
+  gym::exporter::ServersConfig servers() const {
+    gym::exporter::ServersConfig c;
+    c.proc_root = dir + "/proc";
+    gym::exporter::cgroup::Mounts m;
+    m.v2 = dir + "/cg";
+    c.mounts = m;
+    gym::exporter::ServerTarget t;
+    t.name = "sandboxes";
+    t.server_type = "resources_server";
+    t.pid = 100;
+    c.targets = {t};
+    return c;
+  }
 };
 
 void cgroup_sample(benchmark::State& state, bool sandboxes) {
   static CgroupHost one(false), many(true);
-  const CgroupHost& host = sandboxes ? many : one;
-  gym::exporter::ServersConfig c;
-  c.proc_root = host.dir + "/proc";
-  gym::exporter::cgroup::Mounts m;
-  m.v2 = host.dir + "/cg";
-  c.mounts = m;
-  gym::exporter::ServerTarget t;
-  t.name = "sandboxes";
-  t.server_type = "resources_server";
-  t.pid = 100;
-  c.targets = {t};
+  const gym::exporter::ServersConfig c = (sandboxes ? many : one).servers();
   gym::exporter::CgroupCollector cgroups(gym::exporter::make_watcher(c), [](const std::string&) {});
   for (auto _ : state) cgroups.sample();
   state.counters["cgroups"] = double(cgroups.totals().at(0).cgroups.size());
@@ -384,18 +388,9 @@ void cgroup_sample_200_sandboxes(benchmark::State& state) {
 // server: the servers' view, the root's own cgroup and its memory files.
 void cgroup_sample_root_only_before(benchmark::State& state) {
   static CgroupHost one(false);
-  gym::exporter::ServersConfig c;
-  c.proc_root = one.dir + "/proc";
-  gym::exporter::cgroup::Mounts m;
-  m.v2 = one.dir + "/cg";
-  c.mounts = m;
-  gym::exporter::ServerTarget t;
-  t.name = "sandboxes";
-  t.server_type = "resources_server";
-  t.pid = 100;
-  c.targets = {t};
+  const gym::exporter::ServersConfig c = one.servers();
   auto watcher = gym::exporter::make_watcher(c);
-  gym::exporter::cgroup::Resolver resolver(c.proc_root, m);
+  gym::exporter::cgroup::Resolver resolver(c.proc_root, c.mounts);
   std::shared_ptr<const gym::exporter::ServersView> view;
   size_t read = 0;
   for (auto _ : state) {

@@ -191,7 +191,7 @@ def test_once_prints_one_plain_table_without_escape_codes(demo):
     # when its loop was blocked all along) and blocked time, "-" for servers
     # without an instrumented loop.
     assert "LAG P99" in out and "BLOCKED" in out
-    assert re.search(r"^llm_judge\s.*\s(\d+ms|\d+\.\d\ds|-)\s+(\d+ms|\d+\.\d\ds)$", out, re.M), out
+    assert re.search(r"^llm_judge\s.*\s(\d+ms|\d+\.\d\ds|-)\s+(\d+ms|\d+\.\d\ds)\s+(\d+%|-)\s+(\d+|-)$", out, re.M), out
     assert re.search(r"^simple_agent\s.*\s-\s+-$", out, re.M), out
 
 

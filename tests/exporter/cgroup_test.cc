@@ -129,6 +129,14 @@ struct Fixture {
     put(proc + "/100/cgroup", server_cgroup);
     put(proc + "/self/cgroup", self_cgroup);
   }
+  // A process `pid` (a child of `ppid`) in `cgroup` ("0::/path\n").
+  void verifier(int pid, int ppid, const std::string& cgroup) const {
+    put(proc + "/" + std::to_string(pid) + "/stat",
+        std::to_string(pid) + " (verifier) S " + std::to_string(ppid) +
+            " 100 100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 600 1000000 200 "
+            "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
+    put(proc + "/" + std::to_string(pid) + "/cgroup", cgroup);
+  }
   // The servers unit of the fixture: its proc root, its hierarchy, the agent.
   std::shared_ptr<ServerWatcher> servers(bool v2) const {
     ServersConfig c;
@@ -245,13 +253,6 @@ TEST(CgroupCollector, ServesEveryCgroupFamilyForAFixtureV2Tree) {
 // server with a process in it; a removed sandbox keeps what it counted.
 TEST(CgroupCollector, CpuCountsEverySandboxCgroupOfAServerAndKeepsARemovedOnesCounts) {
   Fixture fx("0::/exporter\n", "0::/exporter\n");
-  auto proc = [&](int pid, int ppid, const std::string& cgroup) {
-    put(fx.proc + "/" + std::to_string(pid) + "/stat",
-        std::to_string(pid) + " (verifier) S " + std::to_string(ppid) +
-            " 100 100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 600 1000000 200 "
-            "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
-    put(fx.proc + "/" + std::to_string(pid) + "/cgroup", cgroup);
-  };
   auto sandbox = [&](const std::string& name, const std::string& max, int periods, int throttled,
                      int usec) {
     put(fx.cg + "/sandboxes/" + name + "/cpu.max", max);
@@ -259,9 +260,9 @@ TEST(CgroupCollector, CpuCountsEverySandboxCgroupOfAServerAndKeepsARemovedOnesCo
         "usage_usec 1\nnr_periods " + std::to_string(periods) + "\nnr_throttled " +
             std::to_string(throttled) + "\nthrottled_usec " + std::to_string(usec) + "\n");
   };
-  proc(101, 100, "0::/sandboxes/a\n");
-  proc(102, 100, "0::/sandboxes/b\n");
-  proc(200, 1, "0::/sandboxes/b\n");  // the other server's root, in b
+  fx.verifier(101, 100, "0::/sandboxes/a\n");
+  fx.verifier(102, 100, "0::/sandboxes/b\n");
+  fx.verifier(200, 1, "0::/sandboxes/b\n");  // the other server's root, in b
   sandbox("a", "20000 100000\n", 10, 5, 400000);
   sandbox("b", "50000 100000\n", 20, 2, 100000);
   ServersConfig sc;
@@ -307,13 +308,6 @@ TEST(CgroupCollector, CpuCountsEverySandboxCgroupOfAServerAndKeepsARemovedOnesCo
 // the totals file.
 TEST(CgroupCollector, OomKillsOfPoolAndRemovedSandboxesCountOnceAndSurviveARestart) {
   Fixture fx("0::/exporter\n", "0::/exporter\n");
-  auto verifier = [&](int pid, int ppid, const std::string& cgroup) {
-    put(fx.proc + "/" + std::to_string(pid) + "/stat",
-        std::to_string(pid) + " (verifier) S " + std::to_string(ppid) +
-            " 100 100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 600 1000000 200 "
-            "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
-    put(fx.proc + "/" + std::to_string(pid) + "/cgroup", cgroup);
-  };
   auto events = [&](const std::string& cgroup, int kills, int group_kills) {
     put(fx.cg + cgroup + "/memory.current", "4096\n");
     put(fx.cg + cgroup + "/memory.max", "33554432\n");
@@ -322,8 +316,8 @@ TEST(CgroupCollector, OomKillsOfPoolAndRemovedSandboxesCountOnceAndSurviveAResta
                                                std::to_string(group_kills) + "\n");
   };
   events("/pool", 1, 0);
-  verifier(101, 100, "0::/pool\n");
-  verifier(200, 1, "0::/pool\n");  // the other server's root
+  fx.verifier(101, 100, "0::/pool\n");
+  fx.verifier(200, 1, "0::/pool\n");  // the other server's root
   ServersConfig sc;
   sc.proc_root = fx.proc;
   cgroup::Mounts m;
@@ -351,11 +345,11 @@ TEST(CgroupCollector, OomKillsOfPoolAndRemovedSandboxesCountOnceAndSurviveAResta
   events("/pool", 2, 0);
   std::filesystem::remove_all(fx.proc + "/101");
   EXPECT_EQ(kills("agent", "process"), 2);
-  verifier(102, 100, "0::/pool\n");
+  fx.verifier(102, 100, "0::/pool\n");
   EXPECT_EQ(kills("agent", "process"), 2) << "the pool's kills again are not new kills";
   // A sandbox of its own, killed whole (one group kill), then removed.
   events("/sandboxes/s1", 0, 0);
-  verifier(103, 100, "0::/sandboxes/s1\n");
+  fx.verifier(103, 100, "0::/sandboxes/s1\n");
   EXPECT_EQ(kills("agent", "process"), 2);
   EXPECT_EQ(families(*c).at("gym_server_cgroup_memory_limit_bytes").metric.at(0).gauge.value,
             2 * 33554432.0)
@@ -386,10 +380,7 @@ TEST(CgroupCollector, OomKillsOfPoolAndRemovedSandboxesCountOnceAndSurviveAResta
 // child's, so the child adds only its CPU account (its own quota).
 TEST(CgroupCollector, AV2CgroupBelowAnotherOfTheServerIsCountedInItsParentOnly) {
   Fixture fx("0::/gym/agent\n", "0::/exporter\n");
-  put(fx.proc + "/101/stat",
-      "101 (verifier) S 100 100 100 0 -1 4194560 0 0 0 0 0 0 0 0 20 0 1 0 600 1000000 200 "
-      "18446744073709551615 0 0 0 0 0 0 0 0 0 0 0 0 17 0 0 0 0 0 0\n");
-  put(fx.proc + "/101/cgroup", "0::/gym/agent/verifier\n");
+  fx.verifier(101, 100, "0::/gym/agent/verifier\n");
   auto cgroup = [&](const std::string& dir, int current, int max, int kills, int periods) {
     put(dir + "/memory.current", std::to_string(current) + "\n");
     put(dir + "/memory.max", std::to_string(max) + "\n");
