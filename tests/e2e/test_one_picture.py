@@ -23,8 +23,12 @@ from test_gym_stat import (BUILD, DEMO, EXPORTER, FAKE_NVML, STAT, lone_demo,  #
                            registry, start_exporter)
 
 DECLARE = os.path.join(BUILD, "tests", "gym_declare_server")
-INTERVAL = 3.0 if SANITIZED else 0.4  # sanitized requests are slow: fewer samples land between
-PAIRS = 50
+# Sanitized requests take seconds: samples far apart, so that pairs without
+# one between them come at all (with the cpu and cgroup collectors left at
+# 5 s and the rest at 3 s, 6 pairs of 50 did in a TSan CI run).
+INTERVAL = 12.0 if SANITIZED else 0.4
+COMPARED = 10  # pairs with no sample between them that the test compares
+PAIRS = 400 if SANITIZED else 100  # at most, whatever samples land between
 RUN_S = 180 if SANITIZED else 30  # one gym-stat or gym-exporter --once
 
 
@@ -106,8 +110,10 @@ def test_metrics_and_the_snapshot_serve_the_same_sample_of_every_server(sandboxe
     names = {"rollout_driver", "simple_agent", "policy_model", "math_verifier", "code_sandbox",
              "llm_judge", "sandboxed"}
     cfg = tmp_path / "gym.yml"
-    cfg.write_text(f"servers:\n  interval_seconds: {INTERVAL}\n"
-                   f"memory:\n  interval_seconds: {INTERVAL}\n"
+    # Every collector on the board (the snapshot's "samples") on one period:
+    # one left at its 5 s default lands between most sanitized pairs.
+    cfg.write_text("".join(f"{c}:\n  interval_seconds: {INTERVAL}\n"
+                           for c in ("servers", "memory", "cpu", "cgroup")) +
                    f"gpu:\n  interval_seconds: {INTERVAL}\n  library: {FAKE_NVML}\n")
     # The fixture needs the pids the exporter sees: read them without NVML first.
     plain = json.loads(subprocess.run([STAT, f"--registry.dir={sandboxed}", "--json"], check=True,
@@ -120,6 +126,8 @@ def test_metrics_and_the_snapshot_serve_the_same_sample_of_every_server(sandboxe
         compared = changed = 0
         seen_processes = {}
         for _ in range(PAIRS):
+            if compared >= COMPARED:
+                break
             metrics = server_numbers(get(port, "/metrics").decode())
             after = json.loads(get(port, "/api/v1/snapshot"))
             if after["samples"] != before["samples"]:
@@ -132,7 +140,7 @@ def test_metrics_and_the_snapshot_serve_the_same_sample_of_every_server(sandboxe
                     assert metrics.get(name) == want, (name, metrics.get(name), want)
                     seen_processes.setdefault(name, set()).add(want["processes"])
             before = after
-        assert compared >= 10, f"only {compared} of {PAIRS} pairs without a sample between"
+        assert compared >= COMPARED, f"only {compared} of {PAIRS} pairs without a sample between"
         got = snapshot_numbers(before)
         assert names <= set(got)
         assert got["policy_model"]["gpu"] == 4294967296 and got["sandboxed"]["gpu"] == 1073741824
