@@ -4,12 +4,18 @@
 // relies on: a method and header names of token characters, names in lower
 // case, a version of HTTP/1.x, no control byte in a value or the path's
 // target, one Host for HTTP/1.1, one body length (never beside
-// Transfer-Encoding), and persistence as the Connection options say.
+// Transfer-Encoding), and persistence as the Connection options say. The
+// Accept header then negotiates a format and an escaping scheme, and any
+// bytes escaped by a scheme other than allow-utf-8 are a legacy name.
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "exposition/escaping.h"
+#include "exposition/exposition.h"
+#include "exposition/negotiate.h"
 #include "http/request.h"
 
 namespace {
@@ -27,6 +33,28 @@ bool has_control(const std::string& s) {
   for (char c : s)
     if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == 0x7f) return true;
   return false;
+}
+
+// [a-zA-Z_:][a-zA-Z0-9_:]*
+bool legacy(const std::string& s) {
+  if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+          c == ':'))
+      return false;
+  return true;
+}
+
+void negotiate_and_escape(const char* accept, std::string_view name) {
+  using namespace gym::exporter;
+  const Format format = negotiate(accept);
+  const std::optional<Escaping> scheme = escaping(accept, format);
+  if (format == Format::kProtobuf && scheme && *scheme != Escaping::kAllowUtf8) std::abort();
+  const Encoder& encoder = encoder_for(format, scheme);
+  if (scheme && encoder.escaping() != *scheme && format != Format::kProtobuf) std::abort();
+  if (name.empty()) return;
+  for (Escaping e : {Escaping::kUnderscores, Escaping::kDots, Escaping::kValues})
+    if (!legacy(escape_name(name, e))) std::abort();
 }
 
 }  // namespace
@@ -47,7 +75,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.content_length && r.transfer_encoding) std::abort();
     if (r.keep_alive && r.minor == 0 && r.header("connection") == nullptr) std::abort();
     (void)gym::exporter::query_values(r.query, "name[]");
+    negotiate_and_escape(r.header("accept"), r.path);
   }
+  negotiate_and_escape(std::string(text).c_str(), text);
   (void)gym::exporter::query_values(text, "name[]");
   return 0;
 }

@@ -22,6 +22,8 @@ import urllib.parse
 import urllib.request
 
 import pytest
+from prometheus_client import parser as text_parser
+from prometheus_client.openmetrics import parser as openmetrics_parser
 
 from pace import HTTP_S, SANITIZED, SHM_PREFIX
 
@@ -373,6 +375,100 @@ def test_prometheus_3_gets_the_opentelemetry_names_and_the_same_samples(exporter
     assert {"gym.concurrency.limit", "gym.concurrency.admission_cancelled_total",
             "gym.resources.operation.duration"} <= names
     assert not any(n.startswith(REGISTRY_FAMILIES) for n in names)
+
+
+def unescape(name, scheme):
+    """A name as a scraper that asked for `scheme` reads it back (the
+    escaping-schemes document, written here from it)."""
+    if scheme == "dots":
+        return re.sub(r"_dot_|__", lambda m: "." if m.group(0) == "_dot_" else "_", name)
+    if scheme == "values" and name.startswith("U__"):
+        return re.sub(r"__|_([0-9A-Fa-f]+)_",
+                      lambda m: "_" if m.group(0) == "__" else chr(int(m.group(1), 16)), name[3:])
+    return name
+
+
+def text_samples(text):
+    """{(name, labels): value} of a text 0.0.4 / 1.0.0 exposition."""
+    out = {}
+    for line in text.splitlines():
+        if not line.startswith("#") and line:
+            name, labels, value, _ = parse_sample(line)
+            out[(name, tuple(labels))] = value
+    return out
+
+
+def registry_values(samples):
+    """The registry's series that hold still while the demo is paused."""
+    return {k: v for k, v in samples.items()
+            if k[0].startswith(("gym.concurrency.", "gym.resources.", "gym.python."))
+            and "oldest" not in k[0] and "blocked" not in k[0]}
+
+
+@pytest.mark.parametrize("scheme", ["dots", "values"])
+@pytest.mark.parametrize("fmt", ["openmetrics", "text"])
+def test_dots_and_values_escape_the_opentelemetry_names_back_to_themselves(exporter, scheme, fmt):
+    """escaping=dots and escaping=values (Prometheus 3) get the OpenTelemetry
+    names escaped: legacy names only, the Content-Type says the scheme, and
+    unescaped they are the allow-utf-8 reply's samples. prometheus_client's
+    parser reads them."""
+    if fmt == "openmetrics":
+        accept, utf8_accept = (f"application/openmetrics-text;version=1.0.0;escaping={scheme}",
+                               "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8")
+        want_type, parse = f"{OM_TYPE}; escaping={scheme}", check_openmetrics
+    else:
+        accept, utf8_accept = (f"text/plain;version=1.0.0;escaping={scheme}",
+                               "text/plain;version=1.0.0;escaping=allow-utf-8")
+        want_type, parse = f"text/plain; version=1.0.0; charset=utf-8; escaping={scheme}", \
+            text_samples
+    with frozen():
+        headers, body = get(exporter, accept)
+        _, utf8 = get(exporter, utf8_accept)
+    assert headers["Content-Type"] == want_type
+    escaped = parse(body)
+    for name, labels in escaped:
+        assert re.fullmatch(NAME, name), name
+        assert all(re.fullmatch(LABEL, k) for k, _ in labels), labels
+    if scheme == "dots":
+        assert "# TYPE gym_dot_resources_dot_operation_dot_duration histogram" in body
+        assert re.search(r"^gym_dot_concurrency_dot_limit\{.*nemo_dot_gym_dot_server_dot_name=",
+                         body, re.M)
+        assert "gym__exporter__scrape__duration__seconds" in body
+    else:
+        assert "# TYPE U__gym_2E_resources_2E_operation_2E_duration histogram" in body
+        assert re.search(r"^U__gym_2E_concurrency_2E_limit\{.*U__nemo_2E_gym_2E_server_2E_name=",
+                         body, re.M)
+        assert "gym_exporter_scrape_duration_seconds" in body, "a legacy name stays as it is"
+    back = {(unescape(n, scheme), tuple((unescape(k, scheme), v) for k, v in labels)): value
+            for (n, labels), value in escaped.items()}
+    want = parse(utf8)
+    requests = {k for k in set(back) | set(want) if "http_requests" in k[0]}
+    assert set(back) - requests == set(want) - requests
+    assert registry_values(back) == registry_values(want) and registry_values(want)
+    parser = (openmetrics_parser if fmt == "openmetrics" else text_parser)
+    families = {f.name for f in parser.text_string_to_metric_families(body)}
+    assert ("gym_dot_concurrency_dot_limit" if scheme == "dots"
+            else "U__gym_2E_concurrency_2E_limit") in families
+
+
+@pytest.mark.parametrize("scheme", ["underscores", "bananas"])
+def test_underscores_and_an_unknown_scheme_get_the_legacy_names(exporter, scheme):
+    """escaping=underscores, and a scheme the document does not know (which
+    falls back to underscores), get today's names, and the Content-Type says
+    underscores."""
+    with frozen():
+        headers, body = get(exporter, f"application/openmetrics-text;version=1.0.0;"
+                                      f"escaping={scheme}")
+        _, legacy = get(exporter, PROMETHEUS_2)
+        text_headers, _ = get(exporter, f"text/plain;version=1.0.0;escaping={scheme}")
+    assert headers["Content-Type"] == OM_TYPE + "; escaping=underscores"
+    assert text_headers["Content-Type"] == \
+        "text/plain; version=1.0.0; charset=utf-8; escaping=underscores"
+    got, want = check_openmetrics(body), check_openmetrics(legacy)
+    requests = {k for k in set(got) | set(want) if "http_requests" in k[0]}
+    assert set(got) - requests == set(want) - requests
+    families = {f.name for f in openmetrics_parser.text_string_to_metric_families(body)}
+    assert "gym_resources_operation_duration_seconds" in families
 
 
 def test_counters_and_histograms_say_since_when_they_count(exporter):

@@ -239,6 +239,55 @@ TEST(Exposition, NameFilterTakesTheOpenTelemetryNamesTheReplyCarriesToo) {
   EXPECT_EQ(by_sample.find("gym_concurrency_queue_depth"), std::string::npos);
 }
 
+TEST(Exposition, EachEscapingSchemeNamesTheRegistrysFamiliesAndLabelsAndTheExportersOwn) {
+  TempDir tmp;
+  SegmentWriter w(tmp.path());
+  const std::vector<Label> labels = {{"nemo_gym_concurrency_component", "agent_server"},
+                                     {"nemo_gym_concurrency_limit_name", "x"}};
+  Gauge depth = w.gauge("gym_concurrency_queue_depth", labels);
+  depth.add(3);
+  std::vector<std::unique_ptr<Collector>> c;
+  c.push_back(make_collector("registry", {std::make_shared<SharedRegistry>(tmp.path())}));
+  Exposition e(std::move(c));
+  // The exposition without its one number that changes from one to the next.
+  const auto render = [&](std::optional<Escaping> scheme) {
+    std::istringstream in(e.render(OpenMetricsEncoder(scheme)));
+    std::string out;
+    for (std::string line; std::getline(in, line);)
+      if (line.starts_with("#") || line.find("scrape_duration") == std::string::npos)
+        out += line + "\n";
+    return out;
+  };
+  const std::string legacy = render(std::nullopt);
+  EXPECT_EQ(render(Escaping::kUnderscores), legacy) << "the legacy names";
+  EXPECT_NE(legacy.find("gym_concurrency_queue_depth{nemo_gym_concurrency_component="
+                        "\"agent_server\",nemo_gym_concurrency_limit_name=\"x\"} 3\n"),
+            std::string::npos)
+      << legacy;
+  const std::string dots = render(Escaping::kDots);
+  EXPECT_NE(dots.find("# TYPE gym_dot_concurrency_dot_queue__depth gauge\n"
+                      "gym_dot_concurrency_dot_queue__depth{nemo_dot_gym_dot_concurrency_dot_"
+                      "component=\"agent_server\",nemo_dot_gym_dot_concurrency_dot_limit__name="
+                      "\"x\"} 3\n"),
+            std::string::npos)
+      << dots;
+  EXPECT_NE(dots.find("# TYPE gym__exporter__scrape__duration__seconds gauge\n"), std::string::npos)
+      << "a family without an OpenTelemetry name unescapes to its own";
+  const std::string values = render(Escaping::kValues);
+  EXPECT_NE(values.find("U__gym_2E_concurrency_2E_queue__depth{U__nemo_2E_gym_2E_concurrency_2E_"
+                        "component=\"agent_server\",U__nemo_2E_gym_2E_concurrency_2E_limit__name="
+                        "\"x\"} 3\n"),
+            std::string::npos)
+      << values;
+  EXPECT_NE(values.find("# TYPE gym_exporter_scrape_duration_seconds gauge\n"), std::string::npos)
+      << "a legacy name stays";
+  const std::string utf8 = render(Escaping::kAllowUtf8);
+  EXPECT_NE(utf8.find("{\"gym.concurrency.queue_depth\",\"nemo.gym.concurrency.component\"="
+                      "\"agent_server\",\"nemo.gym.concurrency.limit_name\"=\"x\"} 3\n"),
+            std::string::npos)
+      << utf8;
+}
+
 // The lines of `text` that start with `family{` and name `limit`.
 std::vector<std::string> lines_of(const std::string& text, const std::string& family,
                                   const std::string& limit) {

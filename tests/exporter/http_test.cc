@@ -128,46 +128,6 @@ TEST(Accept, PrometheusGetsOpenMetricsAndEveryoneElseText) {
   EXPECT_EQ(negotiate(",,;;,=;q"), Format::kText);
 }
 
-TEST(Accept, OpenTelemetryNamesOnlyWhereTheChosenFormatAllowsUtf8) {
-  const char* prometheus3 =
-      "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.5,"
-      "application/openmetrics-text;version=0.0.1;q=0.4,text/plain;version=1.0.0;"
-      "escaping=allow-utf-8;q=0.3,text/plain;version=0.0.4;q=0.2,*/*;q=0.1";
-  EXPECT_TRUE(utf8_names(prometheus3, negotiate(prometheus3)));
-  const char* prometheus2 =
-      "application/openmetrics-text;version=1.0.0,application/openmetrics-text;"
-      "version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
-  EXPECT_FALSE(utf8_names(prometheus2, negotiate(prometheus2)));
-  // Prometheus 3 with native histograms (protobuf first, UTF-8 allowed).
-  const char* proto3 =
-      "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
-      "encoding=delimited;escaping=allow-utf-8,application/openmetrics-text;version=1.0.0;"
-      "escaping=allow-utf-8;q=0.8,text/plain;version=0.0.4;q=0.2";
-  EXPECT_EQ(negotiate(proto3), Format::kProtobuf);
-  EXPECT_TRUE(utf8_names(proto3, Format::kProtobuf));
-  // Text: only version 1.0.0 takes UTF-8 names, and only when asked for by
-  // its best range.
-  EXPECT_TRUE(utf8_names("text/plain;version=1.0.0;escaping=allow-utf-8", Format::kText));
-  EXPECT_FALSE(utf8_names("text/plain;version=0.0.4;escaping=allow-utf-8", Format::kText));
-  EXPECT_FALSE(utf8_names("text/plain;version=1.0.0;escaping=underscores", Format::kText));
-  EXPECT_FALSE(
-      utf8_names("text/plain;version=1.0.0;escaping=allow-utf-8;q=0.3,"
-                 "text/plain;version=0.0.4;q=0.5",
-                 Format::kText))
-      << "the legacy names are preferred";
-  EXPECT_FALSE(utf8_names("*/*", Format::kText));
-  EXPECT_FALSE(utf8_names(nullptr, Format::kText));
-  EXPECT_FALSE(utf8_names("application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0",
-                          Format::kOpenMetrics));
-  // The Content-Type says so.
-  EXPECT_EQ(encoder_for(Format::kOpenMetrics, true).content_type(),
-            "application/openmetrics-text; version=1.0.0; charset=utf-8; escaping=allow-utf-8");
-  EXPECT_EQ(encoder_for(Format::kText, true).content_type(),
-            "text/plain; version=1.0.0; charset=utf-8; escaping=allow-utf-8");
-  EXPECT_EQ(encoder_for(Format::kText, false).content_type(),
-            "text/plain; version=0.0.4; charset=utf-8");
-}
-
 TEST(OtelNames, EveryRegistryFamilyAndLabelHasOneBothWaysAndNoTwoShareIt) {
   std::set<std::string_view> otel_families, otel_labels;
   for (const FamilySpec& f : kFamilies) {

@@ -47,11 +47,13 @@ std::string Exposition::render() {
 }
 
 namespace {
-// The family with its OpenTelemetry name and its labels'.
-void to_otel_names(Family& f) {
+// The family with its OpenTelemetry name and its labels', escaped by
+// `scheme` (the names Prometheus gets back when it unescapes them).
+void to_otel_names(Family& f, Escaping scheme) {
   if (f.spec != nullptr && !f.spec->otel.empty()) f.name = std::string(f.spec->otel);
+  f.name = escape_name(f.name, scheme);
   for (auto& m : f.metric)
-    for (auto& l : m.label) l.name = std::string(otel_label_name(l.name));
+    for (auto& l : m.label) l.name = escape_name(otel_label_name(l.name), scheme);
 }
 
 // Whether `f` is asked for: by its name, or a histogram by a sample's name.
@@ -105,9 +107,9 @@ std::string Exposition::render(const Encoder& encoder, const std::set<std::strin
       return;
     }
     if (!asked_for(f, names)) return;
-    if (!encoder.utf8_names()) return encoder.family(f, extras, out);
+    if (encoder.escaping() == Escaping::kUnderscores) return encoder.family(f, extras, out);
     renamed = f;
-    to_otel_names(renamed);
+    to_otel_names(renamed, encoder.escaping());
     encoder.family(renamed, extras, out);
   });
   std::vector<SampleStats> stats;
@@ -122,9 +124,11 @@ std::string Exposition::render(const Encoder& encoder, const std::set<std::strin
   add_simple(own, "gym_exporter_scrape_duration_seconds", took.count());
   FamilyExtras since_start;  // the exporter's own counter counts from its start
   since_start.created.assign(1, exporter_start_unix_seconds());
-  for (const auto& f : own)
-    if (asked_for(f, names))
-      encoder.family(f, f.type == prometheus::MetricType::Counter ? &since_start : nullptr, out);
+  for (auto& f : own) {
+    if (!asked_for(f, names)) continue;
+    if (encoder.escaping() != Escaping::kUnderscores) to_otel_names(f, encoder.escaping());
+    encoder.family(f, f.type == prometheus::MetricType::Counter ? &since_start : nullptr, out);
+  }
   encoder.finish(out);
   last_size_ = out.size();
   return out;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "collector.h"
+#include "exposition/escaping.h"
 
 namespace gym::exporter {
 
@@ -31,9 +32,9 @@ class Encoder {
   // them ignores them.
   virtual void family(const Family& f, const FamilyExtras* extras, std::string& out) const = 0;
   virtual void finish(std::string& /*out*/) const {}
-  // Whether it serves the OpenTelemetry names (gym/families.h): the
-  // exposition renames families and labels for it.
-  virtual bool utf8_names() const { return false; }
+  // How it names families and labels (escaping.h): the exposition renames
+  // them for it when it is not the legacy names (underscores).
+  virtual Escaping escaping() const { return Escaping::kUnderscores; }
 };
 
 class Exposition {

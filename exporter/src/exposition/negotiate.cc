@@ -118,13 +118,13 @@ Format negotiate(const char* accept) {
   return open_metrics > 0 && open_metrics > text ? Format::kOpenMetrics : Format::kText;
 }
 
-bool utf8_names(const char* accept, Format format) {
-  if (accept == nullptr) return false;
-  double utf8 = 0;
-  double other = 0;
-  for (const HeaderItem& r : parse_header_list(accept)) {
+std::optional<Escaping> escaping(const char* accept, Format format) {
+  if (accept == nullptr) return std::nullopt;
+  const std::vector<HeaderItem> ranges = parse_header_list(accept);
+  const HeaderItem* best = nullptr;
+  for (const HeaderItem& r : ranges) {
     const std::string_view version = r.param("version");
-    bool offers = false;  // the range names the format (a wildcard never asks for UTF-8)
+    bool offers = false;  // the range names the format (a wildcard never names a scheme)
     switch (format) {
       case Format::kText:
         offers = r.value == "text/plain";
@@ -139,28 +139,38 @@ bool utf8_names(const char* accept, Format format) {
                  r.param("encoding") == "delimited";
         break;
     }
-    if (!offers) continue;
-    const bool asks =
-        r.param("escaping") == "allow-utf-8" && (format != Format::kText || version == "1.0.0");
-    (asks ? utf8 : other) = std::max(asks ? utf8 : other, r.q);
+    if (!offers || r.q <= 0) continue;
+    if (best == nullptr || r.q > best->q ||
+        (r.q == best->q && best->param("escaping").empty() && !r.param("escaping").empty()))
+      best = &r;
   }
-  return utf8 > 0 && utf8 >= other;
+  if (best == nullptr || best->param("escaping").empty()) return std::nullopt;
+  if (format == Format::kText && best->param("version") != "1.0.0") return std::nullopt;
+  const Escaping scheme = escaping_scheme(best->param("escaping"));
+  if (format == Format::kProtobuf && scheme != Escaping::kAllowUtf8) return std::nullopt;
+  return scheme;
 }
 
-const Encoder& encoder_for(Format format, bool utf8) {
-  static const TextEncoder text;
-  static const TextEncoder text_utf8(true);
-  static const OpenMetricsEncoder open_metrics;
-  static const OpenMetricsEncoder open_metrics_utf8(true);
+namespace {
+// One encoder of type E a scheme, and one without: shared.
+template <class E>
+const E& one_of(std::optional<Escaping> escaping) {
+  static const E all[] = {E(), E(Escaping::kUnderscores), E(Escaping::kDots), E(Escaping::kValues),
+                          E(Escaping::kAllowUtf8)};
+  return all[escaping ? size_t(*escaping) + 1 : 0];
+}
+}  // namespace
+
+const Encoder& encoder_for(Format format, std::optional<Escaping> escaping) {
   static const ProtobufEncoder protobuf;
   static const ProtobufEncoder protobuf_utf8(true);
   switch (format) {
     case Format::kOpenMetrics:
-      return utf8 ? open_metrics_utf8 : open_metrics;
+      return one_of<OpenMetricsEncoder>(escaping);
     case Format::kProtobuf:
-      return utf8 ? protobuf_utf8 : protobuf;
+      return escaping == Escaping::kAllowUtf8 ? protobuf_utf8 : protobuf;
     default:
-      return utf8 ? text_utf8 : text;
+      return one_of<TextEncoder>(escaping);
   }
 }
 

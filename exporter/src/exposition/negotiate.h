@@ -4,10 +4,13 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
+
+#include "exposition/escaping.h"
 
 namespace gym::exporter {
 
@@ -27,21 +30,25 @@ enum class Format { kText, kOpenMetrics, kProtobuf };
 
 // The format that answers `accept` (null: no header): the one the client
 // prefers by q-value among text 0.0.4 (also for text/plain version 1.0.0,
-// the same format; see utf8_names()), OpenMetrics 1.0.0 and delimited
-// protobuf (named with its proto and encoding: never for a wildcard); text,
-// then OpenMetrics, on a tie (curl's */*), and text when nothing offered is
-// acceptable, as client_golang does.
+// the same format with a scheme for names; see escaping()), OpenMetrics
+// 1.0.0 and delimited protobuf (named with its proto and encoding: never for
+// a wildcard); text, then OpenMetrics, on a tie (curl's */*), and text when
+// nothing offered is acceptable, as client_golang does.
 Format negotiate(const char* accept);
 
-// Whether the client takes UTF-8 names in `format` (what negotiate() chose):
-// the range it gives that format the highest q says escaping=allow-utf-8
-// (for text, only text/plain version 1.0.0 can), as Prometheus 3 does.
-bool utf8_names(const char* accept, Format format);
+// The escaping scheme (escaping.h) the client asks `format` (what
+// negotiate() chose) to name things by: that of the range naming the format
+// with the highest q (on a tie, one that names a scheme), as Prometheus 3
+// asks. Empty when that range names none, and for text when it is not
+// version 1.0.0 (then the reply is text 0.0.4); for protobuf only
+// allow-utf-8 (its names are UTF-8 strings whatever the scheme: any other
+// serves the legacy names, as before). An unknown scheme is underscores.
+std::optional<Escaping> escaping(const char* accept, Format format);
 
 class Encoder;
-// The encoder of a format (one of each, shared); with `utf8`, one that
-// serves the OpenTelemetry names (gym/families.h) and says so in its
-// Content-Type (text then is version 1.0.0).
-const Encoder& encoder_for(Format format, bool utf8 = false);
+// The encoder of a format (one of each, shared), naming by `escaping`
+// (empty: the legacy names, and no escaping= in its Content-Type; text
+// 0.0.4), which its Content-Type echoes.
+const Encoder& encoder_for(Format format, std::optional<Escaping> escaping = {});
 
 }  // namespace gym::exporter

@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "exposition/escaping.h"
 #include "exposition/exposition.h"
 
 namespace gym::exporter {
@@ -29,7 +30,9 @@ class ProtobufEncoder : public Encoder {
                  : "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; "
                    "encoding=delimited";
   }
-  bool utf8_names() const override { return utf8_; }
+  Escaping escaping() const override {
+    return utf8_ ? Escaping::kAllowUtf8 : Escaping::kUnderscores;
+  }
   std::string_view name() const override { return "protobuf"; }
   void family(const Family& f, const FamilyExtras* extras, std::string& out) const override {
     write_family_protobuf(f, extras, out);

@@ -8,9 +8,11 @@
 
 #include <prometheus/metric_family.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "exposition/escaping.h"
 #include "exposition/exposition.h"
 
 namespace gym::exporter {
@@ -22,21 +24,24 @@ void write_text(const std::vector<prometheus::MetricFamily>& families, std::stri
 
 class TextEncoder : public Encoder {
  public:
-  // `utf8`: text 1.0.0 with UTF-8 names (the 0.0.4 format, quoting names
-  // that are not legacy ones).
-  explicit TextEncoder(bool utf8 = false) : utf8_(utf8) {}
-  std::string_view content_type() const override {
-    return utf8_ ? "text/plain; version=1.0.0; charset=utf-8; escaping=allow-utf-8"
-                 : "text/plain; version=0.0.4; charset=utf-8";
-  }
-  bool utf8_names() const override { return utf8_; }
+  // Without a scheme: text 0.0.4 with the legacy names. With one: text
+  // 1.0.0 (the 0.0.4 format, quoting names that are not legacy ones) named
+  // by it, which its Content-Type says.
+  explicit TextEncoder(std::optional<Escaping> escaping = {})
+      : escaping_(escaping.value_or(Escaping::kUnderscores)),
+        content_type_(escaping ? "text/plain; version=1.0.0; charset=utf-8; escaping=" +
+                                     std::string(escaping_name(*escaping))
+                               : "text/plain; version=0.0.4; charset=utf-8") {}
+  std::string_view content_type() const override { return content_type_; }
+  Escaping escaping() const override { return escaping_; }
   std::string_view name() const override { return "text"; }
   void family(const Family& f, const FamilyExtras*, std::string& out) const override {
     write_family(f, out);
   }
 
  private:
-  bool utf8_;
+  Escaping escaping_;
+  std::string content_type_;
 };
 
 // Appends one family in OpenMetrics 1.0.0 text, with _created samples where
@@ -45,13 +50,13 @@ void write_family_openmetrics(const Family& family, const FamilyExtras* extras, 
 
 class OpenMetricsEncoder : public Encoder {
  public:
-  explicit OpenMetricsEncoder(bool utf8 = false) : utf8_(utf8) {}
-  std::string_view content_type() const override {
-    return utf8_ ? "application/openmetrics-text; version=1.0.0; charset=utf-8; "
-                   "escaping=allow-utf-8"
-                 : "application/openmetrics-text; version=1.0.0; charset=utf-8";
-  }
-  bool utf8_names() const override { return utf8_; }
+  // With a scheme, its Content-Type says it (escaping=).
+  explicit OpenMetricsEncoder(std::optional<Escaping> escaping = {})
+      : escaping_(escaping.value_or(Escaping::kUnderscores)),
+        content_type_(std::string("application/openmetrics-text; version=1.0.0; charset=utf-8") +
+                      (escaping ? "; escaping=" + std::string(escaping_name(*escaping)) : "")) {}
+  std::string_view content_type() const override { return content_type_; }
+  Escaping escaping() const override { return escaping_; }
   std::string_view name() const override { return "openmetrics"; }
   void family(const Family& f, const FamilyExtras* extras, std::string& out) const override {
     write_family_openmetrics(f, extras, out);
@@ -59,7 +64,8 @@ class OpenMetricsEncoder : public Encoder {
   void finish(std::string& out) const override { out += "# EOF\n"; }
 
  private:
-  bool utf8_;
+  Escaping escaping_;
+  std::string content_type_;
 };
 
 }  // namespace gym::exporter

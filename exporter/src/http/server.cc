@@ -169,7 +169,7 @@ HttpReply HttpServer::serve(const HttpRequest& req, size_t to) {
 HttpReply HttpServer::serve_telemetry(const HttpRequest& req, bool head) {
   const char* accept = req.header("accept");
   const Format format = negotiate(accept);
-  const Encoder& encoder = encoder_for(format, utf8_names(accept, format));
+  const Encoder& encoder = encoder_for(format, escaping(accept, format));
   const std::string content_type(encoder.content_type());
   std::string body = exposition_->render(encoder, requested_names(req.query));
   const bool gzip = accepts_gzip(req.header("accept-encoding"));
