@@ -475,7 +475,8 @@ def test_counters_and_histograms_say_since_when_they_count(exporter):
     """Every counter and histogram from the registry has a _created sample in
     OpenMetrics and a created_timestamp in protobuf, the same: the start of
     the earliest writer (or folded totals) it adds up, so after the demo
-    started and before now."""
+    started and before now. Every other counter, histogram and summary has
+    one too, but a cgroup's."""
     with frozen():
         _, om = get(exporter, PROMETHEUS_2)
         _, body = get_bytes(exporter, PROTOBUF)
@@ -505,6 +506,21 @@ def test_counters_and_histograms_say_since_when_they_count(exporter):
     with open("/proc/stat") as f:
         boot = int(re.search(r"^btime (\d+)$", f.read(), re.M).group(1))
     assert since("gym_host_oom_kills") == [boot]
+    if os.path.exists("/proc/pressure/cpu"):
+        assert since("gym_host_pressure_seconds") and \
+            set(since("gym_host_pressure_seconds")) == {boot}
+    # Every counter, histogram and summary series of any family says it;
+    # only a cgroup's counts cannot (the kernel keeps no creation time of a
+    # cgroup: docs/metrics.md).
+    lacking = set()
+    for (name, labels) in samples:
+        base = re.sub(r"_(total|bucket|count|sum|created)$", "", name)
+        if (types.get(base) in ("counter", "histogram", "summary")
+                and not base.startswith("gym_server_cgroup_")):
+            key = (base, tuple(kv for kv in labels if kv[0] not in ("le", "quantile")))
+            if key not in created:
+                lacking.add(key)
+    assert not lacking, sorted(lacking)[:10]
     assert since("process_cpu_seconds") == [samples[("process_start_time_seconds", ())]]
     for family in ("gym_exporter_http_requests", "gym_exporter_registry_retired_segments",
                    "gym_exporter_memory_sample_overruns", "gym_exporter_contract_violations",

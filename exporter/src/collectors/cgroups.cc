@@ -5,6 +5,7 @@
 #include "collectors/cgroup_totals.h"
 #include "exposition/families.h"
 #include "gym/contract.h"
+#include "procfs.h"
 
 using prometheus::MetricFamily;
 
@@ -92,6 +93,10 @@ CgroupSample CgroupCollector::take() {
   const std::string& proc = watcher_->config().proc_root;
   for (size_t i = 0; i < 3; ++i)
     out.host[i] = cgroup::read_pressure(proc + "/pressure/" + cgroup::kPressureResources[i]);
+  if (std::string stat; boot_seconds_ == 0 && (out.host[0].some || out.host[1].some) &&
+                        procfs::read_file(proc + "/stat", stat) == procfs::ReadStatus::kOk)
+    boot_seconds_ = double(procfs::parse_btime(stat).value_or(0));
+  out.host_since = boot_seconds_;
   return out;
 }
 
@@ -375,11 +380,16 @@ void CgroupCollector::serve(const CgroupSample& s, const Emit& emit) const {
   add_metric(add_family(out, "gym_exporter_cgroup_sample_errors_total"), {}).counter.value =
       double(errors);
   // Families without samples (no server has a peak file, say) are left out.
-  // The kernel's counts carry no start (a cgroup's creation is not kept):
-  // only this collector's own errors say since when they count.
-  for (const Family& f : out)
-    if (!f.metric.empty())
-      emit_since(emit, f, f.name == "gym_exporter_cgroup_sample_errors_total" ? since() : 0);
+  // A cgroup's counts carry no start (the kernel keeps no creation time of
+  // a cgroup); the host's pressure counts from the boot, this collector's
+  // own errors from its start.
+  for (const Family& f : out) {
+    if (f.metric.empty()) continue;
+    const double start = f.name == "gym_exporter_cgroup_sample_errors_total" ? since()
+                         : f.name == "gym_host_pressure_seconds_total"       ? s.host_since
+                                                                             : 0;
+    emit_since(emit, f, start);
+  }
 }
 
 }  // namespace gym::exporter

@@ -155,7 +155,8 @@ class CgroupCollector : public SampledCollector<CgroupSample> {
   std::map<Member, Memberships> members_;  // the last sample's, memory and cpu cgroup
   uint64_t samples_ = 0;
   std::map<std::pair<std::string, int>, Reading> read_now_;  // this sample's, by directory
-  bool changed_ = false;  // its cgroups or gone counts, since the totals file was written
+  bool changed_ = false;     // its cgroups or gone counts, since the totals file was written
+  double boot_seconds_ = 0;  // the proc root's boot time (0: not read yet)
 };
 
 struct CgroupSample {
@@ -163,6 +164,7 @@ struct CgroupSample {
   std::vector<CgroupCollector::ServerCgroup> servers;
   std::vector<CgroupCollector::ServerTotals> totals;
   cgroup::PressureFile host[3];  // /proc/pressure/cpu, memory, io
+  double host_since = 0;         // the boot, since when they count (0: unknown)
 };
 
 // The last sample's (for tests).
