@@ -69,6 +69,16 @@ enum class ReadStatus { kOk, kGone, kPermission, kError };
 // about a megabyte). kGone: the process (or file) is no more.
 ReadStatus read_file(const std::string& path, std::string& out);
 
+// The boot time of <proc_root> (btime of its stat) in seconds since the
+// epoch; empty when it cannot be read. The one place that reads it: callers
+// keep it (it does not change while the host runs).
+std::optional<uint64_t> read_boot_time(const std::string& proc_root);
+// When a process started, in seconds since the epoch: the boot plus its
+// start time in clock ticks (field 22 of its stat).
+double started_unix_seconds(uint64_t boot_time, uint64_t start_ticks);
+// Clock ticks a second (sysconf(_SC_CLK_TCK)).
+double ticks_per_second();
+
 // Open <proc root>/<pid>/stat descriptors kept from one scan to the next: a
 // read through a kept one costs no path lookup, open or close (most of a
 // scan's cost). Once its process is reaped the read fails (ESRCH), so a pid

@@ -26,6 +26,21 @@ ReadStatus status_of(int e) {
 }
 }  // namespace
 
+std::optional<uint64_t> read_boot_time(const std::string& proc_root) {
+  std::string text;
+  if (read_file(proc_root + "/stat", text) != ReadStatus::kOk) return std::nullopt;
+  return parse_btime(text);
+}
+
+double ticks_per_second() {
+  static const double ticks = double(::sysconf(_SC_CLK_TCK));
+  return ticks;
+}
+
+double started_unix_seconds(uint64_t boot_time, uint64_t start_ticks) {
+  return double(boot_time) + double(start_ticks) / ticks_per_second();
+}
+
 ReadStatus read_file(const std::string& path, std::string& out) {
   out.clear();
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

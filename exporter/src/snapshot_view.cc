@@ -1,7 +1,5 @@
 #include "snapshot_view.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -66,9 +64,7 @@ uint64_t OperationView::finished() const {
 }
 
 double boot_time_seconds(const std::string& proc_root) {
-  std::string text;
-  if (procfs::read_file(proc_root + "/stat", text) != procfs::ReadStatus::kOk) return 0;
-  return double(procfs::parse_btime(text).value_or(0));
+  return double(procfs::read_boot_time(proc_root).value_or(0));
 }
 
 void ViewBuilder::reshape(const Snapshot& snap) {
@@ -271,9 +267,9 @@ void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
   for (const DeclaredServer& d : snap.servers) declared[d.pid] = d.name;
   add_runtimes(snap, row, v);
   v.writers.clear();
-  static const double ticks = double(::sysconf(_SC_CLK_TCK));
   for (const WriterInfo& w : snap.writers) {
-    const double start = boot_time > 0 ? boot_time + double(w.start_ticks) / ticks : 0;
+    const double start =
+        boot_time > 0 ? procfs::started_unix_seconds(uint64_t(boot_time), w.start_ticks) : 0;
     auto it = declared.find(w.pid);
     v.writers.push_back(
         {w.pid, start, w.format_version, w.unmetered, it == declared.end() ? "" : it->second});

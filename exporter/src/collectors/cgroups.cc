@@ -93,9 +93,8 @@ CgroupSample CgroupCollector::take() {
   const std::string& proc = watcher_->config().proc_root;
   for (size_t i = 0; i < 3; ++i)
     out.host[i] = cgroup::read_pressure(proc + "/pressure/" + cgroup::kPressureResources[i]);
-  if (std::string stat; boot_seconds_ == 0 && (out.host[0].some || out.host[1].some) &&
-                        procfs::read_file(proc + "/stat", stat) == procfs::ReadStatus::kOk)
-    boot_seconds_ = double(procfs::parse_btime(stat).value_or(0));
+  if (boot_seconds_ == 0 && (out.host[0].some || out.host[1].some))
+    boot_seconds_ = double(procfs::read_boot_time(proc).value_or(0));
   out.host_since = boot_seconds_;
   return out;
 }

@@ -1,7 +1,5 @@
 #include "collectors/cpu.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <set>
 
@@ -15,8 +13,6 @@ namespace gym::exporter {
 namespace {
 
 GYM_REGISTER_COLLECTOR(per_server_kind<CpuCollector>("cpu", 52));
-
-const double kTicksPerSecond = double(::sysconf(_SC_CLK_TCK));
 
 }  // namespace
 
@@ -51,7 +47,7 @@ CpuCollector::ServerCpu CpuCollector::measure(const ServerProcesses::Tree& t, Cp
     }
     if (all) c.open_fds = fds;
     if (st.since == 0 && boot_seconds_ > 0 && st.members.empty())
-      st.since = boot_seconds_ + double(t.root->start_ticks) / kTicksPerSecond;
+      st.since = procfs::started_unix_seconds(uint64_t(boot_seconds_), t.root->start_ticks);
     account_cpu(st, t.usage, table);
   }
   c.user_ticks = st.user;
@@ -65,9 +61,8 @@ CpuSample CpuCollector::take() {
       watcher_->view(std::chrono::duration<double>(interval_seconds_ / 2), view_);
   view_ = view;
   const procfs::ProcessTable& table = view->table;
-  if (boot_seconds_ == 0 &&
-      procfs::read_file(table.proc_root() + "/stat", scratch_) == procfs::ReadStatus::kOk)
-    if (const std::optional<uint64_t> btime = procfs::parse_btime(scratch_)) boot_seconds_ = *btime;
+  if (boot_seconds_ == 0)
+    boot_seconds_ = double(procfs::read_boot_time(table.proc_root()).value_or(0));
   CpuSample out;
   std::set<std::string> names;
   for (const ServerProcesses::Tree& t : view->trees) {
@@ -152,7 +147,7 @@ void CpuCollector::serve(const CpuSample& s, const Emit& emit) const {
          {std::pair{"user", c.user_ticks}, std::pair{"system", c.system_ticks}}) {
       LabelPairs lc = l;
       lc.emplace_back("mode", mode);
-      add_metric(*cpu, lc).counter.value = double(ticks) / kTicksPerSecond;
+      add_metric(*cpu, lc).counter.value = double(ticks) / procfs::ticks_per_second();
       cpu_since.created.push_back(c.since);
     }
     add_metric(*threads, l).gauge.value = double(c.threads);

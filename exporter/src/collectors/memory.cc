@@ -208,9 +208,7 @@ MemorySample MemoryCollector::take() {
     std::erase_if(rollups_, [&](const auto& kv) { return !names.contains(kv.first); });
   if (procfs::read_file(proc_root + "/vmstat", scratch_) == procfs::ReadStatus::kOk)
     out.host_oom_kills = cgroup::find_count(scratch_, "oom_kill");  // Linux 4.13 or later
-  if (boot_seconds_ == 0 &&
-      procfs::read_file(proc_root + "/stat", scratch_) == procfs::ReadStatus::kOk)
-    if (const std::optional<uint64_t> btime = procfs::parse_btime(scratch_)) boot_seconds_ = *btime;
+  if (boot_seconds_ == 0) boot_seconds_ = double(procfs::read_boot_time(proc_root).value_or(0));
   out.host_oom_since = boot_seconds_;
   if (pss_due) {
     last_pss_ = started;

@@ -23,17 +23,14 @@ class ProcessCollector : public Collector {
       st = procfs::parse_stat(text);
     double started = 0;  // the process's start: its CPU counts from then
     if (st) {
-      const double ticks = double(::sysconf(_SC_CLK_TCK));
+      const double ticks = procfs::ticks_per_second();
       const double page = double(::sysconf(_SC_PAGESIZE));
       add_simple(out, "process_cpu_seconds_total",
                  double(st->utime_ticks + st->stime_ticks) / ticks);
       add_simple(out, "process_virtual_memory_bytes", double(st->vsize_bytes));
       add_simple(out, "process_resident_memory_bytes", double(st->rss_pages) * page);
-      std::optional<uint64_t> btime;
-      if (procfs::read_file(proc_ + "/stat", text) == procfs::ReadStatus::kOk)
-        btime = procfs::parse_btime(text);
-      if (btime) {
-        started = double(*btime) + double(st->start_ticks) / ticks;
+      if (const std::optional<uint64_t> boot = procfs::read_boot_time(proc_)) {
+        started = procfs::started_unix_seconds(*boot, st->start_ticks);
         add_simple(out, "process_start_time_seconds", started);
       }
     }

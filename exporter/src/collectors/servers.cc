@@ -1,7 +1,5 @@
 #include "collectors/servers.h"
 
-#include <unistd.h>
-
 #include <charconv>
 #include <set>
 
@@ -26,7 +24,6 @@ GYM_REGISTER_COLLECTOR({.name = "servers",
 // When `t`'s oldest process other than its roots started, in seconds since
 // boot; none when it has none.
 std::optional<double> oldest_start(const ServerProcesses::Tree& t) {
-  static const double hz = double(::sysconf(_SC_CLK_TCK));
   std::optional<uint64_t> oldest;
   for (const auto& [pid, start] : t.usage.members) {
     bool root = false;
@@ -34,7 +31,7 @@ std::optional<double> oldest_start(const ServerProcesses::Tree& t) {
       root = root || (r->pid == pid && r->start_ticks == start);
     if (!root && (!oldest || start < *oldest)) oldest = start;
   }
-  return oldest ? std::optional(double(*oldest) / hz) : std::nullopt;
+  return oldest ? std::optional(double(*oldest) / procfs::ticks_per_second()) : std::nullopt;
 }
 
 // Seconds since boot (the first number of /proc/uptime).

@@ -2,7 +2,6 @@
 
 #include <glob.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -66,15 +65,9 @@ const procfs::ProcStat* ServerTrees::first_seen(Target& t, pid_t pid,
 
 std::optional<double> ServerTrees::started_at(const procfs::ProcStat& p,
                                               const procfs::ProcessTable& table) {
-  if (!boot_time_) {
-    std::string text;
-    if (procfs::read_file(table.proc_root() + "/stat", text) != procfs::ReadStatus::kOk)
-      return std::nullopt;
-    boot_time_ = procfs::parse_btime(text);
-    if (!boot_time_) return std::nullopt;
-  }
-  static const double ticks_per_second = double(::sysconf(_SC_CLK_TCK));
-  return double(*boot_time_) + double(p.start_ticks) / ticks_per_second;
+  if (!boot_time_) boot_time_ = procfs::read_boot_time(table.proc_root());
+  if (!boot_time_) return std::nullopt;
+  return procfs::started_unix_seconds(*boot_time_, p.start_ticks);
 }
 
 void ServerTrees::read_pidfile(Target& t) {
