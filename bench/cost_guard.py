@@ -21,10 +21,14 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOLERANCE = 0.15
+# Figures bounded by another of the same run, whatever their budgets say:
+# an observation with an exemplar costs at most twice one without (#42).
+RATIOS = {"instructions_observe_exemplar": ("instructions_observe", 2.0)}
 
 # probe -> N (the operation count of the shorter run)
 INSTRUCTION_PROBES = {
     "observe": 20000,
+    "observe_exemplar": 20000,
     "semaphore": 20000,
     "operation": 10000,
     "operation_abi": 10000,
@@ -108,6 +112,12 @@ def main():
         elif ratio < 1 - TOLERANCE:
             verdict = "cheaper: lower the budget"
         print(f"{name:<44} {budget[name]:>12.0f} {figures[name]:>12.0f} {ratio:>7.3f} {verdict}")
+    for name, (base, limit) in RATIOS.items():
+        if name in figures and base in figures:
+            ratio = figures[name] / figures[base]
+            print(f"{name} / {base}: {ratio:.2f} (at most {limit:g})")
+            if ratio > limit:
+                failed.append(name)
     if failed:
         print(f"cost guard: {len(failed)} over budget or missing: {', '.join(failed)}")
         return 1

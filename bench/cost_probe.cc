@@ -8,7 +8,9 @@
 //   cost_probe bytes                  prints "NAME VALUE" lines: /dev/shm bytes
 //                                     per writer shape, exporter heap per series
 //
-// Instruction probes: observe (a histogram observation with native buckets),
+// Instruction probes (and one bytes figure, the exemplars' /dev/shm per
+// histogram): observe (a histogram observation with native buckets),
+// observe_exemplar (the same with a trace context: its bucket's exemplar),
 // semaphore (MeteredSemaphore acquire + release), operation (the C++
 // resources-operation scope), operation_abi (the same through the C ABI, by
 // kind), scrape_text / scrape_openmetrics / scrape_protobuf (one scrape of
@@ -112,6 +114,27 @@ size_t shm_one_limit() {
   return bytes_in(dir);
 }
 
+// What the exemplars of one histogram add: 16 operation histograms observed
+// without a trace context, then with one, the difference per histogram.
+size_t shm_exemplars_per_histogram() {
+  const std::string dir = gym::bench::scratch_dir("gym-cost-exemplars");
+  gym::SegmentWriter writer(dir);
+  constexpr int kHistograms = 16;
+  std::vector<gym::Histogram> hs;
+  for (int i = 0; i < kHistograms; ++i) {
+    const std::string server = "server_" + std::to_string(i);
+    gym::Label labels[] = {{gym::label::kOperation, "verify"}, {gym::label::kServerName, server}};
+    hs.push_back(writer.histogram(gym::family::kOperationDuration, labels, gym::kOperationBoundsNs,
+                                  1e9, /*native=*/true));
+    hs.back().observe(5000000);
+  }
+  const size_t before = bytes_in(dir);
+  const auto trace =
+      gym::TraceContext::from_hex("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+  for (const gym::Histogram& h : hs) h.observe(5000000, *trace);
+  return (bytes_in(dir) - before) / kHistograms;
+}
+
 // footprint's shape: three limits with admission timeouts (one wait timed
 // out, one cancelled, one still queued) and twenty resources operations of
 // one kind.
@@ -182,6 +205,14 @@ int instructions(const std::string& probe, long n) {
     gym::Histogram h = writer.histogram(gym::family::kOperationDuration, labels,
                                         gym::kOperationBoundsNs, 1e9, /*native=*/true);
     for (long i = 0; i < n; ++i) h.observe(int64_t(i) * 7919 % 100000000);
+  } else if (probe == "observe_exemplar") {
+    gym::Label labels[] = {{gym::label::kOperation, "verify"},
+                           {gym::label::kExecutor, "subprocess"}};
+    gym::Histogram h = writer.histogram(gym::family::kOperationDuration, labels,
+                                        gym::kOperationBoundsNs, 1e9, /*native=*/true);
+    const auto trace =
+        gym::TraceContext::from_hex("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    for (long i = 0; i < n; ++i) h.observe(int64_t(i) * 7919 % 100000000, *trace);
   } else if (probe == "semaphore") {
     gym::MeteredSemaphore sem(4, gym::Component::kAgentServer, "rollouts", std::nullopt,
                               std::nullopt, writer);
@@ -233,6 +264,7 @@ int main(int argc, char** argv) {
   if (argc == 2 && std::strcmp(argv[1], "bytes") == 0) {
     std::printf("shm_bytes_one_limit %zu\n", shm_one_limit());
     std::printf("shm_bytes_table_shape %zu\n", shm_table_shape());
+    std::printf("shm_bytes_exemplars_per_histogram %zu\n", shm_exemplars_per_histogram());
     std::printf("heap_bytes_per_series %.0f\n", heap_per_series());
     std::printf("scrape_series %d\n", kScrapeWriters * kSeriesPerWriter);
     return 0;

@@ -2,7 +2,7 @@
 //
 // A valid segment is larger than fuzz inputs, so the input is applied to a
 // real segment made by the writer (counters, gauges, histograms, one with
-// native buckets):
+// native buckets and exemplars):
 //   byte 0: flags (bit 0: hold the owner lock, so the segment is live and
 //           read as such; bit 1: truncate the file to the length in bytes 1-4)
 //   then patches: [offset: 4 bytes LE][length: 1 byte][bytes], the offset
@@ -52,6 +52,12 @@ const std::vector<unsigned char>& segment_template() {
                                                bounds, 1e9, /*native=*/true);
       native.observe(4200);
       native.observe(0);
+      // Exemplars (format 6): slots reserved after the histograms' lines.
+      gym::TraceContext trace;
+      trace.trace_id.fill(0xab);
+      trace.span_id.fill(0xcd);
+      native.observe(7000, trace);
+      native.observe(99999, trace);
       const std::string path = writer.path();
       out.resize(std::filesystem::file_size(path));
       int fd = ::open(path.c_str(), O_RDONLY);
@@ -117,6 +123,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const gym::Snapshot& snap = reader.snapshot();
       for (const auto& s : snap.series) {
         if (!s.cumulative_buckets.empty() && s.cumulative_buckets.back() != s.count()) std::abort();
+        // An exemplar served lies in its bucket, whatever the bytes said.
+        if (!s.exemplars.empty() && s.exemplars.size() != s.info->bounds.size() + 1) std::abort();
+        for (size_t b = 0; b < s.exemplars.size(); ++b) {
+          const gym::Exemplar& x = s.exemplars[b];
+          if (x.unix_ns == 0) continue;
+          if (!x.trace.valid()) std::abort();
+          if (b < s.info->bounds.size() && x.value > s.info->bounds[b]) std::abort();
+          if (b > 0 && x.value <= s.info->bounds[b - 1]) std::abort();
+        }
       }
     }
   }

@@ -62,6 +62,20 @@ int gym_limit_released_t(gym_limit* limit, int64_t hold);
  * ticket. GYM_ESTATE, changing nothing, when nobody waits or no slot is held. */
 int gym_limit_handed_off_t(gym_limit* limit, int64_t hold, int64_t wait, int64_t* next);
 
+/* Exemplars: the same ends of a wait with the trace context of the caller
+ * (OpenTelemetry's SpanContext: trace_id 16 bytes, span_id 8, big-endian as
+ * W3C writes them in hex): the wait becomes its wait-duration bucket's
+ * exemplar, which OpenMetrics and protobuf scrapes carry. NULL, or an id of
+ * all zeros, records none (as the calls above). */
+int gym_limit_wait_admitted_x(gym_limit* limit, int64_t wait, int64_t* hold,
+                              const uint8_t* trace_id, const uint8_t* span_id);
+int gym_limit_wait_timed_out_x(gym_limit* limit, int64_t wait, const uint8_t* trace_id,
+                               const uint8_t* span_id);
+int gym_limit_wait_cancelled_x(gym_limit* limit, int64_t wait, const uint8_t* trace_id,
+                               const uint8_t* span_id);
+int gym_limit_handed_off_x(gym_limit* limit, int64_t hold, int64_t wait, int64_t* next,
+                           const uint8_t* trace_id, const uint8_t* span_id);
+
 /* The same events without tickets (ticket 0): a wait admitted, timed out or
  * cancelled this way is recorded in the wait histogram as 0 s. */
 int gym_limit_acquired(gym_limit* limit);
@@ -112,6 +126,10 @@ int gym_operation_queued_k(int kind, int64_t* queued);
 int gym_operation_dequeued_k(int kind, int64_t queued);
 int gym_operation_started_k(int kind, int64_t queue_ns, int64_t queued, int64_t* active);
 int gym_operation_finished_k(int kind, int64_t duration_ns, int outcome, int64_t active);
+/* The same with the operation's trace context (as the _x calls of a limit):
+ * its duration becomes its bucket's exemplar. */
+int gym_operation_finished_kx(int kind, int64_t duration_ns, int outcome, int64_t active,
+                              const uint8_t* trace_id, const uint8_t* span_id);
 
 /* Declares which Gym server this process is. GYM_ESTATE, changing nothing,
  * after this process's first resources operation for any identity but the

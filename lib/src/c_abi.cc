@@ -2,6 +2,7 @@
 #include "gym_metrics.h"
 
 #include <cmath>
+#include <cstring>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -159,11 +160,30 @@ int gym_limit_wait_started_t(gym_limit* l, int64_t* wait) {
   return GYM_OK;
 }
 
+namespace {
+// The C ABI's trace context: two byte arrays, either NULL for none.
+std::optional<gym::TraceContext> trace_of(const uint8_t* trace_id, const uint8_t* span_id) {
+  if (trace_id == nullptr || span_id == nullptr) return std::nullopt;
+  gym::TraceContext t;
+  std::memcpy(t.trace_id.data(), trace_id, t.trace_id.size());
+  std::memcpy(t.span_id.data(), span_id, t.span_id.size());
+  return t;
+}
+const gym::TraceContext* ptr(const std::optional<gym::TraceContext>& t) {
+  return t ? &*t : nullptr;
+}
+}  // namespace
+
 int gym_limit_wait_admitted_t(gym_limit* l, int64_t wait, int64_t* hold) {
+  return gym_limit_wait_admitted_x(l, wait, hold, nullptr, nullptr);
+}
+
+int gym_limit_wait_admitted_x(gym_limit* l, int64_t wait, int64_t* hold, const uint8_t* trace_id,
+                              const uint8_t* span_id) {
   GYM_CHECK_LIMIT(l);
   if (l->meter.queued() <= 0) return fail(GYM_ESTATE, "no caller is waiting");
   if (!l->meter.move_available(-1)) return all_held(l);
-  const std::optional<int64_t> t = l->meter.wait_admitted(wait);
+  const std::optional<int64_t> t = l->meter.wait_admitted(wait, ptr(trace_of(trace_id, span_id)));
   if (!t) {
     l->meter.move_available(+1);  // back as it was
     return fail(GYM_ESTATE, "no caller is waiting");
@@ -173,15 +193,25 @@ int gym_limit_wait_admitted_t(gym_limit* l, int64_t wait, int64_t* hold) {
 }
 
 int gym_limit_wait_timed_out_t(gym_limit* l, int64_t wait) {
+  return gym_limit_wait_timed_out_x(l, wait, nullptr, nullptr);
+}
+
+int gym_limit_wait_timed_out_x(gym_limit* l, int64_t wait, const uint8_t* trace_id,
+                               const uint8_t* span_id) {
   GYM_CHECK_LIMIT(l);
-  if (!l->meter.wait_failed(wait, gym::WaitOutcome::kTimeout))
+  if (!l->meter.wait_failed(wait, gym::WaitOutcome::kTimeout, ptr(trace_of(trace_id, span_id))))
     return fail(GYM_ESTATE, "no caller is waiting");
   return GYM_OK;
 }
 
 int gym_limit_wait_cancelled_t(gym_limit* l, int64_t wait) {
+  return gym_limit_wait_cancelled_x(l, wait, nullptr, nullptr);
+}
+
+int gym_limit_wait_cancelled_x(gym_limit* l, int64_t wait, const uint8_t* trace_id,
+                               const uint8_t* span_id) {
   GYM_CHECK_LIMIT(l);
-  if (!l->meter.wait_failed(wait, gym::WaitOutcome::kCancelled))
+  if (!l->meter.wait_failed(wait, gym::WaitOutcome::kCancelled, ptr(trace_of(trace_id, span_id))))
     return fail(GYM_ESTATE, "no caller is waiting");
   return GYM_OK;
 }
@@ -194,10 +224,16 @@ int gym_limit_released_t(gym_limit* l, int64_t hold) {
 }
 
 int gym_limit_handed_off_t(gym_limit* l, int64_t hold, int64_t wait, int64_t* next) {
+  return gym_limit_handed_off_x(l, hold, wait, next, nullptr, nullptr);
+}
+
+int gym_limit_handed_off_x(gym_limit* l, int64_t hold, int64_t wait, int64_t* next,
+                           const uint8_t* trace_id, const uint8_t* span_id) {
   GYM_CHECK_LIMIT(l);
   if (__atomic_load_n(l->meter.available(), __ATOMIC_RELAXED) >= l->meter.limit())
     return fail(GYM_ESTATE, "hand-off without a slot held");
-  const std::optional<int64_t> t = l->meter.handed_off(hold, wait);
+  const std::optional<int64_t> t =
+      l->meter.handed_off(hold, wait, ptr(trace_of(trace_id, span_id)));
   if (!t) return fail(GYM_ESTATE, "hand-off with no caller waiting");
   if (next != nullptr) *next = *t;
   return GYM_OK;
@@ -286,6 +322,11 @@ int gym_operation_started_k(int kind, int64_t queue_ns, int64_t queued, int64_t*
 }
 
 int gym_operation_finished_k(int kind, int64_t duration_ns, int outcome, int64_t active) {
+  return gym_operation_finished_kx(kind, duration_ns, outcome, active, nullptr, nullptr);
+}
+
+int gym_operation_finished_kx(int kind, int64_t duration_ns, int outcome, int64_t active,
+                              const uint8_t* trace_id, const uint8_t* span_id) {
   return guarded([&] {
     const Kind k = kind_or_throw(kind);
     if (duration_ns < 0) throw std::invalid_argument("duration_ns must be >= 0");
@@ -296,7 +337,11 @@ int gym_operation_finished_k(int kind, int64_t duration_ns, int outcome, int64_t
     const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
     cell.active_ages.end(active);
     cell.active.add(-1);
-    cell.duration(static_cast<gym::Outcome>(outcome)).observe(duration_ns);
+    const gym::Histogram& h = cell.duration(static_cast<gym::Outcome>(outcome));
+    if (const std::optional<gym::TraceContext> t = trace_of(trace_id, span_id))
+      h.observe(duration_ns, *t);
+    else
+      h.observe(duration_ns);
     return GYM_OK;
   });
 }

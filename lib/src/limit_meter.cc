@@ -86,14 +86,17 @@ int64_t LimitMeter::wait_started() const {
   return waits_.begin(segment::precise_now_ns());
 }
 
-void LimitMeter::observe_wait(int64_t wait, WaitOutcome outcome) const {
+void LimitMeter::observe_wait(int64_t wait, WaitOutcome outcome, const TraceContext* trace) const {
   waits_.end(wait);
   const int64_t start = segment::ticket_start(wait);
   const int64_t waited = start > 0 ? std::max<int64_t>(segment::precise_now_ns() - start, 0) : 0;
-  wait_duration(outcome).observe(waited);
+  if (trace != nullptr)
+    wait_duration(outcome).observe(waited, *trace);
+  else
+    wait_duration(outcome).observe(waited);
 }
 
-std::optional<int64_t> LimitMeter::wait_admitted(int64_t wait) const {
+std::optional<int64_t> LimitMeter::wait_admitted(int64_t wait, const TraceContext* trace) const {
   // The hold first, then the queue: a scrape in between sees one more slot
   // held and the caller still queued, never a free slot beside a queue.
   const int64_t hold = holds_.begin(segment::stamp_now_ns());
@@ -101,22 +104,23 @@ std::optional<int64_t> LimitMeter::wait_admitted(int64_t wait) const {
     holds_.end(hold);
     return std::nullopt;
   }
-  observe_wait(wait, WaitOutcome::kAdmitted);
+  observe_wait(wait, WaitOutcome::kAdmitted, trace);
   return hold;
 }
 
-bool LimitMeter::wait_failed(int64_t wait, WaitOutcome outcome) const {
+bool LimitMeter::wait_failed(int64_t wait, WaitOutcome outcome, const TraceContext* trace) const {
   if (!leave_queue()) return false;
-  observe_wait(wait, outcome);
+  observe_wait(wait, outcome, trace);
   if (outcome == WaitOutcome::kTimeout) timeouts_.add();
   if (outcome == WaitOutcome::kCancelled) cancelled_.add();
   return true;
 }
 
-std::optional<int64_t> LimitMeter::handed_off(int64_t hold, int64_t wait) const {
+std::optional<int64_t> LimitMeter::handed_off(int64_t hold, int64_t wait,
+                                              const TraceContext* trace) const {
   if (!leave_queue()) return std::nullopt;
   const int64_t next = holds_.restart(hold, segment::stamp_now_ns());
-  observe_wait(wait, WaitOutcome::kAdmitted);
+  observe_wait(wait, WaitOutcome::kAdmitted, trace);
   return next;
 }
 

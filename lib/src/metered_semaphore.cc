@@ -63,10 +63,22 @@ bool MeteredSemaphore::try_acquire() noexcept {
 }
 
 void MeteredSemaphore::acquire(std::stop_token stop) {
-  push_held(this, acquire_ticket(std::move(stop)));
+  push_held(this, acquire_ticket(std::move(stop), nullptr));
+}
+
+void MeteredSemaphore::acquire(const TraceContext& trace, std::stop_token stop) {
+  push_held(this, acquire_ticket(std::move(stop), &trace));
 }
 
 int64_t MeteredSemaphore::acquire_ticket(std::stop_token stop) {
+  return acquire_ticket(std::move(stop), nullptr);
+}
+
+int64_t MeteredSemaphore::acquire_ticket(const TraceContext& trace, std::stop_token stop) {
+  return acquire_ticket(std::move(stop), &trace);
+}
+
+int64_t MeteredSemaphore::acquire_ticket(std::stop_token stop, const TraceContext* trace) {
   if (take_free()) return meter_.admitted_at_once();
   const auto deadline = admission_timeout_ ? std::chrono::steady_clock::now() + *admission_timeout_
                                            : std::chrono::steady_clock::time_point::max();
@@ -81,17 +93,17 @@ int64_t MeteredSemaphore::acquire_ticket(std::stop_token stop) {
   for (;;) {
     if (take_free()) {
       leave();
-      return meter_.wait_admitted(wait).value_or(0);
+      return meter_.wait_admitted(wait, trace).value_or(0);
     }
     if (stop.stop_requested()) {
       leave();
-      meter_.wait_failed(wait, WaitOutcome::kCancelled);
+      meter_.wait_failed(wait, WaitOutcome::kCancelled, trace);
       throw AdmissionCancelled("cancelled while waiting for a slot of " +
                                meter_.labels()[1].second);
     }
     if (std::chrono::steady_clock::now() >= deadline) {
       leave();
-      meter_.wait_failed(wait, WaitOutcome::kTimeout);
+      meter_.wait_failed(wait, WaitOutcome::kTimeout, trace);
       throw AdmissionTimeout("no slot of " + meter_.labels()[1].second +
                              " within the admission timeout");
     }

@@ -243,9 +243,12 @@ void RegistryReader::build_output() {
         out.cumulative_buckets[b] = running;
       }
       out.native = native_view(own, ret, buckets, info.native_words, merged);
+      out.exemplars = id < exemplars_.size() ? std::span<const Exemplar>(exemplars_[id])
+                                             : std::span<const Exemplar>();
     } else {
       out.cumulative_buckets.clear();
       out.native = {};
+      out.exemplars = {};
     }
   }
   snapshot_.series.resize(n);

@@ -1,6 +1,8 @@
 // The registry reader's series: records, interning, values, folding, damage.
 #include "registry_reader_internal.h"
 
+#include <cstring>
+
 namespace gym {
 
 // The series id of a record's metadata (a copy, never shared memory),
@@ -258,6 +260,8 @@ bool RegistryReader::read_values(Segment& s, uint32_t* count) {
         *to = segment::load_relaxed(line);
         continue;
       }
+      if (seg.version >= segment::kExemplarVersion)
+        read_exemplars(seg, e.id, e.record, e.bound_count);
       if (seg.version >= segment::kSharedNativeVersion) {
         if (!read_shared_native(e.shards, e.bound_count, e.native_words, line, to))
           inconsistent[j] = 1;
@@ -301,6 +305,53 @@ bool RegistryReader::read_values(Segment& s, uint32_t* count) {
       }
     }
   });
+}
+
+namespace {
+// One slot's exemplar, read between two equal even seqs (the seqlock in
+// segment_format.h); false when it has none or every read was torn.
+bool read_exemplar(const segment::ExemplarSlot* slot, Exemplar& out) {
+  for (int attempt = 0; attempt < kConsistentReadAttempts; ++attempt) {
+    const uint64_t seq = segment::load_acquire(&slot->seq);
+    if (seq == 0) return false;
+    if ((seq & 1) != 0) continue;
+    const int64_t value = segment::load_relaxed(&slot->value);
+    const uint64_t ids[3] = {segment::load_relaxed(&slot->trace_id[0]),
+                             segment::load_relaxed(&slot->trace_id[1]),
+                             segment::load_relaxed(&slot->span_id)};
+    const int64_t unix_ns = segment::load_relaxed(&slot->unix_ns);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (segment::load_relaxed(&slot->seq) != seq) continue;
+    out.value = value;
+    out.unix_ns = unix_ns;
+    std::memcpy(out.trace.trace_id.data(), ids, 16);
+    std::memcpy(out.trace.span_id.data(), ids + 2, 8);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+// A live histogram's exemplars, each bucket's replacing the one kept when it
+// is as new or newer (so the newest of all processes wins). One whose value
+// is not in its bucket (a corrupt segment) or whose context is invalid is
+// not taken.
+void RegistryReader::read_exemplars(const Segment& s, uint32_t id, uint32_t record,
+                                    uint32_t bound_count) {
+  const uint32_t line = segment::load_acquire(&s.record(record)->exemplar_line);
+  if (line == 0 || uint64_t{line} + bound_count + 1 > s.value_lines) return;
+  const std::vector<int64_t>& bounds = infos_[id]->bounds;
+  if (bounds.size() != bound_count) return;
+  if (exemplars_.size() <= id) exemplars_.resize(id + 1);
+  std::vector<Exemplar>& kept = exemplars_[id];
+  for (uint32_t b = 0; b <= bound_count; ++b) {
+    Exemplar x;
+    const auto* slot = reinterpret_cast<const segment::ExemplarSlot*>(s.line(line + b));
+    if (!read_exemplar(slot, x) || x.unix_ns <= 0 || !x.trace.valid()) continue;
+    if ((b < bound_count && x.value > bounds[b]) || (b > 0 && x.value <= bounds[b - 1])) continue;
+    if (kept.empty()) kept.resize(bound_count + 1);
+    if (x.unix_ns >= kept[b].unix_ns) kept[b] = x;
+  }
 }
 
 namespace {
@@ -558,6 +609,7 @@ void RegistryReader::expire_series(int64_t now) {
     infos_[id].reset();
     if (id < limit_part_.size()) limit_part_[id] = 0;
     retired_[id] = Accumulator{};
+    if (id < exemplars_.size()) exemplars_[id].clear();
     free_ids_.push_back(id);
     --live_series_;
     ++snapshot_.stats.expired_series_total;

@@ -520,9 +520,42 @@ Histogram SegmentWriter::histogram(std::string_view family, std::span<const Labe
   hist.sum_index_ = r->bound_count + 1u;
   if (r->native_words != 0) hist.native_ = hist.buckets_ + r->shards * hist.shard_words_;
   hist.unit_scale_ = 1.0 / unit_divisor;
+  hist.writer_ = this;
+  hist.record_ = static_cast<uint32_t>(index);
+  hist.exemplar_line_ = &r->exemplar_line;
+  hist.values_ = line_of(base_, 0);
   std::fill(std::begin(hist.bounds_), std::end(hist.bounds_), INT64_MAX);
   std::copy(bounds.begin(), bounds.end(), hist.bounds_);
   return hist;
+}
+
+// ------------------------------------------------------------ exemplars
+
+uint32_t SegmentWriter::reserve_exemplars(uint32_t index) noexcept {
+  std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+  try {
+    lock.lock();
+  } catch (...) {
+    return 0;  // no exemplar this time
+  }
+  Record* r = record_of(base_, index);
+  uint32_t line = segment::load_relaxed(&r->exemplar_line);
+  if (line != 0) return line;  // another thread's, meanwhile
+  const uint32_t lines = r->bound_count + 1u;
+  const uint32_t records = segment::load_relaxed(&header_of(base_)->record_count);
+  if (detached_ || fd_ < 0 || next_line_ + lines > segment::kValueLines ||
+      !reserve_locked(fd_, records, next_line_ + lines)) {
+    line = segment::kNoExemplarLine;  // not tried again
+  } else {
+    line = next_line_;
+    next_line_ += lines;
+  }
+  segment::store_release(&r->exemplar_line, line);
+  return line;
+}
+
+uint32_t Histogram::reserve_exemplars() const noexcept {
+  return writer_ != nullptr ? writer_->reserve_exemplars(record_) : segment::kNoExemplarLine;
 }
 
 Gauge SegmentWriter::gauge(std::string_view family, std::span<const Label> labels) {

@@ -61,16 +61,18 @@ class LimitMeter {
   int64_t wait_started() const;
   // The waiter of `wait` got a slot: its hold starts, it leaves the queue
   // and its wait is recorded. Returns the hold's ticket; nullopt, changing
-  // nothing, when nobody waits.
-  std::optional<int64_t> wait_admitted(int64_t wait) const;
+  // nothing, when nobody waits. With a valid `trace` (may be null), the wait
+  // is its bucket's exemplar (the same for the calls below).
+  std::optional<int64_t> wait_admitted(int64_t wait, const TraceContext* trace = nullptr) const;
   // The waiter of `wait` left without a slot (timeout or cancelled); false,
   // changing nothing, when nobody waits.
-  bool wait_failed(int64_t wait, WaitOutcome outcome) const;
+  bool wait_failed(int64_t wait, WaitOutcome outcome, const TraceContext* trace = nullptr) const;
   // The holder of `hold` handed its slot straight to the waiter of `wait`:
   // one leaves the queue, and the hold passes on with no instant at which the
   // slot shows as free. Returns the new hold's ticket; nullopt, changing
   // nothing, when nobody waits.
-  std::optional<int64_t> handed_off(int64_t hold, int64_t wait) const;
+  std::optional<int64_t> handed_off(int64_t hold, int64_t wait,
+                                    const TraceContext* trace = nullptr) const;
   // The hold of `hold` ended (the slot is back).
   void released(int64_t hold) const noexcept { holds_.end(hold); }
 
@@ -86,7 +88,7 @@ class LimitMeter {
   const AgeSlots& waits() const { return waits_; }
 
  private:
-  void observe_wait(int64_t wait, WaitOutcome outcome) const;
+  void observe_wait(int64_t wait, WaitOutcome outcome, const TraceContext* trace) const;
   // The wait-duration histogram of `outcome`, registered at its first wait:
   // a limit's waits that never happen take no space and no series.
   const Histogram& wait_duration(WaitOutcome outcome) const;

@@ -74,6 +74,10 @@ class MeteredSemaphore {
   // (SemaphoreGuard): the release ends exactly that hold.
   int64_t acquire_ticket(std::stop_token stop = {});
   void release_ticket(int64_t hold);
+  // As acquire() and acquire_ticket(), and a wait (when there is one) is its
+  // wait-duration bucket's exemplar with `trace` (gym/trace_context.h).
+  void acquire(const TraceContext& trace, std::stop_token stop = {});
+  int64_t acquire_ticket(const TraceContext& trace, std::stop_token stop = {});
 
   int64_t limit() const { return meter_.limit(); }
   int64_t active() const {
@@ -85,6 +89,7 @@ class MeteredSemaphore {
 
  private:
   bool take_free() noexcept;
+  int64_t acquire_ticket(std::stop_token stop, const TraceContext* trace);
   void return_slot();
   LimitMeter meter_;
   std::optional<Duration> admission_timeout_;

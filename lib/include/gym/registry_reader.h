@@ -49,6 +49,7 @@
 
 #include "gym/native_histogram.h"
 #include "gym/segment_format.h"
+#include "gym/trace_context.h"
 
 namespace gym {
 
@@ -61,6 +62,15 @@ struct SeriesInfo {
   double unit_divisor = 1.0;                                // exposed value = raw / unit_divisor
   // Histograms that also count native buckets: native::kWords; else 0.
   uint16_t native_words = 0;
+};
+
+// A histogram bucket's exemplar: the latest observation with a trace
+// context (gym/trace_context.h) of any process that wrote the series, by the
+// time it was observed; kept after its writer exits, until the series expires.
+struct Exemplar {
+  int64_t value = 0;    // raw units, as the histogram's sum
+  int64_t unix_ns = 0;  // when it was observed; 0: the bucket has none
+  TraceContext trace;
 };
 
 struct SeriesSample {
@@ -82,6 +92,10 @@ struct SeriesSample {
   // counts (no copy of them per snapshot): valid until the next snapshot(),
   // like the sample itself.
   std::span<const uint64_t> native;
+  // Histograms with an exemplar in any bucket: one per classic bucket (the
+  // last is +Inf's), unix_ns 0 where a bucket has none; empty otherwise.
+  // Views the reader's own: valid until the next snapshot().
+  std::span<const Exemplar> exemplars;
   // Counters, histograms and ages' beginnings: since when the value counts
   // (Unix ns): the earliest start of the writers and folded totals it adds
   // up; 0 when one of them has no known start (totals of an older exporter).
@@ -344,6 +358,9 @@ class RegistryReader {
   std::vector<uint32_t> limit_touched_;  // tallies noted in this segment
   uint32_t limit_stamp_ = 0;
 
+  // By id: histograms' exemplars, one per classic bucket (empty: none yet).
+  std::vector<std::vector<Exemplar>> exemplars_;
+  void read_exemplars(const Segment& s, uint32_t id, uint32_t record, uint32_t bound_count);
   std::vector<Accumulator> retired_;  // by id: folded counters, histograms
   std::vector<Accumulator> current_;  // by id: this snapshot
   // Native counts of series with both a live and a folded part, added up

@@ -108,6 +108,43 @@ class ResourcesOperation {
   ResourcesOperation(Limit& limit, Operation op, Executor ex, std::stop_token stop = {},
                      OperationMetrics& metrics = OperationMetrics::process())
       : limit_(limit), cell_(metrics.cell(op, ex)), stop_(std::move(stop)) {
+    enter();
+  }
+  // The same; the operation's duration is its bucket's exemplar with
+  // `trace` (gym/trace_context.h) when that is valid.
+  ResourcesOperation(Limit& limit, Operation op, Executor ex, const TraceContext& trace,
+                     std::stop_token stop = {},
+                     OperationMetrics& metrics = OperationMetrics::process())
+      : limit_(limit), cell_(metrics.cell(op, ex)), stop_(std::move(stop)), trace_(trace) {
+    enter();
+  }
+
+  ~ResourcesOperation() {
+    const auto ran = (Clock::now() - started_).count();
+    cell_.active_ages.end(active_ticket_);
+    cell_.active.add(-1);
+    Outcome outcome = Outcome::kOk;
+    if (outcome_) {
+      outcome = *outcome_;
+    } else if (std::uncaught_exceptions() > exceptions_) {
+      outcome = stop_.stop_requested() ? Outcome::kCancelled : Outcome::kError;
+    }
+    if (trace_)
+      cell_.duration(outcome).observe(ran, *trace_);
+    else
+      cell_.duration(outcome).observe(ran);
+    limit_.release();
+  }
+
+  ResourcesOperation(const ResourcesOperation&) = delete;
+  ResourcesOperation& operator=(const ResourcesOperation&) = delete;
+
+  void set_outcome(Outcome outcome) { outcome_ = outcome; }
+  std::optional<Outcome> outcome() const { return outcome_; }
+
+ private:
+  void enter() {
+    Limit& limit = limit_;
     // Admitted at once: the wait is zero, and nothing was ever queued.
     if constexpr (requires { limit.try_acquire(); }) {
       if (limit.try_acquire()) {
@@ -140,28 +177,6 @@ class ResourcesOperation {
     cell_.active.add(1);
     exceptions_ = std::uncaught_exceptions();
   }
-
-  ~ResourcesOperation() {
-    const auto ran = (Clock::now() - started_).count();
-    cell_.active_ages.end(active_ticket_);
-    cell_.active.add(-1);
-    Outcome outcome = Outcome::kOk;
-    if (outcome_) {
-      outcome = *outcome_;
-    } else if (std::uncaught_exceptions() > exceptions_) {
-      outcome = stop_.stop_requested() ? Outcome::kCancelled : Outcome::kError;
-    }
-    cell_.duration(outcome).observe(ran);
-    limit_.release();
-  }
-
-  ResourcesOperation(const ResourcesOperation&) = delete;
-  ResourcesOperation& operator=(const ResourcesOperation&) = delete;
-
-  void set_outcome(Outcome outcome) { outcome_ = outcome; }
-  std::optional<Outcome> outcome() const { return outcome_; }
-
- private:
   static_assert(std::is_same_v<Clock::duration, std::chrono::nanoseconds>);
   Limit& limit_;
   const detail::OperationCell& cell_;
@@ -170,6 +185,7 @@ class ResourcesOperation {
   int64_t active_ticket_ = 0;
   int exceptions_ = 0;
   std::optional<Outcome> outcome_;
+  std::optional<TraceContext> trace_;
 };
 
 }  // namespace gym

@@ -53,7 +53,12 @@
 //                                series also counts native buckets; else 0
 //       16    8 unit_divisor     double: exposed value = raw / unit_divisor
 //                                (histogram sum and bounds; 1 otherwise)
-//       24    8 (zero)
+//       24    4 exemplar_line    (v6) histograms: atomic; 0 while it has no
+//                                exemplar slots, then the first value line
+//                                of bound_count + 1 of them (one a classic
+//                                bucket); kNoExemplarLine: none could be
+//                                reserved (the segment is full)
+//       28    4 (zero)
 //       32  128 bounds           int64[16]: bound_count <= kMaxBounds (15) used,
 //                                strictly increasing, raw units; the rest zero
 //      160  864 text             "family\0name1\0value1\0...nameN\0valueN\0",
@@ -84,6 +89,20 @@
 //                a reader's +Inf bucket always equals its count.
 //                (v4: each shard ceil((n + 2 + native_words) * 8 / 64)
 //                lines, its native counts between its buckets and its sum.)
+//     exemplars  (v6) a histogram's, reserved after its first observation
+//                with a trace context (not with the histogram: most never
+//                get one): n + 1 lines at exemplar_line, one a classic bucket,
+//                each the bucket's latest exemplar: uint64 seq (0: none yet;
+//                odd: being written), int64 value (raw units), uint8
+//                trace_id[16], uint8 span_id[8], int64 Unix ns observed, 16
+//                bytes zero. A writer claims the slot with a compare-exchange
+//                of an even seq to seq + 1 (another thread's write in
+//                progress: it leaves this exemplar out, it never waits), a
+//                release fence, relaxed stores of the words, then stores
+//                seq + 2 (release). A reader loads seq (acquire), the words
+//                (relaxed), an acquire fence, seq again: an exemplar whose
+//                two seqs differ or are odd is torn and read again or
+//                skipped, never served.
 //
 // Publication rule. The owner creates the file unnamed (O_TMPFILE), sizes it
 // (sparse), reserves the header page with fallocate, takes an OFD write lock
@@ -128,7 +147,8 @@
 // that of 1. 3 added kAges records. 4 added native buckets to histograms
 // (native_words) and made the value area 16,384 lines. 5 keeps one native
 // array per histogram instead of one per shard (a native histogram's values
-// take 36 lines instead of 104). A reader accepts all five
+// take 36 lines instead of 104). 6 adds exemplars (a record's exemplar_line,
+// zero in older versions: they have none). A reader accepts all six
 // (kMinFormatVersion..kFormatVersion).
 //
 // Internal (docs/api.md): the segment layout, for the reader and writer.
@@ -148,10 +168,12 @@ inline uint64_t magic_word() {
   __builtin_memcpy(&w, kMagic, sizeof w);
   return w;
 }
-inline constexpr uint32_t kFormatVersion = 5;
+inline constexpr uint32_t kFormatVersion = 6;
 // The first version with one native array per histogram.
 inline constexpr uint32_t kSharedNativeVersion = 5;
 inline constexpr uint32_t kMinFormatVersion = 1;
+// The first version with exemplars (Record::exemplar_line).
+inline constexpr uint32_t kExemplarVersion = 6;
 // Reservations (fallocate) are made in whole pages.
 inline constexpr uint64_t kPageBytes = 4096;
 inline constexpr uint32_t kHeaderBytes = 4096;
@@ -231,11 +253,13 @@ struct Record {
   uint16_t text_bytes;
   uint16_t native_words;  // v4
   double unit_divisor;
-  uint64_t reserved2;
+  uint32_t exemplar_line;  // v6
+  uint32_t reserved2;
   int64_t bounds[kBoundSlots];  // bound_count used, the rest zero
   char text[kTextBytes];
 };
 static_assert(offsetof(Record, unit_divisor) == 16);
+static_assert(offsetof(Record, exemplar_line) == 24);
 static_assert(offsetof(Record, bounds) == 32);
 static_assert(offsetof(Record, text) == 160);
 static_assert(sizeof(Record) == kRecordBytes);
@@ -243,6 +267,21 @@ static_assert(sizeof(Record) == kRecordBytes);
 inline constexpr uint64_t kRecordsOffset = kHeaderBytes;
 inline constexpr uint64_t kValuesOffset = kRecordsOffset + uint64_t{kMaxRecords} * kRecordBytes;
 inline constexpr uint64_t kTotalBytes = kValuesOffset + uint64_t{kValueLines} * kLineBytes;
+
+// One exemplar slot: a value cache line (see the layout above).
+// The ids' bytes are kept in words (their bytes in memory order), so that
+// every access is an aligned atomic one.
+struct ExemplarSlot {
+  uint64_t seq;
+  int64_t value;
+  uint64_t trace_id[2];
+  uint64_t span_id;
+  int64_t unix_ns;
+  uint64_t zero[2];
+};
+static_assert(sizeof(ExemplarSlot) == kLineBytes);
+// Record::exemplar_line when no slots could be reserved.
+inline constexpr uint32_t kNoExemplarLine = 0xFFFFFFFFu;
 
 // Shards of a histogram (a power of two). Each of the first
 // kHistogramShards - 1 is written by one thread of the owner at a time (with

@@ -41,6 +41,7 @@
 #include "gym/contract.h"
 #include "gym/native_histogram.h"
 #include "gym/segment_format.h"
+#include "gym/trace_context.h"
 
 namespace gym {
 
@@ -182,13 +183,62 @@ class Histogram {
   Histogram() = default;
   void observe(int64_t v) const noexcept {
     if (buckets_ == nullptr) return;
-    // Branchless binary search: the bucket is the number of bounds below v.
-    // bounds_ holds at most 15 bounds padded with INT64_MAX to 16 slots.
+    add(bucket_of(v), v);
+  }
+  // The same, and, with a valid `trace`, `v` becomes its bucket's exemplar
+  // (the latest: it replaces the one before). The first exemplar of a
+  // histogram reserves its slots (under the writer's lock, once); one that
+  // meets another thread's write of the same bucket is left out (never
+  // waits); none is kept when the segment has no room.
+  void observe(int64_t v, const TraceContext& trace) const noexcept {
+    if (buckets_ == nullptr) return;
+    const uint32_t i = bucket_of(v);
+    add(i, v);
+    if (trace.valid()) keep_exemplar(i, v, trace);
+  }
+  bool registered() const noexcept { return buckets_ != nullptr; }
+
+ private:
+  friend class SegmentWriter;
+  // Branchless binary search: the bucket is the number of bounds below v.
+  // bounds_ holds at most 15 bounds padded with INT64_MAX to 16 slots.
+  uint32_t bucket_of(int64_t v) const noexcept {
     uint32_t i = 0;
     i += bounds_[i + 7] < v ? 8 : 0;
     i += bounds_[i + 3] < v ? 4 : 0;
     i += bounds_[i + 1] < v ? 2 : 0;
     i += bounds_[i] < v ? 1 : 0;
+    return i;
+  }
+  // The slot's words, between an odd and the next even seq (the seqlock in
+  // segment_format.h). A slot another thread is writing is left alone.
+  void keep_exemplar(uint32_t bucket, int64_t v, const TraceContext& trace) const noexcept {
+    uint32_t line = segment::load_acquire(exemplar_line_);
+    if (__builtin_expect(line == 0, 0)) line = reserve_exemplars();
+    if (line == 0 || line == segment::kNoExemplarLine) return;
+    auto* slot = reinterpret_cast<segment::ExemplarSlot*>(values_ + uint64_t{line + bucket} *
+                                                                        segment::kLineBytes);
+    uint64_t seq = segment::load_relaxed(&slot->seq);
+    if ((seq & 1) != 0 || !__atomic_compare_exchange_n(&slot->seq, &seq, seq + 1, false,
+                                                       __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      return;
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    uint64_t ids[3];
+    __builtin_memcpy(ids, trace.trace_id.data(), 16);
+    __builtin_memcpy(ids + 2, trace.span_id.data(), 8);
+    timespec now{};
+    clock_gettime(CLOCK_REALTIME_COARSE, &now);
+    segment::store_relaxed(&slot->value, v);
+    segment::store_relaxed(&slot->trace_id[0], ids[0]);
+    segment::store_relaxed(&slot->trace_id[1], ids[1]);
+    segment::store_relaxed(&slot->span_id, ids[2]);
+    segment::store_relaxed(&slot->unix_ns, int64_t{now.tv_sec} * 1000000000 + now.tv_nsec);
+    segment::store_release(&slot->seq, seq + 2);
+  }
+  // The first line of its exemplar slots, reserved now (once, under the
+  // writer's lock); kNoExemplarLine when there is no room.
+  uint32_t reserve_exemplars() const noexcept;
+  void add(uint32_t i, int64_t v) const noexcept {
     const uint32_t s = detail::thread_shard() & shard_mask_;
     uint64_t* shard = buckets_ + s * shard_words_;
     auto* sum = reinterpret_cast<int64_t*>(shard + sum_index_);
@@ -207,10 +257,6 @@ class Histogram {
       segment::add_relaxed(sum, v);
     }
   }
-  bool registered() const noexcept { return buckets_ != nullptr; }
-
- private:
-  friend class SegmentWriter;
   uint64_t* buckets_ = nullptr;  // shard 0
   uint32_t shard_mask_ = 0;
   uint32_t shard_words_ = 0;    // uint64 words from one shard to the next
@@ -218,6 +264,10 @@ class Histogram {
   uint64_t* native_ = nullptr;  // the native array (its zero bucket), every shard's; null: none
   double unit_scale_ = 1.0;     // 1 / the unit divisor: a raw value in the exposed unit
   int64_t bounds_[segment::kBoundSlots] = {};
+  SegmentWriter* writer_ = nullptr;    // for the exemplar slots' reservation
+  uint32_t record_ = 0;                // its record's index
+  uint32_t* exemplar_line_ = nullptr;  // its record's exemplar_line
+  unsigned char* values_ = nullptr;    // the segment's value area
 };
 
 // A histogram registered at its first observation, by `make` (once, on
@@ -284,6 +334,10 @@ class SegmentWriter {
  private:
   friend class Gauge;
   friend class AgeSlots;
+  friend class Histogram;
+  // The first line of record `index`'s exemplar slots, reserved now if it
+  // has none (kNoExemplarLine when there is no room).
+  uint32_t reserve_exemplars(uint32_t index) noexcept;
   bool ensure_segment_locked();
   bool create_segment_locked(bool after_fork);
   int32_t find_or_add_record_locked(segment::SeriesKind kind, std::string_view family,
