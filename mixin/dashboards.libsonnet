@@ -80,7 +80,7 @@ local SERVER = 'nemo_gym_server_name, nemo_gym_server_type';
                         'histogram_quantile(0.99, sum by (le, %s) (%s))' % [LIMIT, rate('gym_concurrency_wait_duration_seconds_bucket')],
                         '{{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}',
                       ],
-                    ], description='99th percentile of the waits for a slot, timed out and cancelled ones included.'),
+                    ], description='99th percentile of the waits for a slot, timed out and cancelled ones included; a point of a traced wait links to its trace.', exemplars=true),
                     panel('Admission timeouts', 'ops', [
                       [
                         'sum by (%s) (%s)' % [LIMIT, rate('gym_concurrency_admission_timeouts_total')],
@@ -117,9 +117,9 @@ local SERVER = 'nemo_gym_server_name, nemo_gym_server_type';
                   'Bounded work of resources servers: how long it queued, ran, and how it ended.',
                   [
                     panel('Queue time quantiles', 's', quantiles('gym_resources_operation_queue_duration_seconds')),
-                    panel('Run time quantiles', 's', quantiles('gym_resources_operation_duration_seconds')),
+                    panel('Run time quantiles', 's', quantiles('gym_resources_operation_duration_seconds'), description='A point of a traced operation links to its trace.', exemplars=true),
                     panel('Queue time', 's', [['sum by (le) (%s)' % rate('gym_resources_operation_queue_duration_seconds_bucket'), '{{le}}']], kind='heatmap'),
-                    panel('Run time', 's', [['sum by (le) (%s)' % rate('gym_resources_operation_duration_seconds_bucket'), '{{le}}']], kind='heatmap'),
+                    panel('Run time', 's', [['sum by (le) (%s)' % rate('gym_resources_operation_duration_seconds_bucket'), '{{le}}']], kind='heatmap', exemplars=true),
                     panel('Outcomes', 'ops', [
                       [
                         'sum by (nemo_gym_resources_operation_outcome) (%s)' % rate('gym_resources_operation_duration_seconds_count'),
@@ -141,7 +141,7 @@ local SERVER = 'nemo_gym_server_name, nemo_gym_server_type';
                         'topk(5, histogram_quantile(0.99, sum by (le, %s, nemo_gym_server_name) (%s)))' % [OP, rate('gym_resources_operation_duration_seconds_bucket')],
                         '{{nemo_gym_resources_operation}} {{nemo_gym_resources_executor}} {{nemo_gym_server_name}}',
                       ],
-                    ], description='The five operations with the longest 99th percentile run time.'),
+                    ], description='The five operations with the longest 99th percentile run time; a point of a traced operation links to its trace.', exemplars=true),
                     panel('Queued and running', 'short', [
                       [
                         'sum by (%(OP)s) (gym_resources_operation_queued{%(SEL)s})' % s,

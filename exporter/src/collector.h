@@ -44,6 +44,11 @@ struct FamilyExtras {
   // Counters and histograms: since when the sample counts (Unix seconds), 0
   // when not known; empty when no sample has one.
   std::vector<double> created;
+  // Histograms: each sample's exemplars (gym/registry_reader.h), one per
+  // classic bucket, empty for a sample without; their raw values divided by
+  // exemplar_divisor are in the family's unit. Views, as `native`.
+  std::vector<std::span<const Exemplar>> exemplars;
+  double exemplar_divisor = 1;
 };
 
 // Receives one family at a time, with its extras when it has any; neither

@@ -56,8 +56,10 @@ local ds = { type: 'prometheus', uid: '${datasource}' };
     },
   ] + extra,
 
-  // targets: [[expr, legend], ...]; kind: timeseries or heatmap.
-  panel(title, unit, targets, kind='timeseries', description='', stack=false):: {
+  // targets: [[expr, legend], ...]; kind: timeseries or heatmap; exemplars:
+  // its queries ask for the buckets' exemplars (trace ids: a point links to
+  // the trace, docs/metrics.md#exemplars).
+  panel(title, unit, targets, kind='timeseries', description='', stack=false, exemplars=false):: {
     type: kind,
     title: title,
     description: description,
@@ -85,6 +87,7 @@ local ds = { type: 'prometheus', uid: '${datasource}' };
         legendFormat: targets[i][1],
         datasource: ds,
       } + (if kind == 'heatmap' then { format: 'heatmap' } else {})
+      + (if exemplars then { exemplar: true } else {})
       for i in std.range(0, std.length(targets) - 1)
     ],
   },

@@ -17,7 +17,7 @@ without a usable registry everything still works, unmetered.
 import asyncio
 import collections
 import time
-from typing import Any, Deque, Dict, List, Literal, Optional
+from typing import Any, Deque, Dict, List, Literal, Optional, Tuple
 
 from . import _gym_metrics as _abi
 from .runtime import RuntimeInstrumentation, instrument_runtime
@@ -39,6 +39,48 @@ OUTCOMES = frozenset({"ok", "error", "timeout", "cancelled", "crashed"})
 
 # What a waiter's future holds when its admission timeout fired.
 _TIMED_OUT = object()
+
+# OpenTelemetry's trace API when it is importable: the current span's
+# context is then an observation's exemplar unless ids are given. Nothing
+# depends on it otherwise.
+try:
+    from opentelemetry import trace as _otel_trace  # type: ignore[import]
+except ImportError:  # not installed: no automatic trace context
+    _otel_trace = None
+
+Trace = Optional[Tuple[bytes, bytes]]
+
+
+def _id_bytes(value: Any, size: int, what: str) -> bytes:
+    """An id as OpenTelemetry holds it (an int) or writes it (hex digits)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 0 < value < 1 << (8 * size):
+            raise ValueError(f"{what} must be a positive {8 * size}-bit integer")
+        return value.to_bytes(size, "big")
+    if isinstance(value, str) and len(value) == 2 * size:
+        try:
+            raw = bytes.fromhex(value)
+        except ValueError:
+            raw = b""
+        if len(raw) == size and any(raw):
+            return raw
+    raise ValueError(f"{what} must be an int or {2 * size} hex digits (not all zero), "
+                     f"not {value!r}")
+
+
+def _trace(trace_id: Any, span_id: Any) -> Trace:
+    """The trace context of an observation: the ids given (both or neither),
+    else the current OpenTelemetry span's when there is a valid one."""
+    if trace_id is not None or span_id is not None:
+        if trace_id is None or span_id is None:
+            raise ValueError("give both trace_id and span_id, or neither")
+        return _id_bytes(trace_id, 16, "trace_id"), _id_bytes(span_id, 8, "span_id")
+    if _otel_trace is None:
+        return None
+    ctx = _otel_trace.get_current_span().get_span_context()
+    if not ctx.is_valid:
+        return None
+    return ctx.trace_id.to_bytes(16, "big"), ctx.span_id.to_bytes(8, "big")
 
 
 class MeteredSemaphore(asyncio.BoundedSemaphore):
@@ -140,7 +182,11 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
             del self._holds[task]
         return hold
 
-    async def acquire(self) -> Literal[True]:
+    async def acquire(self, *, trace_id: Any = None, span_id: Any = None) -> Literal[True]:
+        """Waits for a slot. A wait is its wait-duration bucket's exemplar
+        with trace_id and span_id (ints as OpenTelemetry's SpanContext holds
+        them, or 32 and 16 hex digits), or with the current OpenTelemetry
+        span's when opentelemetry is importable and none are given."""
         if self._free > 0:
             self._free -= 1
             self._keep_hold(_abi.limit_acquired(self._handle))
@@ -152,6 +198,7 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         # a free slot beside a queue). A slot handed to the future is counted
         # as this wait's admission when the waiter resumes with it: a waiter
         # cancelled before then never held it, and its wait is a cancelled one.
+        trace = _trace(trace_id, span_id)
         entry: List[Any] = [fut, _abi.limit_wait_started(self._handle), False]
         self._line.append(entry)
         self._queued += 1
@@ -178,7 +225,10 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
                 f"no slot of {self._attributes['nemo_gym_concurrency_limit_name']} became "
                 f"free within {self._admission_timeout_s} s")
         # Admitted now: the handed hold becomes this task's.
-        self._keep_hold(_abi.limit_handed_off(self._handle, handed, entry[1]))
+        if trace is None:
+            self._keep_hold(_abi.limit_handed_off(self._handle, handed, entry[1]))
+        else:
+            self._keep_hold(_abi.limit_handed_off(self._handle, handed, entry[1], *trace))
         entry[1] = None
         return True
 
@@ -241,9 +291,10 @@ class ResourcesOperation:
     A class with __aenter__/__aexit__ rather than an @asynccontextmanager
     generator: it costs about half as much per operation."""
 
-    __slots__ = ("_limit", "_kind", "_outcome", "_started", "_running")
+    __slots__ = ("_limit", "_kind", "_outcome", "_started", "_running", "_trace")
 
-    def __init__(self, limit: Any, operation: str, executor: str) -> None:
+    def __init__(self, limit: Any, operation: str, executor: str, trace_id: Any = None,
+                 span_id: Any = None) -> None:
         kind = _KINDS.get((operation, executor))
         if kind is None:
             if operation not in OPERATIONS:
@@ -254,6 +305,8 @@ class ResourcesOperation:
         self._limit = limit
         self._kind = kind
         self._outcome: Optional[str] = None
+        self._trace = (None if trace_id is None and span_id is None and _otel_trace is None
+                       else _trace(trace_id, span_id))
 
     @property
     def outcome(self) -> Optional[str]:
@@ -288,20 +341,31 @@ class ResourcesOperation:
             else:
                 outcome = "error"
         try:
-            _operation_finished(self._kind, _monotonic_ns() - self._started,
-                                _OUTCOME_CODES[outcome], self._running)
+            if self._trace is None:
+                _operation_finished(self._kind, _monotonic_ns() - self._started,
+                                    _OUTCOME_CODES[outcome], self._running)
+            else:
+                _operation_finished(self._kind, _monotonic_ns() - self._started,
+                                    _OUTCOME_CODES[outcome], self._running, *self._trace)
         finally:
             await self._limit.__aexit__(None, None, None)
         return False
 
 
-def resources_operation(limit: Any, operation: str, executor: str) -> ResourcesOperation:
+def resources_operation(limit: Any, operation: str, executor: str, *, trace_id: Any = None,
+                        span_id: Any = None) -> ResourcesOperation:
     """Enter `limit` (any async context manager, such as an asyncio.Semaphore)
     and report the operation: queued while waiting, the queue duration on
     entry, active inside, the duration with its outcome on exit. An exception
     sets the outcome to error, a cancellation to cancelled, unless the block
-    already set one. `operation` and `executor` are checked here (ValueError)."""
-    return ResourcesOperation(limit, operation, executor)
+    already set one. `operation` and `executor` are checked here (ValueError).
+
+    The duration is its bucket's exemplar with trace_id and span_id (ints, as
+    OpenTelemetry's SpanContext holds them, or 32 and 16 hex digits, as its
+    format_trace_id and format_span_id write them; ValueError otherwise), or,
+    when none are given and opentelemetry is importable, with the span current
+    here, if any."""
+    return ResourcesOperation(limit, operation, executor, trace_id, span_id)
 
 
 def declare_server(name: str, server_type: str, *, runtime: bool = False) -> None:

@@ -87,12 +87,32 @@ static PyObject* limit_wait_admitted(PyObject* self, PyObject* const* args, Py_s
   return PyLong_FromLongLong((long long)hold);
 }
 
+/* A trace context from two arguments: bytes of 16 (trace id) and 8 (span
+ * id), or None and None for none. 0 on success. */
+static int trace_args(PyObject* trace, PyObject* span, const uint8_t** trace_id,
+                      const uint8_t** span_id) {
+  *trace_id = NULL;
+  *span_id = NULL;
+  if (trace == Py_None && span == Py_None) return 0;
+  if (!PyBytes_Check(trace) || PyBytes_GET_SIZE(trace) != 16 || !PyBytes_Check(span) ||
+      PyBytes_GET_SIZE(span) != 8) {
+    PyErr_SetString(PyExc_TypeError, "a trace context is 16 bytes and 8 bytes, or None and None");
+    return -1;
+  }
+  *trace_id = (const uint8_t*)PyBytes_AS_STRING(trace);
+  *span_id = (const uint8_t*)PyBytes_AS_STRING(span);
+  return 0;
+}
+
+/* (handle, hold, wait[, trace_id, span_id]) -> the new hold's ticket */
 static PyObject* limit_handed_off(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   (void)self;
-  if (n != 3) {
-    PyErr_SetString(PyExc_TypeError, "limit_handed_off(handle, hold, wait)");
+  if (n != 3 && n != 5) {
+    PyErr_SetString(PyExc_TypeError, "limit_handed_off(handle, hold, wait[, trace_id, span_id])");
     return NULL;
   }
+  const uint8_t *trace_id = NULL, *span_id = NULL;
+  if (n == 5 && trace_args(args[3], args[4], &trace_id, &span_id) != 0) return NULL;
   gym_limit* l = limit_of(args[0]);
   if (l == NULL) return NULL;
   long long hold = PyLong_AsLongLong(args[1]);
@@ -100,7 +120,7 @@ static PyObject* limit_handed_off(PyObject* self, PyObject* const* args, Py_ssiz
   long long wait = PyLong_AsLongLong(args[2]);
   if (wait == -1 && PyErr_Occurred()) return NULL;
   int64_t next = 0;
-  int rc = gym_limit_handed_off_t(l, (int64_t)hold, (int64_t)wait, &next);
+  int rc = gym_limit_handed_off_x(l, (int64_t)hold, (int64_t)wait, &next, trace_id, span_id);
   if (rc != GYM_OK) return raise_error(rc);
   return PyLong_FromLongLong((long long)next);
 }
@@ -161,12 +181,18 @@ static PyObject* operation_started(PyObject* self, PyObject* const* args, Py_ssi
   return PyLong_FromLongLong((long long)ticket);
 }
 
-/* (kind, duration_ns, outcome, active ticket) */
+/* (kind, duration_ns, outcome, active ticket[, trace_id, span_id]) */
 static PyObject* operation_finished(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   long long a[4];
   (void)self;
+  const uint8_t *trace_id = NULL, *span_id = NULL;
+  if (n == 6) {
+    if (trace_args(args[4], args[5], &trace_id, &span_id) != 0) return NULL;
+    n = 4;
+  }
   if (int_args(args, n, 4, a) != 0) return NULL;
-  int rc = gym_operation_finished_k((int)a[0], (int64_t)a[1], (int)a[2], (int64_t)a[3]);
+  int rc = gym_operation_finished_kx((int)a[0], (int64_t)a[1], (int)a[2], (int64_t)a[3], trace_id,
+                                     span_id);
   if (rc != GYM_OK) return raise_error(rc);
   Py_RETURN_NONE;
 }

@@ -2,9 +2,11 @@
 import asyncio
 import gc
 import os
+import re
 import subprocess
 import sys
 import textwrap
+import urllib.request
 
 import pytest
 
@@ -416,3 +418,78 @@ def test_the_value_sets_are_the_contracts():
     assert gym_metrics.EXECUTORS == contract_values("kExecutors")
     assert gym_metrics.OUTCOMES == contract_values("kOutcomes")
     assert len(contract_values("kWaitOutcomes")) == 3, "the parser reads every table"
+
+
+TRACE = "0af7651916cd43dd8448eb211c80319c"
+SPAN = "b7ad6b7169203331"
+
+
+def exemplars(url, family):
+    """[(trace_id, span_id, value)] of `family`'s bucket lines in an
+    OpenMetrics scrape."""
+    req = urllib.request.Request(url, headers={"Accept": "application/openmetrics-text"})
+    text = urllib.request.urlopen(req, timeout=10).read().decode()
+    return [(m.group(1), m.group(2), float(m.group(3))) for m in re.finditer(
+        rf'^{family}_bucket\{{[^}}]*\}} \d+ # \{{trace_id="([0-9a-f]{{32}})",'
+        r'span_id="([0-9a-f]{16})"\} (\S+) \S+$', text, re.M)]
+
+
+def test_an_operations_and_a_waits_trace_are_their_buckets_exemplars(served_exporter):
+    async def body():
+        async with resources_operation(asyncio.Semaphore(1), "judge", "thread",
+                                       trace_id=int(TRACE, 16), span_id=SPAN.upper()):
+            await asyncio.sleep(0.01)
+        sem = MeteredSemaphore(1, "resources_server", "traced_waits")
+        await sem.acquire()
+        waiter = asyncio.ensure_future(sem.acquire(trace_id=TRACE, span_id=int(SPAN, 16)))
+        await asyncio.sleep(0.02)
+        sem.release()
+        await waiter
+        sem.release()
+    run(body())
+    ops = exemplars(served_exporter, "gym_resources_operation_duration_seconds")
+    assert any(t == TRACE and s == SPAN and v >= 0.01 for t, s, v in ops), ops
+    waits = exemplars(served_exporter, "gym_concurrency_wait_duration_seconds")
+    assert any(t == TRACE and s == SPAN and v >= 0.02 for t, s, v in waits), waits
+
+
+def test_the_current_opentelemetry_span_is_taken_when_no_ids_are_given(served_exporter,
+                                                                        monkeypatch):
+    """The opentelemetry API as it documents itself: get_current_span() gives
+    a span whose get_span_context() has trace_id and span_id (ints) and
+    is_valid; a faked module stands in for it (no package index here)."""
+    class Context:
+        trace_id = 0x1234567890abcdef1234567890abcdef
+        span_id = 0x1122334455667788
+        is_valid = True
+
+    class Span:
+        def get_span_context(self):
+            return Context()
+
+    class FakeTrace:
+        @staticmethod
+        def get_current_span():
+            return Span()
+
+    monkeypatch.setattr(gym_metrics, "_otel_trace", FakeTrace)
+
+    async def body():
+        async with resources_operation(asyncio.Semaphore(1), "tool", "thread"):
+            pass
+        Context.is_valid = False  # no current span: no exemplar
+        async with resources_operation(asyncio.Semaphore(1), "tool", "subprocess"):
+            pass
+    run(body())
+    ops = exemplars(served_exporter, "gym_resources_operation_duration_seconds")
+    assert ("1234567890abcdef1234567890abcdef", "1122334455667788") in {(t, s) for t, s, _ in ops}
+    assert len({(t, s) for t, s, _ in ops if t == "1234567890abcdef1234567890abcdef"}) == 1
+
+
+@pytest.mark.parametrize("trace_id, span_id", [
+    (TRACE, None), (None, SPAN), ("xyz", SPAN), (TRACE[:-1], SPAN), (0, SPAN), (-1, SPAN),
+    (1 << 128, SPAN), ("0" * 32, SPAN), (TRACE, 1 << 64), (True, SPAN)])
+def test_a_malformed_trace_context_is_a_value_error(trace_id, span_id):
+    with pytest.raises(ValueError):
+        resources_operation(asyncio.Semaphore(1), "tool", "inline", trace_id=trace_id,
+                            span_id=span_id)

@@ -745,9 +745,10 @@ NATIVE_FAMILIES = {"gym_resources_operation_duration_seconds",
                    "gym_python_event_loop_lag_seconds"}
 
 
-def start_prometheus(tmp_path, target):
-    """Debian's Prometheus with native histograms, scraping `target` every
-    SCRAPE_S seconds; returns (process, query(expr) -> result list)."""
+def start_prometheus(tmp_path, target, features="native-histograms"):
+    """Debian's Prometheus with native histograms (or `features`), scraping
+    `target` every SCRAPE_S seconds; returns (process, query(expr) -> result
+    list); query(expr, path="query_exemplars") asks for the last hour's."""
     import json
     prom_port = free_port()
     cfg = tmp_path / "prometheus.yml"
@@ -757,13 +758,15 @@ def start_prometheus(tmp_path, target):
     prom = subprocess.Popen([shutil.which("prometheus") or "/usr/bin/prometheus",
                              f"--config.file={cfg}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{prom_port}",
-                             "--enable-feature=native-histograms"],
+                             f"--enable-feature={features}"],
                             stderr=open(tmp_path / "prometheus.log", "w"))
     api = f"http://127.0.0.1:{prom_port}/api/v1"
 
     def query(expr, path="query"):
-        url = f"{api}/{path}?" + urllib.parse.urlencode(
-            {"query": expr} if path == "query" else {"metric": expr})
+        params = {"query": expr} if path == "query" else {"metric": expr}
+        if path == "query_exemplars":
+            params = {"query": expr, "start": time.time() - 3600, "end": time.time() + 60}
+        url = f"{api}/{path}?" + urllib.parse.urlencode(params)
         with urllib.request.urlopen(url, timeout=HTTP_S) as r:
             return json.loads(r.read())["data"]
     return prom, query
@@ -841,6 +844,85 @@ def test_prometheus_with_native_histograms_scrapes_protobuf(exporter, tmp_path):
 # A sanitized exporter answers a protobuf scrape in about a tenth of a second
 # on an idle machine, several times that beside other sanitized tests: there
 # the test scrapes fewer times (each scrape is a chance to catch the race).
+CPP_TRACE, CPP_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+PY_TRACE, PY_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+PY_WRITER = f"""
+import asyncio, sys
+import gym_metrics
+gym_metrics.declare_server("py_judge", "resources_server")
+async def main():
+    async with gym_metrics.resources_operation(asyncio.Semaphore(1), "judge", "inline",
+                                               trace_id=int("{PY_TRACE}", 16), span_id="{PY_SPAN}") as op:
+        await asyncio.sleep(0.02)
+        op.outcome = "timeout"
+    sem = gym_metrics.MeteredSemaphore(1, "resources_server", "traced_py", server_name="py_judge")
+    await sem.acquire()
+    waiter = asyncio.ensure_future(sem.acquire(trace_id="{PY_TRACE}", span_id="{PY_SPAN}"))
+    await asyncio.sleep(0.02)
+    sem.release()
+    await waiter
+    print("ready", flush=True)
+    await asyncio.sleep(3600)
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("features", ["exemplar-storage", "exemplar-storage,native-histograms"])
+def test_prometheus_stores_the_trace_ids_of_a_python_and_a_cpp_writer(tmp_path, features):
+    """Debian's Prometheus with exemplar storage (from OpenMetrics, and from
+    protobuf with native histograms): /api/v1/query_exemplars gives each
+    writer's trace id on its operation's duration histogram, for its server
+    and outcome, and on its limit's wait histogram."""
+    registry = tempfile.mkdtemp(prefix=SHM_PREFIX + "exemplars-", dir="/dev/shm")
+    env = dict(os.environ, GYM_METRICS_DIR=registry,
+               PYTHONPATH=os.path.join(BUILD, "python"))
+    port = free_port()
+    procs = [subprocess.Popen([os.path.join(BUILD, "tests", "gym_traced_writer"), "cpp_verifier",
+                               CPP_TRACE, CPP_SPAN], env=env, stdout=subprocess.PIPE, text=True),
+             subprocess.Popen(["/usr/bin/python3", "-c", PY_WRITER], env=env,
+                              stdout=subprocess.PIPE, text=True)]
+    try:
+        for p in procs:
+            assert p.stdout.readline() == "ready\n"
+        procs.append(subprocess.Popen(
+            [f"{BUILD}/exporter/gym-exporter", f"--registry.dir={registry}",
+             f"--web.listen-address=127.0.0.1:{port}"], stderr=subprocess.DEVNULL))
+        prom, query = start_prometheus(tmp_path, port, features)
+        procs.append(prom)
+        native = "native" in features
+        family = ("gym_resources_operation_duration_seconds" if native
+                  else "gym_resources_operation_duration_seconds_bucket")
+        wait_family = family.replace("resources_operation", "concurrency_wait")
+
+        def traces(expr):
+            return {(tuple(sorted((k, v) for k, v in r["seriesLabels"].items()
+                                  if k in ("nemo_gym_server_name",
+                                           "nemo_gym_resources_operation_outcome",
+                                           "nemo_gym_concurrency_limit_name"))),
+                     e["labels"].get("trace_id"), e["labels"].get("span_id"))
+                    for r in query(expr, "query_exemplars") for e in r["exemplars"]}
+
+        want_ops = {
+            ((("nemo_gym_resources_operation_outcome", "ok"),
+              ("nemo_gym_server_name", "cpp_verifier")), CPP_TRACE, CPP_SPAN),
+            ((("nemo_gym_resources_operation_outcome", "timeout"),
+              ("nemo_gym_server_name", "py_judge")), PY_TRACE, PY_SPAN)}
+        got = wait_for(tmp_path, lambda: want_ops <= traces(family) and traces(family))
+        assert want_ops <= got, got
+        want_waits = {
+            ((("nemo_gym_concurrency_limit_name", "traced_cpp"),
+              ("nemo_gym_server_name", "cpp_verifier")), CPP_TRACE, CPP_SPAN),
+            ((("nemo_gym_concurrency_limit_name", "traced_py"),
+              ("nemo_gym_server_name", "py_judge")), PY_TRACE, PY_SPAN)}
+        got = wait_for(tmp_path, lambda: want_waits <= traces(wait_family) and traces(wait_family))
+        assert want_waits <= got, got
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        shutil.rmtree(registry, ignore_errors=True)
+
+
 FLAT_OUT_SCRAPES = 150 if SANITIZED else 1000
 
 

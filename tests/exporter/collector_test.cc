@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <regex>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "collector.h"
 #include "exposition/exposition.h"
 #include "exposition/families.h"
+#include "exposition/protobuf.h"
 #include "exposition/text.h"
 #include "gym/contract.h"
 #include "gym/metered_semaphore.h"
@@ -237,6 +239,52 @@ TEST(Exposition, NameFilterTakesTheOpenTelemetryNamesTheReplyCarriesToo) {
   EXPECT_NE(by_sample.find("gym_concurrency_wait_duration_seconds_count{"), std::string::npos)
       << by_sample;
   EXPECT_EQ(by_sample.find("gym_concurrency_queue_depth"), std::string::npos);
+}
+
+TEST(Exposition, AnExemplarIsOnItsBucketLineInOpenMetricsAndInProtobufNeverInText) {
+  TempDir tmp;
+  SegmentWriter w(tmp.path());
+  const std::vector<Label> labels = {{"nemo_gym_concurrency_component", "agent_server"},
+                                     {"nemo_gym_concurrency_limit_name", "x"},
+                                     {"nemo_gym_concurrency_wait_outcome", "admitted"}};
+  Histogram h = w.histogram("gym_concurrency_wait_duration_seconds", labels, kOperationBoundsNs,
+                            1e9, /*native=*/true);
+  const std::optional<TraceContext> trace =
+      TraceContext::from_hex("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+  ASSERT_TRUE(trace);
+  h.observe(2000000, *trace);  // 2 ms
+  h.observe(3000000000);       // 3 s, without: counted, no exemplar
+  std::vector<std::unique_ptr<Collector>> c;
+  c.push_back(make_collector("registry", {std::make_shared<SharedRegistry>(tmp.path())}));
+  Exposition e(std::move(c));
+  const std::string om = e.render(OpenMetricsEncoder());
+  std::vector<std::string> with;
+  std::istringstream in(om);
+  for (std::string line; std::getline(in, line);)
+    if (line.find(" # {") != std::string::npos) with.push_back(line);
+  ASSERT_EQ(with.size(), 1u) << om;
+  // The first bucket whose bound holds 2 ms, counting it (and nothing else yet).
+  double le_before = 0;
+  for (size_t i = 0; i < std::size(kOperationBoundsNs); ++i)
+    if (kOperationBoundsNs[i] < 2000000) le_before = double(kOperationBoundsNs[i]) / 1e9;
+  const std::regex line(
+      R"re(gym_concurrency_wait_duration_seconds_bucket\{[^}]*le="([0-9.e+-]+)"\} 1 )re"
+      R"re(# \{trace_id="0af7651916cd43dd8448eb211c80319c",span_id="b7ad6b7169203331"\} )re"
+      R"re(0\.002 (1[0-9]{9}(\.[0-9]+)?))re");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_match(with[0], m, line)) << with[0];
+  EXPECT_GE(std::stod(m[1].str()), 0.002);
+  EXPECT_GT(0.002, le_before);
+  EXPECT_NEAR(std::stod(m[2].str()), double(std::time(nullptr)), 60);
+  EXPECT_EQ(e.render(TextEncoder()).find("trace_id"), std::string::npos) << "text 0.0.4 has none";
+  const std::string proto = e.render(ProtobufEncoder());
+  // In a classic bucket and in the native histogram's exemplars: twice.
+  size_t found = 0;
+  for (size_t at = proto.find("0af7651916cd43dd8448eb211c80319c"); at != std::string::npos;
+       at = proto.find("0af7651916cd43dd8448eb211c80319c", at + 1))
+    ++found;
+  EXPECT_EQ(found, 2u);
+  EXPECT_NE(proto.find("span_id"), std::string::npos);
 }
 
 TEST(Exposition, EachEscapingSchemeNamesTheRegistrysFamiliesAndLabelsAndTheExportersOwn) {

@@ -56,10 +56,11 @@ class RegistryCollector : public Collector {
   std::vector<std::vector<char>> absent_;
   struct Slot {
     ClientMetric* metric;
-    size_t served;                      // index into served_
-    std::span<const uint64_t>* native;  // its native buckets (the snapshot's), or null
-    double* created;                    // its created time, or null (gauges)
-    char* absent;                       // ages: whether it is left out now, or null
+    size_t served;                         // index into served_
+    std::span<const uint64_t>* native;     // its native buckets (the snapshot's), or null
+    std::span<const Exemplar>* exemplars;  // histograms: its exemplars (the snapshot's)
+    double* created;                       // its created time, or null (gauges)
+    char* absent;                          // ages: whether it is left out now, or null
   };
   std::vector<Slot> slots_;
   // Per limit, indexes into served_ (-1: none) of what limit_slots()
@@ -133,12 +134,17 @@ void RegistryCollector::rebuild() {
       extras_.emplace_back();
       absent_.emplace_back(info.kind == segment::SeriesKind::kAges ? n : 0, char(0));
       if (info.native_words != 0) extras_.back().native.resize(n);
+      if (info.kind == segment::SeriesKind::kHistogram) {
+        extras_.back().exemplars.resize(n);
+        extras_.back().exemplar_divisor = info.unit_divisor;
+      }
       if (info.kind != segment::SeriesKind::kGauge && info.kind != segment::SeriesKind::kAges)
         extras_.back().created.resize(n);
     }
     const size_t k = model_.back().metric.size();
     FamilyExtras& x = extras_.back();
     std::span<const uint64_t>* native = k < x.native.size() ? &x.native[k] : nullptr;
+    std::span<const Exemplar>* exemplars = k < x.exemplars.size() ? &x.exemplars[k] : nullptr;
     double* created = k < x.created.size() ? &x.created[k] : nullptr;
     char* absent = k < absent_.back().size() ? &absent_.back()[k] : nullptr;
     ClientMetric& m = add_metric(model_.back(), info.labels);
@@ -151,7 +157,7 @@ void RegistryCollector::rebuild() {
         m.histogram.bucket.push_back(bucket);
       }
     }
-    slots_.push_back({&m, i, native, created, absent});
+    slots_.push_back({&m, i, native, exemplars, created, absent});
   }
   // active = limit - free, for every label set that has a limit.
   struct Indexes {
@@ -191,7 +197,7 @@ void RegistryCollector::rebuild() {
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {
-  for (auto& [metric, i, native, created, absent] : slots_) {
+  for (auto& [metric, i, native, exemplars, created, absent] : slots_) {
     const SeriesSample& s = snap.series[served_index_[i]];
     if (absent != nullptr) *absent = s.in_progress ? 0 : 1;
     if (created != nullptr) *created = double(s.created_unix_ns) / 1e9;
@@ -212,6 +218,7 @@ void RegistryCollector::update_values(const Snapshot& snap) {
         for (size_t b = 0; b < s.cumulative_buckets.size(); ++b)
           metric->histogram.bucket[b].cumulative_count = s.cumulative_buckets[b];
         if (native != nullptr) *native = s.native;
+        if (exemplars != nullptr) *exemplars = s.exemplars;
         break;
     }
   }

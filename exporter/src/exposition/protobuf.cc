@@ -129,11 +129,28 @@ void timestamp_field(std::string& out, uint32_t field, double unix_seconds, std:
   });
 }
 
-// One Metric message.
+// An Exemplar message's fields: the trace and span ids as labels, the
+// value in the family's unit, the time observed.
+void write_exemplar(const Exemplar& x, double divisor, std::string& out, std::string& scratch) {
+  std::string id;
+  for (int k = 0; k < 2; ++k) {
+    id.clear();
+    k == 0 ? x.trace.append_trace_hex(id) : x.trace.append_span_hex(id);
+    message_field(out, 1, scratch, [&](std::string& l) {  // LabelPair
+      bytes_field(l, 1, k == 0 ? "trace_id" : "span_id");
+      bytes_field(l, 2, id);
+    });
+  }
+  double_field(out, 2, double(x.value) / divisor);
+  timestamp_field(out, 3, double(x.unix_ns) / 1e9, scratch);
+}
+
+// One Metric message. `exemplars`: a histogram's, by classic bucket (may be
+// empty); with native counts they are also the native histogram's.
 void write_metric(const MetricFamily& f, const ClientMetric& m,
                   const std::span<const uint64_t>* native_counts, double created,
-                  std::string& out) {
-  std::string inner, deeper;
+                  std::span<const Exemplar> exemplars, double divisor, std::string& out) {
+  std::string inner, deeper, exemplar, labels;
   for (const auto& l : m.label)
     message_field(out, 1, inner, [&](std::string& b) {  // LabelPair
       bytes_field(b, 1, l.name);
@@ -164,14 +181,27 @@ void write_metric(const MetricFamily& f, const ClientMetric& m,
       message_field(out, 7, inner, [&](std::string& b) {
         uint_field(b, 1, m.histogram.sample_count);
         double_field(b, 2, m.histogram.sample_sum);
-        for (const auto& bucket : m.histogram.bucket)
+        const auto has = [&](size_t k) {
+          return k < exemplars.size() && exemplars[k].unix_ns != 0;
+        };
+        for (size_t k = 0; k < m.histogram.bucket.size(); ++k)
           message_field(b, 3, deeper, [&](std::string& c) {
-            uint_field(c, 1, bucket.cumulative_count);
-            double_field(c, 2, bucket.upper_bound);
+            uint_field(c, 1, m.histogram.bucket[k].cumulative_count);
+            double_field(c, 2, m.histogram.bucket[k].upper_bound);
+            if (has(k))
+              message_field(c, 3, exemplar, [&](std::string& e) {
+                write_exemplar(exemplars[k], divisor, e, labels);
+              });
           });
         if (created > 0) timestamp_field(b, 15, created, deeper);  // created_timestamp
-        if (native_counts != nullptr && native_counts->size() == native::kWords)
+        if (native_counts != nullptr && native_counts->size() == native::kWords) {
           write_native(*native_counts, b, deeper);
+          for (size_t k = 0; k < exemplars.size(); ++k)
+            if (has(k))
+              message_field(b, 16, deeper, [&](std::string& e) {  // exemplars
+                write_exemplar(exemplars[k], divisor, e, exemplar);
+              });
+        }
       });
       break;
     default:
@@ -192,8 +222,12 @@ void write_family_protobuf(const Family& f, const FamilyExtras* extras, std::str
     const bool native = extras != nullptr && i < extras->native.size();
     const double created =
         extras != nullptr && i < extras->created.size() ? extras->created[i] : 0.0;
+    const std::span<const Exemplar> exemplars = extras != nullptr && i < extras->exemplars.size()
+                                                    ? extras->exemplars[i]
+                                                    : std::span<const Exemplar>();
     metric.clear();
-    write_metric(f, f.metric[i], native ? &extras->native[i] : nullptr, created, metric);
+    write_metric(f, f.metric[i], native ? &extras->native[i] : nullptr, created, exemplars,
+                 extras != nullptr ? extras->exemplar_divisor : 1.0, metric);
     bytes_field(family, 4, metric);
   }
   if (f.spec != nullptr && !f.spec->unit.empty()) bytes_field(family, 5, f.spec->unit);

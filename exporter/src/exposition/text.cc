@@ -260,7 +260,33 @@ void write_summary(Samples& w, const ClientMetric& m) {
   }
 }
 
-void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le) {
+// OpenMetrics: " # {trace_id=\"…\",span_id=\"…\"} value timestamp" after a
+// bucket's count, when the bucket has an exemplar.
+void append_exemplar(std::string& out, const Exemplar& x, double divisor) {
+  out += " # {trace_id=\"";
+  x.trace.append_trace_hex(out);
+  out += "\",span_id=\"";
+  x.trace.append_span_hex(out);
+  out += "\"} ";
+  append_double(out, double(x.value) / divisor);
+  out += ' ';
+  append_double(out, double(x.unix_ns) / 1e9);
+}
+
+// The exemplars of one histogram sample (OpenMetrics only), by bucket.
+struct Exemplars {
+  std::span<const Exemplar> of;
+  double divisor = 1;
+  // Appends bucket i's to a line just written (before its newline).
+  void after(std::string& out, size_t i) const {
+    if (i >= of.size() || of[i].unix_ns == 0) return;
+    out.pop_back();
+    append_exemplar(out, of[i], divisor);
+    out += '\n';
+  }
+};
+
+void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le, const Exemplars& ex) {
   const auto& h = m.histogram;
   if (!w.om) {
     w.count(m, "_count", h.sample_count);
@@ -268,8 +294,10 @@ void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le) {
   }
   const std::vector<std::string>& bounds = le.of(h);
   if (w.quoted || m.timestamp_ms != 0) {
-    for (size_t i = 0; i < h.bucket.size(); ++i)
+    for (size_t i = 0; i < h.bucket.size(); ++i) {
       w.count(m, "_bucket", h.bucket[i].cumulative_count, "le", bounds[i]);
+      ex.after(w.out, i);
+    }
   } else {
     // The common case, most of an exposition's lines: what comes before
     // the bound is the same on every bucket line, made once.
@@ -284,6 +312,7 @@ void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le) {
       w.out += "\"} ";
       append_uint(w.out, h.bucket[i].cumulative_count);
       w.out += '\n';
+      ex.after(w.out, i);
     }
   }
   if (w.om) {
@@ -330,7 +359,10 @@ void write_any(const MetricFamily& f, const FamilySpec* spec, const FamilyExtras
         write_summary(w, m);
         break;
       case MetricType::Histogram:
-        write_histogram(w, m, le);
+        write_histogram(w, m, le,
+                        om && extras != nullptr && i < extras->exemplars.size()
+                            ? Exemplars{extras->exemplars[i], extras->exemplar_divisor}
+                            : Exemplars{});
         if (om) created(m, i);
         break;
       default:
