@@ -54,6 +54,10 @@ ESCAPED = r'(?:[^"\\\n]|\\\\|\\n|\\")*'
 SAMPLE = re.compile(rf'^({NAME})(\{{(?:{LABEL}="{ESCAPED}"(?:,{LABEL}="{ESCAPED}")*)?\}})?'
                     rf" ({NUMBER})(?: ({NUMBER}))?$")
 LABEL_PAIR = re.compile(rf'({LABEL})="({ESCAPED})"')
+# An exemplar after a sample (OpenMetrics: on counters' _total and
+# histograms' _bucket lines): " # {labels} value [timestamp]".
+EXEMPLAR = re.compile(rf'^(.*) # \{{((?:{LABEL}="{ESCAPED}"(?:,{LABEL}="{ESCAPED}")*)?)\}}'
+                      rf" (?:{NUMBER})(?: (?:{NUMBER}))?$")
 # With UTF-8 names (escaping=allow-utf-8): a name that is not a legacy one is
 # quoted, a metric's first inside the braces: {"a.b",c="d","e.f"="g"} 1.
 QUOTED = rf'"{ESCAPED}"'
@@ -134,6 +138,11 @@ def check_openmetrics(text):
             else:
                 assert re.fullmatch(ESCAPED, rest), f"{where}: bad HELP escape"
             continue
+        exemplar = EXEMPLAR.match(line)
+        if exemplar:  # a sample, then " # {labels} value [timestamp]"
+            line, ex_labels = exemplar.group(1), exemplar.group(2)
+            length = sum(len(k) + len(v) for k, v in LABEL_PAIR.findall(ex_labels))
+            assert length <= 128, f"{where}: an exemplar's labels over 128 characters"
         parsed = parse_sample(line)
         assert parsed, f"{where}: not a sample"
         name, pairs, value, timestamp = parsed
@@ -141,6 +150,8 @@ def check_openmetrics(text):
         fam = families[current]
         suffix = name[len(current):]
         assert suffix in SUFFIXES[fam["type"]], f"{where}: {suffix!r} in a {fam['type']}"
+        assert not exemplar or suffix in ("_bucket", "_total"), \
+            f"{where}: an exemplar on a {suffix!r} sample"
         fam["samples"] = True
         names = [k for k, _ in pairs]
         assert len(names) == len(set(names)), f"{where}: a label twice"
@@ -844,6 +855,55 @@ def test_prometheus_with_native_histograms_scrapes_protobuf(exporter, tmp_path):
 # A sanitized exporter answers a protobuf scrape in about a tenth of a second
 # on an idle machine, several times that beside other sanitized tests: there
 # the test scrapes fewer times (each scrape is a chance to catch the race).
+def test_no_exemplar_is_torn_in_openmetrics_while_writers_observe_flat_out(tmp_path):
+    """Two processes of four threads each observe flat out with exemplars
+    whose ids say their value (n ms: trace id n repeated, span id n ^ 0x5a)
+    while OpenMetrics scrapes run: every exemplar served lies in its bucket
+    and has the ids written with its value."""
+    registry = tempfile.mkdtemp(prefix=SHM_PREFIX + "torn-", dir="/dev/shm")
+    env = dict(os.environ, GYM_METRICS_DIR=registry)
+    port = free_port()
+    writer = os.path.join(BUILD, "tests", "gym_traced_writer")
+    procs = [subprocess.Popen([writer, "--flat"], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    try:
+        for p in procs:
+            assert p.stdout.readline() == "observing\n"
+        procs.append(subprocess.Popen(
+            [f"{BUILD}/exporter/gym-exporter", f"--registry.dir={registry}",
+             f"--web.listen-address=127.0.0.1:{port}"], stderr=subprocess.DEVNULL))
+        line = re.compile(r'^gym_resources_operation_duration_seconds_bucket\{.*le="([^"]+)"\} '
+                          r'\d+ # \{trace_id="([0-9a-f]{32})",span_id="([0-9a-f]{16})"\} '
+                          r'(\S+) (\S+)$', re.M)
+        checked = 0
+        for _ in range(FLAT_OUT_SCRAPES):
+            try:
+                _, text = get(port, "application/openmetrics-text;version=1.0.0")
+            except OSError:
+                time.sleep(0.05)  # still starting
+                continue
+            check_openmetrics(text)
+            bounds = [float(b) for b in re.findall(
+                r'^gym_resources_operation_duration_seconds_bucket\{.*le="([^"]+)"\}', text, re.M)
+                if b != "+Inf"]
+            for m in line.finditer(text):
+                le, trace, span, value = m.group(1), m.group(2), m.group(3), float(m.group(4))
+                n = int(trace[:2], 16)
+                assert trace == f"{n:02x}" * 16, trace
+                assert span == f"{n ^ 0x5a:02x}" * 8, (trace, span)
+                assert value == pytest.approx(n / 1000), (trace, value)
+                upper = math.inf if le == "+Inf" else float(le)
+                lower = max([b for b in bounds if b < upper], default=0.0)
+                assert lower < value <= upper, (le, value)
+                checked += 1
+        assert checked >= FLAT_OUT_SCRAPES, checked
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        shutil.rmtree(registry, ignore_errors=True)
+
+
 CPP_TRACE, CPP_SPAN = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 PY_TRACE, PY_SPAN = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 PY_WRITER = f"""
@@ -851,8 +911,9 @@ import asyncio, sys
 import gym_metrics
 gym_metrics.declare_server("py_judge", "resources_server")
 async def main():
-    async with gym_metrics.resources_operation(asyncio.Semaphore(1), "judge", "inline",
-                                               trace_id=int("{PY_TRACE}", 16), span_id="{PY_SPAN}") as op:
+    async with gym_metrics.resources_operation(
+            asyncio.Semaphore(1), "judge", "inline", trace_id=int("{PY_TRACE}", 16),
+            span_id="{PY_SPAN}") as op:
         await asyncio.sleep(0.02)
         op.outcome = "timeout"
     sem = gym_metrics.MeteredSemaphore(1, "resources_server", "traced_py", server_name="py_judge")
