@@ -51,8 +51,11 @@ man_page="$(zcat /usr/share/man/man1/gym-exporter.1.gz)"
 grep -q 'registry.*dir' <<<"$man_page" || fail "man page without the flags"
 promtool check rules /usr/share/gym-exporter/rules/*.yml >/dev/null || fail "installed rules"
 [ -f /usr/share/gym-exporter/dashboards/gym-memory.json ] || fail "no dashboards"
-jsonnet -J /usr/share/gym-exporter/mixin -e '(import "mixin.libsonnet").prometheusAlerts' \
-  | grep -q GymEventLoopBlocked || fail "the installed mixin does not render"
+# Rendered whole first: grep -q on a pipe exits at its match, and jsonnet's
+# next write then dies of SIGPIPE, which pipefail reports (38 of 100 runs).
+alerts="$(jsonnet -J /usr/share/gym-exporter/mixin -e '(import "mixin.libsonnet").prometheusAlerts')" \
+  || fail "the installed mixin does not render"
+grep -q GymEventLoopBlocked <<<"$alerts" || fail "the installed mixin has no GymEventLoopBlocked"
 [ -f /usr/share/doc/gym-exporter/docs/metrics.md ] || fail "no metric reference"
 for page in $(grep -o '(docs/[a-z]*\.md)' /usr/share/doc/gym-exporter/README.md | tr -d '()'); do
   [ -f "/usr/share/doc/gym-exporter/$page" ] || fail "the README links to $page, not installed"
