@@ -186,7 +186,10 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         """Waits for a slot. A wait is its wait-duration bucket's exemplar
         with trace_id and span_id (ints as OpenTelemetry's SpanContext holds
         them, or 32 and 16 hex digits), or with the current OpenTelemetry
-        span's when opentelemetry is importable and none are given."""
+        span's when opentelemetry is importable and none are given (ids
+        given are checked on every call: ValueError when malformed)."""
+        given = trace_id is not None or span_id is not None
+        trace = _trace(trace_id, span_id) if given else None
         if self._free > 0:
             self._free -= 1
             self._keep_hold(_abi.limit_acquired(self._handle))
@@ -198,7 +201,8 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         # a free slot beside a queue). A slot handed to the future is counted
         # as this wait's admission when the waiter resumes with it: a waiter
         # cancelled before then never held it, and its wait is a cancelled one.
-        trace = _trace(trace_id, span_id)
+        if not given:
+            trace = _trace(None, None)
         entry: List[Any] = [fut, _abi.limit_wait_started(self._handle), False]
         self._line.append(entry)
         self._queued += 1

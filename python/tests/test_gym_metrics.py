@@ -493,3 +493,9 @@ def test_a_malformed_trace_context_is_a_value_error(trace_id, span_id):
     with pytest.raises(ValueError):
         resources_operation(asyncio.Semaphore(1), "tool", "inline", trace_id=trace_id,
                             span_id=span_id)
+
+    async def acquire():  # a free slot too: the ids are checked before it is taken
+        sem = MeteredSemaphore(1, "resources_server", "malformed_trace")
+        await sem.acquire(trace_id=trace_id, span_id=span_id)
+    with pytest.raises(ValueError):
+        run(acquire())
