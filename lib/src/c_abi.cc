@@ -113,6 +113,18 @@ static_assert(GYM_OUTCOME_OK == int(gym::Outcome::kOk) &&
               GYM_OUTCOME_CANCELLED == int(gym::Outcome::kCancelled) &&
               GYM_OUTCOME_CRASHED == int(gym::Outcome::kCrashed));
 
+// The C ABI's trace context: two byte arrays, either NULL for none.
+std::optional<gym::TraceContext> trace_of(const uint8_t* trace_id, const uint8_t* span_id) {
+  if (trace_id == nullptr || span_id == nullptr) return std::nullopt;
+  gym::TraceContext t;
+  std::memcpy(t.trace_id.data(), trace_id, t.trace_id.size());
+  std::memcpy(t.span_id.data(), span_id, t.span_id.size());
+  return t;
+}
+const gym::TraceContext* ptr(const std::optional<gym::TraceContext>& t) {
+  return t ? &*t : nullptr;
+}
+
 // A slot was to be taken, but every one is held.
 int all_held(const gym_limit* l) {
   return fail(GYM_ESTATE,
@@ -159,20 +171,6 @@ int gym_limit_wait_started_t(gym_limit* l, int64_t* wait) {
   if (wait != nullptr) *wait = t;
   return GYM_OK;
 }
-
-namespace {
-// The C ABI's trace context: two byte arrays, either NULL for none.
-std::optional<gym::TraceContext> trace_of(const uint8_t* trace_id, const uint8_t* span_id) {
-  if (trace_id == nullptr || span_id == nullptr) return std::nullopt;
-  gym::TraceContext t;
-  std::memcpy(t.trace_id.data(), trace_id, t.trace_id.size());
-  std::memcpy(t.span_id.data(), span_id, t.span_id.size());
-  return t;
-}
-const gym::TraceContext* ptr(const std::optional<gym::TraceContext>& t) {
-  return t ? &*t : nullptr;
-}
-}  // namespace
 
 int gym_limit_wait_admitted_t(gym_limit* l, int64_t wait, int64_t* hold) {
   return gym_limit_wait_admitted_x(l, wait, hold, nullptr, nullptr);

@@ -315,12 +315,13 @@ bool read_exemplar(const segment::ExemplarSlot* slot, Exemplar& out) {
     const uint64_t seq = segment::load_acquire(&slot->seq);
     if (seq == 0) return false;
     if ((seq & 1) != 0) continue;
-    const int64_t value = segment::load_relaxed(&slot->value);
-    const uint64_t ids[3] = {segment::load_relaxed(&slot->trace_id[0]),
-                             segment::load_relaxed(&slot->trace_id[1]),
-                             segment::load_relaxed(&slot->span_id)};
-    const int64_t unix_ns = segment::load_relaxed(&slot->unix_ns);
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    // Acquire loads (no fence: ThreadSanitizer has none): one that reads a
+    // newer write's word makes the seq loaded after it that write's or later.
+    const int64_t value = segment::load_acquire(&slot->value);
+    const uint64_t ids[3] = {segment::load_acquire(&slot->trace_id[0]),
+                             segment::load_acquire(&slot->trace_id[1]),
+                             segment::load_acquire(&slot->span_id)};
+    const int64_t unix_ns = segment::load_acquire(&slot->unix_ns);
     if (segment::load_relaxed(&slot->seq) != seq) continue;
     out.value = value;
     out.unix_ns = unix_ns;

@@ -97,12 +97,12 @@
 //                trace_id[16], uint8 span_id[8], int64 Unix ns observed, 16
 //                bytes zero. A writer claims the slot with a compare-exchange
 //                of an even seq to seq + 1 (another thread's write in
-//                progress: it leaves this exemplar out, it never waits), a
-//                release fence, relaxed stores of the words, then stores
-//                seq + 2 (release). A reader loads seq (acquire), the words
-//                (relaxed), an acquire fence, seq again: an exemplar whose
-//                two seqs differ or are odd is torn and read again or
-//                skipped, never served.
+//                progress: it leaves this exemplar out, it never waits),
+//                release stores of the words, then stores seq + 2 (release).
+//                A reader loads seq (acquire), the words (acquire), seq
+//                again: an exemplar whose two seqs differ or are odd is torn
+//                and read again or skipped, never served. (No fences:
+//                ThreadSanitizer does not model them.)
 //
 // Publication rule. The owner creates the file unnamed (O_TMPFILE), sizes it
 // (sparse), reserves the header page with fallocate, takes an OFD write lock

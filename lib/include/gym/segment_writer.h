@@ -222,17 +222,18 @@ class Histogram {
     if ((seq & 1) != 0 || !__atomic_compare_exchange_n(&slot->seq, &seq, seq + 1, false,
                                                        __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
       return;
-    __atomic_thread_fence(__ATOMIC_RELEASE);
+    // Released words (no fence: ThreadSanitizer has none): a reader that
+    // loads one of them (acquire) sees the odd seq stored before it.
     uint64_t ids[3];
     __builtin_memcpy(ids, trace.trace_id.data(), 16);
     __builtin_memcpy(ids + 2, trace.span_id.data(), 8);
     timespec now{};
     clock_gettime(CLOCK_REALTIME_COARSE, &now);
-    segment::store_relaxed(&slot->value, v);
-    segment::store_relaxed(&slot->trace_id[0], ids[0]);
-    segment::store_relaxed(&slot->trace_id[1], ids[1]);
-    segment::store_relaxed(&slot->span_id, ids[2]);
-    segment::store_relaxed(&slot->unix_ns, int64_t{now.tv_sec} * 1000000000 + now.tv_nsec);
+    segment::store_release(&slot->value, v);
+    segment::store_release(&slot->trace_id[0], ids[0]);
+    segment::store_release(&slot->trace_id[1], ids[1]);
+    segment::store_release(&slot->span_id, ids[2]);
+    segment::store_release(&slot->unix_ns, int64_t{now.tv_sec} * 1000000000 + now.tv_nsec);
     segment::store_release(&slot->seq, seq + 2);
   }
   // The first line of its exemplar slots, reserved now (once, under the
