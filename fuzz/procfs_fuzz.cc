@@ -6,9 +6,9 @@
 #include <optional>
 #include <string_view>
 
-#include "cgroup.h"
 #include "collectors/cgroup_totals.h"
-#include "procfs.h"
+#include "host/cgroup.h"
+#include "host/procfs.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

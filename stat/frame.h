@@ -1,4 +1,4 @@
-// gym-stat's screen as lines of text: the registry view (snapshot_view.h)
+// gym-stat's screen as lines of text: the registry view (snapshot/view.h)
 // with rates, outcome ratios and quantiles over the window since the previous
 // view. Both the full-screen view and --once print these lines.
 //
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "snapshot_view.h"
+#include "snapshot/view.h"
 
 namespace gym::stat {
 

@@ -28,7 +28,7 @@
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
 #include "sampled_collector.h"
-#include "snapshot_view.h"
+#include "snapshot/view.h"
 
 namespace gym::stat {
 namespace {

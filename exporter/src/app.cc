@@ -10,7 +10,7 @@
 #include "logging.h"
 #include "self_metrics.h"
 #include "servers/watcher.h"
-#include "snapshot_view.h"
+#include "snapshot/view.h"
 
 namespace gym::exporter {
 

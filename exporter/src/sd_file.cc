@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "snapshot_view.h"
+#include "snapshot/view.h"
 
 namespace gym::exporter {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <sstream>
 
-#include "procfs.h"
+#include "host/procfs.h"
 
 namespace gym::exporter {
 

@@ -22,7 +22,7 @@
 #include "exporter/process_support.h"
 #include "gym/server_identity.h"
 #include "server_sampler.h"
-#include "snapshot_view.h"
+#include "snapshot/view.h"
 #include "test_support.h"
 
 namespace gym::exporter {
@@ -486,7 +486,7 @@ using testing::children_of;
 using testing::Program;
 using testing::unshare_works;
 
-// gym-stat and the exporter's JSON view (snapshot_view.h) show a server as
+// gym-stat and the exporter's JSON view (snapshot/view.h) show a server as
 // the exporter counts it: one row a name, the union of its declarers' trees,
 // a declarer of another pid namespace at its host pid.
 TEST(Attribution, TheRegistryViewHasOneRowAServerWithTheUnionOfItsDeclarers) {

@@ -16,13 +16,13 @@
 #include <thread>
 
 #include "app.h"
-#include "cgroup.h"
 #include "collectors/cgroup_totals.h"
 #include "collectors/cgroups.h"
 #include "collectors/memory.h"
 #include "collectors/servers.h"
 #include "config.h"
 #include "exposition/families.h"
+#include "host/cgroup.h"
 #include "server_sampler.h"
 #include "test_support.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gym/segment_writer.h"
-#include "procfs.h"
+#include "host/procfs.h"
 #include "test_support.h"
 
 namespace gym::testing {

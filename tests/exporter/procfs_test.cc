@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "collectors/memory.h"
-#include "procfs.h"
+#include "host/procfs.h"
 #include "server_sampler.h"
 #include "test_support.h"
 

@@ -6,7 +6,7 @@
 
 #include "gym/resources_operation.h"
 #include "gym/segment_writer.h"
-#include "snapshot_view.h"
+#include "snapshot/view.h"
 #include "test_support.h"
 
 namespace gym::exporter {

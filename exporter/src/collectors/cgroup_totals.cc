@@ -8,7 +8,7 @@
 #include <charconv>
 #include <cstring>
 
-#include "procfs.h"
+#include "host/procfs.h"
 
 namespace gym::exporter {
 

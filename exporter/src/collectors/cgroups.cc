@@ -5,7 +5,7 @@
 #include "collectors/cgroup_totals.h"
 #include "exposition/families.h"
 #include "gym/contract.h"
-#include "procfs.h"
+#include "host/procfs.h"
 
 using prometheus::MetricFamily;
 

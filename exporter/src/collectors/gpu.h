@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-#include "nvml.h"
+#include "host/nvml.h"
 #include "sampled_collector.h"
 #include "servers/watcher.h"
 

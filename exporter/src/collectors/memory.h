@@ -25,7 +25,7 @@
 #include <tuple>
 #include <vector>
 
-#include "procfs.h"
+#include "host/procfs.h"
 #include "sampled_collector.h"
 #include "servers/watcher.h"
 

@@ -6,7 +6,7 @@
 
 #include "collector.h"
 #include "exposition/families.h"
-#include "procfs.h"
+#include "host/procfs.h"
 
 namespace gym::exporter {
 namespace {

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "cgroup.h"
+#include "host/cgroup.h"
 #include "sampled_collector.h"
 #include "servers/watcher.h"
 

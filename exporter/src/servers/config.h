@@ -25,7 +25,7 @@
 
 #include <yaml-cpp/yaml.h>
 
-#include "cgroup.h"
+#include "host/cgroup.h"
 #include "servers/targets.h"
 
 namespace gym::exporter {

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "procfs.h"
+#include "host/procfs.h"
 #include "servers/trees.h"
 
 namespace gym::exporter {

@@ -3,7 +3,7 @@
 // its roots and everything beneath each, every process counted once:
 //   - every live process that declared the server's name through the library
 //     (found in the registry; in another pid namespace, found through
-//     pid_namespaces.h), and
+//     host/pid_namespaces.h), and
 //   - what its configured target (servers.targets) names: a pid, a pidfile,
 //     the oldest process a match finds (or, with `all`, every one: Ray
 //     actors), and the processes of the cgroups it names (a sandbox's
@@ -30,9 +30,9 @@
 #include <string>
 #include <vector>
 
-#include "cgroup.h"
-#include "pid_namespaces.h"
-#include "procfs.h"
+#include "host/cgroup.h"
+#include "host/pid_namespaces.h"
+#include "host/procfs.h"
 #include "servers/config.h"
 #include "shared_registry.h"
 

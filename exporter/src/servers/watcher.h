@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "procfs.h"
+#include "host/procfs.h"
 #include "servers/config.h"
 #include "servers/processes.h"
 #include "shared_registry.h"

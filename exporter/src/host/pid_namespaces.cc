@@ -1,37 +1,30 @@
-#include "pid_namespaces.h"
+#include "host/pid_namespaces.h"
 
 #include <sys/stat.h>
 
 #include <charconv>
 #include <set>
 
+#include "host/lines.h"
+
 namespace gym::exporter {
 
 std::optional<pid_t> parse_innermost_nspid(std::string_view status) {
   static constexpr std::string_view kKey = "NSpid:";
-  size_t at = 0;
-  while (at < status.size()) {
-    size_t end = status.find('\n', at);
-    if (end == std::string_view::npos) end = status.size();
-    std::string_view line = status.substr(at, end - at);
-    at = end + 1;
-    if (!line.starts_with(kKey)) continue;
-    line.remove_prefix(kKey.size());
-    std::optional<pid_t> last;
-    while (!line.empty()) {
-      const size_t b = line.find_first_not_of(" \t");
-      if (b == std::string_view::npos) break;
-      line.remove_prefix(b);
-      const size_t e = std::min(line.find_first_of(" \t"), line.size());
+  std::optional<pid_t> last;
+  bool valid = false;
+  for_each_line(status, [&](std::string_view line) {
+    if (!line.starts_with(kKey)) return true;
+    valid = true;
+    for (std::string_view word : words(line.substr(kKey.size()))) {
       pid_t pid = 0;
-      auto [ptr, ec] = std::from_chars(line.data(), line.data() + e, pid);
-      if (ec != std::errc() || ptr != line.data() + e || pid <= 0) return std::nullopt;
+      auto [ptr, ec] = std::from_chars(word.data(), word.data() + word.size(), pid);
+      if (ec != std::errc() || ptr != word.data() + word.size() || pid <= 0) valid = false;
       last = pid;
-      line.remove_prefix(e);
     }
-    return last;
-  }
-  return std::nullopt;
+    return false;
+  });
+  return valid ? last : std::nullopt;
 }
 
 namespace {

@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "host/kept_files.h"
+
 namespace gym::exporter::procfs {
 
 struct ProcStat {
@@ -89,13 +91,12 @@ double ticks_per_second();
 class StatFiles {
  public:
   StatFiles();
-  ~StatFiles();
   StatFiles(const StatFiles&) = delete;
   StatFiles& operator=(const StatFiles&) = delete;
   // The stat text of `pid` under `root`.
   ReadStatus read(const std::string& root, pid_t pid, std::string& out);
   // Closes the descriptors of processes not read since the last sweep.
-  void sweep();
+  void sweep() { fds_.sweep(); }
   size_t kept() const { return fds_.size(); }
   size_t max_kept() const { return max_kept_; }
 
@@ -103,11 +104,9 @@ class StatFiles {
   struct Kept {
     int fd = -1;
     bool read = false;
+    void close();
   };
-  void close_all();
-  void drop(std::unordered_map<pid_t, Kept>::iterator it);
-  std::string root_;
-  std::unordered_map<pid_t, Kept> fds_;
+  KeptFiles<Kept> fds_;
   size_t max_kept_ = 0;
 };
 
@@ -136,7 +135,6 @@ class TreeFiles {
  public:
   enum class Detail { kStat, kStatm };
   explicit TreeFiles(Detail detail);
-  ~TreeFiles();
   TreeFiles(const TreeFiles&) = delete;
   TreeFiles& operator=(const TreeFiles&) = delete;
   Detail detail() const { return detail_; }
@@ -150,7 +148,7 @@ class TreeFiles {
   // then on. kError: its files could not be opened now (no descriptor left).
   Read read(const std::string& root, pid_t pid, ProcStat& out, std::vector<pid_t>* children);
   // Closes the descriptors of processes not read since the last sweep.
-  void sweep();
+  void sweep() { files_.sweep(); }
 
  private:
   struct Entry {
@@ -158,17 +156,16 @@ class TreeFiles {
     int children = -1;  // task/<pid>/children
     int task = -1;      // task/
     ProcStat first;     // stat at first sight
-    bool kept = false;
+    bool kept = false;  // counted in the budget
     bool read = false;
+    void close();
   };
   std::optional<Entry> open(const std::string& root, pid_t pid, Read& why);
-  void close(Entry& e);
   Read read_entry(pid_t pid, Entry& e, ProcStat& out, std::vector<pid_t>* children);
   Detail detail_;
   size_t kept_budget_;
-  std::string root_;
-  bool unsupported_ = false;  // known for root_
-  std::unordered_map<pid_t, Entry> files_;
+  bool unsupported_ = false;  // known for the root of files_
+  KeptFiles<Entry> files_;
   std::string text_;
 };
 

@@ -23,7 +23,7 @@
 #include <tuple>
 #include <vector>
 
-#include "procfs.h"
+#include "host/procfs.h"
 
 namespace gym::exporter {
 

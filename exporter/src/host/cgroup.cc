@@ -1,4 +1,4 @@
-#include "cgroup.h"
+#include "host/cgroup.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -6,35 +6,12 @@
 #include <charconv>
 #include <vector>
 
-#include "procfs.h"
+#include "host/lines.h"
+#include "host/procfs.h"
 
 namespace gym::exporter::cgroup {
 
 namespace {
-
-template <class F>
-void each_line(std::string_view text, F&& f) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    f(text.substr(pos, end - pos));
-    pos = end + 1;
-  }
-}
-
-std::vector<std::string_view> words(std::string_view line) {
-  std::vector<std::string_view> out;
-  size_t i = 0;
-  while (i < line.size()) {
-    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
-    size_t j = i;
-    while (j < line.size() && line[j] != ' ' && line[j] != '\t') ++j;
-    if (j > i) out.push_back(line.substr(i, j - i));
-    i = j;
-  }
-  return out;
-}
 
 std::optional<uint64_t> to_u64(std::string_view s) {
   uint64_t v = 0;
@@ -117,7 +94,7 @@ std::optional<Place> locate_in(const Mounts& mounts, const Membership& who, cons
 
 Mounts parse_mountinfo(std::string_view text) {
   Mounts m;
-  each_line(text, [&](std::string_view line) {
+  for_each_line(text, [&](std::string_view line) {
     const std::vector<std::string_view> w = words(line);
     size_t dash = 0;
     for (size_t i = 6; i < w.size(); ++i)
@@ -144,7 +121,7 @@ Mounts parse_mountinfo(std::string_view text) {
 
 Membership parse_membership(std::string_view text) {
   Membership who;
-  each_line(text, [&](std::string_view line) {
+  for_each_line(text, [&](std::string_view line) {
     const size_t a = line.find(':');
     if (a == std::string_view::npos) return;
     const size_t b = line.find(':', a + 1);
@@ -173,7 +150,7 @@ std::optional<Place> locate_cpu(const Mounts& mounts, const Membership& who) {
 
 PressureFile parse_pressure(std::string_view text) {
   PressureFile f;
-  each_line(text, [&](std::string_view line) {
+  for_each_line(text, [&](std::string_view line) {
     const std::vector<std::string_view> w = words(line);
     if (w.empty() || (w[0] != "some" && w[0] != "full")) return;
     Pressure p;
@@ -211,7 +188,7 @@ PressureFile read_pressure(const std::string& path) {
 
 std::optional<uint64_t> find_count(std::string_view text, std::string_view key) {
   std::optional<uint64_t> out;
-  each_line(text, [&](std::string_view line) {
+  for_each_line(text, [&](std::string_view line) {
     if (out) return;
     const std::vector<std::string_view> w = words(line);
     if (w.size() == 2 && w[0] == key) out = to_u64(w[1]);

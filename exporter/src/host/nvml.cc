@@ -1,4 +1,4 @@
-#include "nvml.h"
+#include "host/nvml.h"
 
 #include <dlfcn.h>
 

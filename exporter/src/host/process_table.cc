@@ -12,7 +12,7 @@
 #include <string>
 #include <system_error>
 
-#include "procfs.h"
+#include "host/procfs.h"
 
 namespace gym::exporter::procfs {
 

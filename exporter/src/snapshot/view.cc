@@ -1,4 +1,4 @@
-#include "snapshot_view.h"
+#include "snapshot/view.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,7 +7,7 @@
 #include <cstdio>
 
 #include "gym/contract.h"
-#include "procfs.h"
+#include "host/procfs.h"
 
 namespace gym::exporter {
 

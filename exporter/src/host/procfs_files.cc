@@ -14,7 +14,7 @@
 #include <charconv>
 #include <cstring>
 
-#include "procfs.h"
+#include "host/procfs.h"
 
 namespace gym::exporter::procfs {
 
@@ -86,40 +86,25 @@ size_t kept_budget() {
 
 StatFiles::StatFiles() : max_kept_(kept_budget()) {}
 
-StatFiles::~StatFiles() {
-  close_all();
-}
-
-void StatFiles::close_all() {
-  for (const auto& [pid, k] : fds_) ::close(k.fd);
-  g_kept.fetch_sub(fds_.size(), std::memory_order_relaxed);
-  fds_.clear();
-}
-
-void StatFiles::drop(std::unordered_map<pid_t, Kept>::iterator it) {
-  ::close(it->second.fd);
-  fds_.erase(it);
+void StatFiles::Kept::close() {
+  ::close(fd);
   g_kept.fetch_sub(1, std::memory_order_relaxed);
 }
 
 ReadStatus StatFiles::read(const std::string& root, pid_t pid, std::string& out) {
-  if (root != root_) {  // another proc root: nothing kept applies
-    close_all();
-    root_ = root;
-  }
+  fds_.use_root(root);
   const std::string path = root + "/" + std::to_string(pid) + "/stat";
   char buf[4096];
-  auto it = fds_.find(pid);
-  if (it != fds_.end()) {
-    const ssize_t n = pread_start(it->second.fd, buf, sizeof buf);
+  if (Kept* kept = fds_.find(pid)) {
+    const ssize_t n = pread_start(kept->fd, buf, sizeof buf);
     if (n > 0 && size_t(n) < sizeof buf) {
-      it->second.read = true;
+      kept->read = true;
       out.assign(buf, size_t(n));
       return ReadStatus::kOk;
     }
     // Reaped (a new process may hold the pid now), or longer than a stat
     // line can be: read afresh.
-    drop(it);
+    fds_.drop(pid);
   }
   if (g_kept.load(std::memory_order_relaxed) >= max_kept_) return read_file(path, out);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -131,20 +116,9 @@ ReadStatus StatFiles::read(const std::string& root, pid_t pid, std::string& out)
     return n < 0 ? status_of(e) : read_file(path, out);
   }
   out.assign(buf, size_t(n));
-  fds_[pid] = {fd, true};
+  fds_.keep(pid, {fd, true});
   g_kept.fetch_add(1, std::memory_order_relaxed);
   return ReadStatus::kOk;
-}
-
-void StatFiles::sweep() {
-  for (auto it = fds_.begin(); it != fds_.end();) {
-    if (it->second.read) {
-      it->second.read = false;
-      ++it;
-    } else {
-      drop(it++);
-    }
-  }
 }
 
 namespace {
@@ -176,16 +150,12 @@ void close_fd(int& fd) {
 
 TreeFiles::TreeFiles(Detail detail) : detail_(detail), kept_budget_(kept_budget()) {}
 
-TreeFiles::~TreeFiles() {
-  for (auto& [pid, e] : files_) close(e);
-}
-
-void TreeFiles::close(Entry& e) {
-  close_fd(e.value);
-  close_fd(e.children);
-  close_fd(e.task);
-  if (e.kept) g_kept.fetch_sub(3, std::memory_order_relaxed);
-  e.kept = false;
+void TreeFiles::Entry::close() {
+  close_fd(value);
+  close_fd(children);
+  close_fd(task);
+  if (kept) g_kept.fetch_sub(3, std::memory_order_relaxed);
+  kept = false;
 }
 
 std::optional<TreeFiles::Entry> TreeFiles::open(const std::string& root, pid_t pid, Read& why) {
@@ -232,7 +202,7 @@ std::optional<TreeFiles::Entry> TreeFiles::open(const std::string& root, pid_t p
     if (pread_start(stat_fd, buf, sizeof buf) > 0)
       why = missing ? Read::kUnsupported : Read::kError;
     if (e.value != stat_fd) close_fd(stat_fd);
-    close(e);
+    e.close();
     return std::nullopt;
   }
   if (e.value != stat_fd) close_fd(stat_fd);
@@ -300,20 +270,14 @@ TreeFiles::Read TreeFiles::read_entry(pid_t pid, Entry& e, ProcStat& out,
 
 TreeFiles::Read TreeFiles::read(const std::string& root, pid_t pid, ProcStat& out,
                                 std::vector<pid_t>* children) {
-  if (root != root_) {  // another proc root: nothing kept applies
-    for (auto& [p, e] : files_) close(e);
-    files_.clear();
-    root_ = root;
-    unsupported_ = false;
-  }
+  if (files_.use_root(root)) unsupported_ = false;
   if (unsupported_) return Read::kUnsupported;
-  if (auto it = files_.find(pid); it != files_.end()) {
-    if (read_entry(pid, it->second, out, children) == Read::kOk) {
-      it->second.read = true;
+  if (Entry* kept = files_.find(pid)) {
+    if (read_entry(pid, *kept, out, children) == Read::kOk) {
+      kept->read = true;
       return Read::kOk;
     }
-    close(it->second);  // reaped: a new process may hold the pid now
-    files_.erase(it);
+    files_.drop(pid);  // reaped: a new process may hold the pid now
   }
   Read why = Read::kGone;
   std::optional<Entry> e = open(root, pid, why);
@@ -323,26 +287,13 @@ TreeFiles::Read TreeFiles::read(const std::string& root, pid_t pid, ProcStat& ou
   }
   const Read r = read_entry(pid, *e, out, children);
   if (r != Read::kOk || g_kept.load(std::memory_order_relaxed) + 3 > kept_budget_) {
-    close(*e);
+    e->close();
     return r;
   }
   e->kept = true;
-  e->read = true;
   g_kept.fetch_add(3, std::memory_order_relaxed);
-  files_.emplace(pid, *e);
+  files_.keep(pid, *e);
   return Read::kOk;
-}
-
-void TreeFiles::sweep() {
-  for (auto it = files_.begin(); it != files_.end();) {
-    if (it->second.read) {
-      it->second.read = false;
-      ++it;
-    } else {
-      close(it->second);
-      it = files_.erase(it);
-    }
-  }
 }
 
 }  // namespace gym::exporter::procfs

@@ -1,7 +1,7 @@
 // The procfs parsers: pure functions of a file's text (their fixtures are
 // in tests/exporter/procfs_test.cc and fuzz/corpus/procfs). Reading the
 // files: procfs_files.cc; the process table: process_table.cc.
-#include "procfs.h"
+#include "host/procfs.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,6 +17,7 @@
 #include <limits>
 
 #include "gym/proc_stat.h"
+#include "host/lines.h"
 
 namespace gym::exporter::procfs {
 
@@ -44,18 +45,6 @@ std::optional<uint64_t> kb_value(std::string_view rest) {
   while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
   if (unit.starts_with("kB")) v *= 1024;
   return v;
-}
-
-// Calls f(line) for each line until it returns false.
-template <class F>
-void for_each_line(std::string_view text, F&& f) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    if (!f(text.substr(pos, end - pos))) return;
-    pos = end + 1;
-  }
 }
 
 // Calls f(key, bytes) for each "Key: N kB" line (meminfo, smaps_rollup).

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <optional>
 
-#include "snapshot_view.h"
+#include "snapshot/view.h"
 
 namespace gym::exporter {
 
