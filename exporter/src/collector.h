@@ -4,7 +4,7 @@
 // The exporter builds one collector of every registered kind and treats them
 // all alike: start() before serving, collect() on each scrape, stop() before
 // dropping. Adding a collector is its file, its configuration section, its
-// rows in the contract table (gym/families.h) and its tests; one that
+// rows in the contract table (contract/table.h) and its tests; one that
 // samples on an interval derives from SampledCollector (sampled_collector.h).
 //
 // Thread-safety: collect() is called under the Exposition's lock, one scrape
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "exposition/families.h"
+#include "contract/families.h"
 #include "shared_registry.h"
 
 namespace gym::exporter {

@@ -1,6 +1,6 @@
 #include "sampled_collector.h"
 
-#include "exposition/families.h"
+#include "contract/families.h"
 
 namespace gym::exporter {
 

@@ -1,7 +1,7 @@
 """The README and docs/ say only what is true of the families: every family
 they name (in backquotes, with {a,b} alternatives and * wildcards) is one the
 exporter serves, as docs/metrics.md's table lists them (a table the C++ suite
-keeps equal to the contract table in gym/families.h), or one of its samples;
+keeps equal to the contract table in contract/table.h), or one of its samples;
 and every page of docs/ is reachable from the README."""
 import fnmatch
 import glob

@@ -21,7 +21,7 @@
 #include "collectors/memory.h"
 #include "collectors/servers.h"
 #include "config.h"
-#include "exposition/families.h"
+#include "contract/families.h"
 #include "host/cgroup.h"
 #include "server_sampler.h"
 #include "test_support.h"

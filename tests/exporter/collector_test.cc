@@ -19,8 +19,8 @@
 
 #include "app.h"
 #include "collector.h"
+#include "contract/families.h"
 #include "exposition/exposition.h"
-#include "exposition/families.h"
 #include "exposition/protobuf.h"
 #include "exposition/text.h"
 #include "gym/contract.h"
@@ -793,7 +793,8 @@ TEST(Docs, TheMetricReferenceHoldsExactlyTheContractTable) {
     documented.erase(it);
   }
   for (const auto& [name, _] : documented)
-    ADD_FAILURE() << name << " is documented but has no row in gym/families.h";
+    ADD_FAILURE() << name
+                  << " is documented but has no row in the contract table (contract/table.h)";
 }
 
 }  // namespace

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "collectors/gpu.h"
+#include "contract/families.h"
 #include "exporter/process_support.h"
-#include "exposition/families.h"
 #include "shared_registry.h"
 #include "test_support.h"
 

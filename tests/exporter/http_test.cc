@@ -7,9 +7,9 @@
 #include <set>
 #include <string_view>
 
+#include "contract/table.h"
 #include "exposition/exposition.h"
 #include "exposition/negotiate.h"
-#include "gym/families.h"
 #include "http/loop.h"
 #include "http/server.h"
 

@@ -10,8 +10,8 @@
 #include <sstream>
 
 #include "collector.h"
+#include "contract/families.h"
 #include "exposition/exposition.h"
-#include "exposition/families.h"
 #include "exposition/text.h"
 #include "gym/contract.h"
 #include "gym/metered_semaphore.h"

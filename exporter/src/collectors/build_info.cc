@@ -1,7 +1,7 @@
 // gym_exporter_build_info: the exporter's version and revision.
 #include "build_info.h"
 #include "collector.h"
-#include "exposition/families.h"
+#include "contract/families.h"
 
 namespace gym::exporter {
 namespace {

@@ -3,7 +3,7 @@
 #include <sys/stat.h>
 
 #include "collectors/cgroup_totals.h"
-#include "exposition/families.h"
+#include "contract/families.h"
 #include "gym/contract.h"
 #include "host/procfs.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "exposition/families.h"
+#include "contract/families.h"
 #include "gym/contract.h"
 
 using prometheus::MetricFamily;

@@ -5,7 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "exposition/families.h"
+#include "contract/families.h"
 
 using prometheus::MetricFamily;
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "config.h"
-#include "exposition/families.h"
+#include "contract/families.h"
 #include "gym/contract.h"
 #include "logging.h"
 

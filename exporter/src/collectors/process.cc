@@ -5,7 +5,7 @@
 #include <unistd.h>
 
 #include "collector.h"
-#include "exposition/families.h"
+#include "contract/families.h"
 #include "host/procfs.h"
 
 namespace gym::exporter {

@@ -1,5 +1,5 @@
 // The contract's concurrency and resources-operation families (the rows of
-// gym/families.h whose source is the registry), built from a fresh registry
+// contract/table.h whose source is the registry), built from a fresh registry
 // snapshot on each scrape, and the registry's own counts.
 #include <algorithm>
 #include <limits>
@@ -8,9 +8,9 @@
 #include <tuple>
 
 #include "collector.h"
-#include "exposition/families.h"
+#include "contract/families.h"
+#include "contract/table.h"
 #include "gym/contract.h"
-#include "gym/families.h"
 #include "logging.h"
 
 namespace gym::exporter {

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "collector.h"
-#include "exposition/families.h"
+#include "contract/families.h"
 #include "http/stats.h"
 #include "self_metrics.h"
 

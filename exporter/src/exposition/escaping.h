@@ -1,7 +1,7 @@
 // Prometheus' escaping schemes (its "UTF-8 escaping schemes" document): how
 // names outside the legacy characters (a-zA-Z0-9_:) are written for a
 // scraper that negotiated `escaping=` in its Accept header. Our UTF-8 names
-// are the OpenTelemetry ones (gym/families.h); the legacy names are the
+// are the OpenTelemetry ones (contract/table.h); the legacy names are the
 // Prometheus ones and need no escaping.
 //
 // Thread-safety: pure functions.

@@ -3,9 +3,9 @@
 #include <chrono>
 #include <new>
 
-#include "exposition/families.h"
+#include "contract/families.h"
+#include "contract/table.h"
 #include "exposition/text.h"
-#include "gym/families.h"
 #include "sampled_collector.h"
 
 namespace gym::exporter {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "gym/families.h"
+#include "contract/table.h"
 #include "gym/native_histogram.h"
 
 namespace gym::exporter {

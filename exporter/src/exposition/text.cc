@@ -5,7 +5,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "gym/families.h"
+#include "contract/table.h"
 
 namespace gym::exporter {
 

@@ -1,6 +1,6 @@
 // Compiled by tests/exporter/compile/check.cmake, twice: as is it must
 // compile; with GYM_UNKNOWN_FAMILY it must not, and the compiler must say why.
-#include "exposition/families.h"
+#include "contract/families.h"
 int main() {
   gym::exporter::Families out;
 #ifdef GYM_UNKNOWN_FAMILY

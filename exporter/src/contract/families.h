@@ -1,4 +1,4 @@
-// Building metric families from the contract table (gym/families.h): a family
+// Building metric families from the contract table (contract/table.h): a family
 // gets its row's type and HELP text. For collectors.
 //
 // Thread-safety: pure functions.
@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "gym/families.h"
+#include "contract/table.h"
 
 namespace gym::exporter {
 

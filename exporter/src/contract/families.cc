@@ -1,4 +1,4 @@
-#include "exposition/families.h"
+#include "contract/families.h"
 
 #include "gym/contract.h"
 
