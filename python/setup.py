@@ -62,7 +62,7 @@ def require_wheel():
 
 require_wheel()
 VERSION = project_version()
-SOURCES = sorted(glob.glob(os.path.join(LIB, "src", "*.cc")))
+SOURCES = sorted(glob.glob(os.path.join(LIB, "src", "*", "*.cc")))
 CXX_FLAGS = ["-std=c++20", "-g0", "-fvisibility=hidden", "-fno-semantic-interposition",
              "-I" + os.path.join(LIB, "include"), "-I" + os.path.join(LIB, "src")]
 

@@ -10,7 +10,7 @@
 #include <random>
 #include <thread>
 
-#include "../lib/src/process_identity.h"
+#include "../lib/src/common/process_identity.h"
 #include "gym/segment_writer.h"
 #include "test_support.h"
 

@@ -225,6 +225,10 @@ inline double age_seconds(const Snapshot& snap, const SeriesSample& s) {
   return double(snap.monotonic_ns - s.oldest_start) / 1e9;
 }
 
+namespace reader_internal {
+class ReaderCore;
+}
+
 class RegistryReader {
  public:
   static constexpr const char* kLockFile = ".exporter.lock";
@@ -239,156 +243,18 @@ class RegistryReader {
   // pid, when another process holds it; true when the directory does not
   // exist yet (the lock is then taken by the first snapshot that finds it).
   bool claim(std::string* why);
-  bool retiring() const { return lock_fd_ >= 0; }
+  bool retiring() const;
 
   // Reads every segment now. The reference stays valid until the next call.
   const Snapshot& snapshot();
   // The last snapshot taken, as it was (monotonic_ns is 0 before the first).
-  const Snapshot& last_snapshot() const { return snapshot_; }
+  const Snapshot& last_snapshot() const;
 
-  const std::string& dir() const { return dir_; }
+  const std::string& dir() const;
 
  private:
-  struct Segment;
-  struct Marker {
-    int fd = -1;
-    ino_t ino = 0;
-    bool listed = false;
-  };
-  struct Accumulator {
-    bool present = false;
-    uint64_t counter = 0;
-    int64_t gauge = 0;
-    int64_t oldest = 0;        // ages
-    bool in_progress = false;  // ages: a live record reported its part
-    int64_t sum = 0;
-    std::vector<uint64_t> buckets;  // not cumulative: the classic ones, then the native ones
-    // A live histogram (current_) with one segment adding to it this
-    // snapshot, nearly all of them: that segment's words (buckets, native
-    // buckets, sum, in its `last`), viewed rather than copied into
-    // `buckets`, which a second segment's words make. Null otherwise.
-    const uint64_t* view = nullptr;
-    uint32_t added = 0;            // live histograms: segments added this snapshot
-    int64_t created_ns = 0;        // the earliest start of what it adds up
-    bool created_unknown = false;  // something it adds up has no known start
-    void note_created(int64_t ns) {
-      if (ns <= 0)
-        created_unknown = true;
-      else if (created_ns == 0 || ns < created_ns)
-        created_ns = ns;
-    }
-  };
-
-  bool open_dir();
-  bool try_lock(std::string* why);
-  void list_directory();
-  void open_segment(const std::string& name, ino_t ino);
-  void open_marker(const std::string& name, ino_t ino);
-  void check_markers();
-  bool owner_alive(const Segment& s) const;
-  void parse_new_records(Segment& s, uint32_t count);
-  int32_t intern(const segment::Record& rec, std::string* why);
-  bool read_values(Segment& s, uint32_t* count);
-  void read_segment(Segment& s, bool gauges);
-  void fold_last(Segment& s);
-  void damage(Segment& s, const std::string& why);
-  void retire(Segment& s);
-  using SegmentMap = std::unordered_map<std::string, std::unique_ptr<Segment>>;
-  SegmentMap::iterator drop_segment(SegmentMap::iterator it);
-  void reject(const std::string& name, ino_t ino, const std::string& why);
-  void read_error(const std::string& name, ino_t ino, const std::string& what);
-  void cleanup_stale_temp(const std::string& name);
-  void load_totals(bool adopt_folded);
-  void persist_totals();
-  void expire_series(int64_t now_ns);
-  // Limits' spreads (registry_reader_limits.cc): a series' part in a limit,
-  // noted when it is interned; its per-process values as a live segment is
-  // read; the segment's contribution once it is read.
-  void note_limit_part(uint32_t id, std::string_view family, std::string_view labels);
-  void note_limit_value(uint32_t id, int64_t value);
-  void close_segment_limits();
-  void begin_limits();
-  void add_limit_spread(uint32_t id, size_t series);
-  void build_output();
-  bool trusted(uid_t owner);
-
-  std::string dir_;
-  ReaderOptions options_;
-  bool default_trust_;
-  int dir_fd_ = -1;
-  int lock_fd_ = -1;
-  bool lock_refused_ = false;  // reported once
-  SegmentMap segments_;
-  std::unordered_map<std::string, Marker> markers_;
-  std::unordered_map<std::string, ino_t> rejected_;     // name -> inode counted
-  std::unordered_map<std::string, ino_t> read_failed_;  // name -> inode reported
-  std::vector<std::string> listed_;                     // scratch
-
-  // Series, by id. An id is free (infos_[id] == nullptr) once expired, and
-  // reused by the next new series.
-  std::unordered_map<std::string, uint32_t> series_ids_;  // identity key -> id
-  std::vector<std::unique_ptr<SeriesInfo>> infos_;
-  std::vector<const std::string*> keys_;  // id -> its key in series_ids_ (a node's: it stays put)
-  std::vector<uint32_t> refs_;            // id -> records of open segments naming it
-  std::vector<int64_t> last_change_;      // id -> when its folded total last changed (ns)
-  std::vector<uint32_t> free_ids_;
-  size_t live_series_ = 0;
-  bool over_limit_reported_ = false;
-  struct FamilyShape {
-    segment::SeriesKind kind;
-    std::vector<int64_t> bounds;
-    double unit_divisor;
-    uint16_t native_words;
-  };
-  std::unordered_map<std::string, FamilyShape> families_;
-  std::vector<uint32_t> order_;  // ids sorted by family, labels
-  bool order_dirty_ = false;
-
-  // By id: (limit index << 3) | part (LimitPart), 0 for none.
-  std::vector<uint32_t> limit_part_;
-  std::unordered_map<std::string, uint32_t> limit_index_;  // labels text -> index
-  struct LimitTally {
-    uint32_t stamp = 0;  // segment whose values below are noted
-    bool held = false;   // that segment has the limit's own record
-    int64_t limit = 0, available = 0, holds = 0, queued = 0;
-    uint32_t processes = 0, queued_processes = 0;
-    int64_t unqueued_free = 0;
-  };
-  std::vector<LimitTally> limit_tallies_;
-  std::vector<uint32_t> limit_touched_;  // tallies noted in this segment
-  uint32_t limit_stamp_ = 0;
-
-  // By id: histograms' exemplars, one per classic bucket (empty: none yet).
-  std::vector<std::vector<Exemplar>> exemplars_;
-  void read_exemplars(const Segment& s, uint32_t id, uint32_t record, uint32_t bound_count);
-  std::vector<Accumulator> retired_;  // by id: folded counters, histograms
-  std::vector<Accumulator> current_;  // by id: this snapshot
-  // Native counts of series with both a live and a folded part, added up
-  // for the snapshot (SeriesSample::native views them).
-  std::vector<std::vector<uint64_t>> merged_;
-  static void add_live_histogram(Accumulator& acc, const uint64_t* last, uint32_t words);
-  std::span<const uint64_t> native_view(const uint64_t* live, const Accumulator& ret,
-                                        size_t classic, size_t words, size_t& merged);
-  uint64_t retired_dropped_ = 0;
-  std::vector<uint64_t> scratch_;  // one segment's values, copied out
-  std::vector<uint32_t> scratch_states_;
-  std::vector<char> scratch_inconsistent_;  // by entry: its shards never agreed
-
-  // Totals: folded segments whose files are kept until the totals that hold
-  // them are written (name -> inode; a read-only reader's: folded into its
-  // own totals, skipped while the file stays); whether the totals changed since.
-  std::unordered_map<std::string, ino_t> folded_pending_;
-  std::unordered_set<std::string> folded_by_owner_;  // read only: the holder's
-  bool totals_dirty_ = false;
-  bool totals_error_reported_ = false;
-  struct stat_key {
-    ino_t ino = 0;
-    int64_t mtime_ns = 0;
-    off_t size = 0;
-    bool operator==(const stat_key&) const = default;
-  } totals_seen_;
-
-  Snapshot snapshot_;
+  // Its state and workings (lib/src/reader/): not part of this header.
+  std::unique_ptr<reader_internal::ReaderCore> core_;
 };
 
 }  // namespace gym

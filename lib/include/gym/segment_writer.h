@@ -245,7 +245,7 @@ class Histogram {
     auto* sum = reinterpret_cast<int64_t*>(shard + sum_index_);
     // Classic, then native (an atomic add, released: the native array is
     // every shard's): a reader that sees the native count sees the classic
-    // one (registry_reader_series.cc, read_values).
+    // one (lib/src/reader/series.cc, read_values).
     if (__builtin_expect(s != shard_mask_, 1)) {  // this thread's own shard
       segment::add_owned(&shard[i], uint64_t{1});
       if (native_ != nullptr)
@@ -341,10 +341,17 @@ class SegmentWriter {
   uint32_t reserve_exemplars(uint32_t index) noexcept;
   bool ensure_segment_locked();
   bool create_segment_locked(bool after_fork);
+  const char* prepare_file_locked(int fd, bool after_fork, uint32_t& inherited);
+  bool take_mapping_locked(int fd, unsigned char* base, bool after_fork,
+                           const std::string& final_path);
   int32_t find_or_add_record_locked(segment::SeriesKind kind, std::string_view family,
                                     std::span<const Label> labels, std::span<const int64_t> bounds,
                                     double unit_divisor, bool reuse_released,
                                     uint16_t native_words = 0);
+  int32_t find_record_locked(const std::string& key, bool reuse_released);
+  int32_t append_record_locked(segment::SeriesKind kind, const std::string& text,
+                               size_t label_count, std::span<const int64_t> bounds,
+                               double unit_divisor, uint16_t native_words);
   void count_drop_locked();
   bool reserve_locked(int fd, uint32_t records, uint32_t lines);
   void mark_unmetered_locked() noexcept;

@@ -1,47 +1,78 @@
 // The registry reader's folded totals: loading and persisting them.
-#include "registry_reader_internal.h"
+#include "reader/core.h"
 
 namespace gym {
 
-void RegistryReader::load_totals(bool adopt_folded) {
+using reader_internal::ReaderCore;
+
+namespace {
+// A folded series as the record a writer would have written for it.
+Record record_of(const detail::TotalsSeries& s) {
+  Record rec{};
+  rec.state = segment::kRecordLive;
+  rec.kind = s.kind;
+  rec.bound_count = static_cast<uint8_t>(s.bounds.size());
+  rec.shards = s.kind == static_cast<uint8_t>(SeriesKind::kHistogram)
+                   ? uint8_t{segment::kHistogramShards}
+                   : uint8_t{1};
+  rec.unit_divisor = s.unit_divisor;
+  rec.native_words = s.native_words;
+  std::copy(s.bounds.begin(), s.bounds.end(), rec.bounds);
+  rec.text_bytes = static_cast<uint16_t>(s.text.size());
+  std::memcpy(rec.text, s.text.data(), s.text.size());
+  size_t nul = 0;
+  for (char c : s.text) nul += c == '\0';
+  rec.label_count = static_cast<uint8_t>(nul > 0 ? (nul - 1) / 2 : 0);
+  return rec;
+}
+}  // namespace
+
+// The totals file read and checked (a regular file of a sensible size, of
+// a trusted owner, in the format, of this boot) into `t`; false with why.
+bool ReaderCore::read_totals_file(int fd, detail::Totals& t, std::string& why) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    why = "not a regular file of a sensible size";
+    return false;
+  }
+  totals_seen_ = {st.st_ino, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
+                  st.st_size};
+  if (!S_ISREG(st.st_mode) || st.st_size > kMaxTotalsBytes) {
+    why = "not a regular file of a sensible size";
+    return false;
+  }
+  if (!trusted(st.st_uid)) {
+    why = "owned by untrusted user " + std::to_string(st.st_uid);
+    return false;
+  }
+  std::string text(size_t(st.st_size), '\0');
+  size_t got = 0;
+  while (got < text.size()) {
+    ssize_t n = ::pread(fd, text.data() + got, text.size() - got, off_t(got));
+    if (n <= 0) break;
+    got += size_t(n);
+  }
+  text.resize(got);
+  if (!detail::decode_totals(text, t, &why)) return false;
+  uint8_t boot[16] = {};
+  if (detail::read_boot_id(boot) && std::memcmp(boot, t.boot_id.data(), 16) != 0) {
+    why = "written before the host last booted";
+    return false;
+  }
+  return true;
+}
+
+void ReaderCore::load_totals(bool adopt_folded) {
   int fd = ::openat(dir_fd_, kTotalsFile, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     totals_seen_ = {};
     if (errno != ENOENT) read_error(kTotalsFile, 0, "cannot open");
     return;
   }
-  struct stat st {};
-  std::string text;
   std::string why;
   detail::Totals t;
-  bool ok = ::fstat(fd, &st) == 0;
-  if (ok) {
-    totals_seen_ = {st.st_ino, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
-                    st.st_size};
-  }
-  if (!ok || !S_ISREG(st.st_mode) || st.st_size > kMaxTotalsBytes) {
-    why = "not a regular file of a sensible size";
-    ok = false;
-  } else if (!trusted(st.st_uid)) {
-    why = "owned by untrusted user " + std::to_string(st.st_uid);
-    ok = false;
-  } else {
-    text.resize(size_t(st.st_size));
-    size_t got = 0;
-    while (got < text.size()) {
-      ssize_t n = ::pread(fd, text.data() + got, text.size() - got, off_t(got));
-      if (n <= 0) break;
-      got += size_t(n);
-    }
-    text.resize(got);
-    ok = detail::decode_totals(text, t, &why);
-  }
+  const bool ok = read_totals_file(fd, t, why);
   ::close(fd);
-  uint8_t boot[16] = {};
-  if (ok && detail::read_boot_id(boot) && std::memcmp(boot, t.boot_id.data(), 16) != 0) {
-    why = "written before the host last booted";
-    ok = false;
-  }
   if (!ok) {
     ++snapshot_.stats.rejected_files_total;
     snapshot_.problems.push_back("ignored folded totals in " + dir_ + "/" + kTotalsFile + ": " +
@@ -50,22 +81,8 @@ void RegistryReader::load_totals(bool adopt_folded) {
   }
   retired_dropped_ = t.dropped_series;
   for (const detail::TotalsSeries& s : t.series) {
-    Record rec{};
-    rec.state = segment::kRecordLive;
-    rec.kind = s.kind;
-    rec.bound_count = static_cast<uint8_t>(s.bounds.size());
-    rec.shards = s.kind == static_cast<uint8_t>(SeriesKind::kHistogram)
-                     ? uint8_t{segment::kHistogramShards}
-                     : uint8_t{1};
-    rec.unit_divisor = s.unit_divisor;
-    rec.native_words = s.native_words;
-    std::copy(s.bounds.begin(), s.bounds.end(), rec.bounds);
-    rec.text_bytes = static_cast<uint16_t>(s.text.size());
-    std::memcpy(rec.text, s.text.data(), s.text.size());
-    size_t nul = 0;
-    for (char c : s.text) nul += c == '\0';
-    rec.label_count = static_cast<uint8_t>(nul > 0 ? (nul - 1) / 2 : 0);
     std::string bad;
+    const Record rec = record_of(s);
     const int32_t id = intern(rec, &bad);
     if (id < 0) continue;
     Accumulator& acc = retired_[size_t(id)];
@@ -79,31 +96,37 @@ void RegistryReader::load_totals(bool adopt_folded) {
         acc.buckets[b] = sat_add(acc.buckets[b], s.buckets[b]);
     }
     acc.note_created(s.created_ns);
-    last_change_[size_t(id)] = s.last_change_ns;
+    series_.last_change(uint32_t(id)) = s.last_change_ns;
   }
-  if (adopt_folded) {
-    // Folded before the last writer of the file stopped, not yet removed.
-    for (const std::string& name : t.folded) {
-      struct stat seg {};
-      if (::fstatat(dir_fd_, name.c_str(), &seg, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(seg.st_mode))
-        folded_pending_[name] = seg.st_ino;
-    }
-    totals_dirty_ = !folded_pending_.empty();
-  } else {
-    folded_by_owner_.clear();
-    folded_by_owner_.insert(t.folded.begin(), t.folded.end());
-  }
+  adopt_folded_names(t, adopt_folded);
 }
 
-void RegistryReader::persist_totals() {
+// The segments the totals say are folded: the holder's own (folded before
+// its last writer stopped, not yet removed: kept until written again), or,
+// read only, the holder's, skipped while their files stay.
+void ReaderCore::adopt_folded_names(const detail::Totals& t, bool own) {
+  if (!own) {
+    folded_by_owner_.clear();
+    folded_by_owner_.insert(t.folded.begin(), t.folded.end());
+    return;
+  }
+  for (const std::string& name : t.folded) {
+    struct stat seg {};
+    if (::fstatat(dir_fd_, name.c_str(), &seg, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(seg.st_mode))
+      folded_pending_[name] = seg.st_ino;
+  }
+  totals_dirty_ = !folded_pending_.empty();
+}
+
+void ReaderCore::persist_totals() {
   detail::Totals t;
   detail::read_boot_id(t.boot_id.data());
   t.dropped_series = retired_dropped_;
   for (const auto& [name, ino] : folded_pending_) t.folded.push_back(name);
-  for (size_t id = 0; id < infos_.size(); ++id) {
+  for (size_t id = 0; id < series_.size(); ++id) {
     const Accumulator& acc = retired_[id];
-    if (!infos_[id] || !acc.present) continue;
-    const SeriesInfo& info = *infos_[id];
+    if (!series_.info(id) || !acc.present) continue;
+    const SeriesInfo& info = *series_.info(id);
     detail::TotalsSeries s;
     s.kind = static_cast<uint8_t>(info.kind);
     s.unit_divisor = info.unit_divisor;
@@ -115,7 +138,7 @@ void RegistryReader::persist_totals() {
       s.text.append(k).push_back('\0');
       s.text.append(v).push_back('\0');
     }
-    s.last_change_ns = last_change_[id];
+    s.last_change_ns = series_.last_change(id);
     s.counter = acc.counter;
     s.sum = acc.sum;
     s.buckets = acc.buckets;

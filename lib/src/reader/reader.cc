@@ -1,10 +1,12 @@
 // The registry reader: its life, the directory lock, snapshots (the rest is
-// in registry_reader_*.cc; see registry_reader_internal.h).
-#include "registry_reader_internal.h"
+// in reader/*.cc; see reader/core.h).
+#include "reader/core.h"
 
 namespace gym {
 
-RegistryReader::RegistryReader(std::string dir, ReaderOptions options)
+using reader_internal::ReaderCore;
+
+ReaderCore::ReaderCore(std::string dir, ReaderOptions options)
     : dir_(std::move(dir)),
       options_(std::move(options)),
       default_trust_(options_.trusted_uids.empty()) {
@@ -12,14 +14,33 @@ RegistryReader::RegistryReader(std::string dir, ReaderOptions options)
   snapshot_.reader_started_unix_ns = now_ns();
 }
 
-RegistryReader::~RegistryReader() {
+ReaderCore::~ReaderCore() {
   segments_.clear();
   for (auto& [name, m] : markers_) ::close(m.fd);
   if (lock_fd_ >= 0) ::close(lock_fd_);
   if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
-bool RegistryReader::trusted(uid_t owner) {
+RegistryReader::RegistryReader(std::string dir, ReaderOptions options)
+    : core_(std::make_unique<ReaderCore>(std::move(dir), std::move(options))) {}
+RegistryReader::~RegistryReader() = default;
+bool RegistryReader::claim(std::string* why) {
+  return core_->claim(why);
+}
+bool RegistryReader::retiring() const {
+  return core_->retiring();
+}
+const Snapshot& RegistryReader::snapshot() {
+  return core_->snapshot();
+}
+const Snapshot& RegistryReader::last_snapshot() const {
+  return core_->last_snapshot();
+}
+const std::string& RegistryReader::dir() const {
+  return core_->dir();
+}
+
+bool ReaderCore::trusted(uid_t owner) {
   if (default_trust_) {
     // The directory's owner (looked up each time: it may be made later) and
     // our own effective user.
@@ -33,13 +54,13 @@ bool RegistryReader::trusted(uid_t owner) {
 
 // ---------------------------------------------------------------- the lock
 
-bool RegistryReader::open_dir() {
+bool ReaderCore::open_dir() {
   if (dir_fd_ >= 0) return true;
   dir_fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   return dir_fd_ >= 0;
 }
 
-bool RegistryReader::try_lock(std::string* why) {
+bool ReaderCore::try_lock(std::string* why) {
   int fd = ::openat(dir_fd_, kLockFile, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     *why = "cannot open " + dir_ + "/" + kLockFile + ": " + std::strerror(errno);
@@ -70,7 +91,7 @@ bool RegistryReader::try_lock(std::string* why) {
   return true;
 }
 
-bool RegistryReader::claim(std::string* why) {
+bool ReaderCore::claim(std::string* why) {
   if (lock_fd_ >= 0) return true;
   if (!open_dir()) {
     if (errno == ENOENT) return true;  // taken by the first snapshot that finds it
@@ -82,7 +103,7 @@ bool RegistryReader::claim(std::string* why) {
 
 // ---------------------------------------------------------------- snapshot
 
-const Snapshot& RegistryReader::snapshot() {
+const Snapshot& ReaderCore::snapshot() {
   snapshot_.problems.clear();
   snapshot_.directory_error.clear();
   snapshot_.servers.clear();
@@ -99,28 +120,44 @@ const Snapshot& RegistryReader::snapshot() {
       lock_refused_ = true;
     }
   }
-  if (!retiring() && open_dir()) {
-    // Follow the retiring reader's totals when they change.
-    struct stat st {};
-    stat_key seen{};
-    if (::fstatat(dir_fd_, kTotalsFile, &st, AT_SYMLINK_NOFOLLOW) == 0)
-      seen = {st.st_ino, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, st.st_size};
-    if (!(seen == totals_seen_)) {
-      for (auto& acc : retired_) acc = Accumulator{};
-      retired_dropped_ = 0;
-      folded_by_owner_.clear();
-      folded_pending_.clear();  // what this reader folded is read again beside them
-      if (seen.ino != 0) load_totals(/*adopt_folded=*/false);
-      totals_seen_ = seen;
-    }
-  }
+  if (!retiring() && open_dir()) follow_holders_totals();
   list_directory();
+  retire_gone_owners();
+  read_live_segments();
+  check_markers();
+  expire_series(now);
+  if (retiring() && totals_dirty_) persist_totals();
+  if (struct stat st{};
+      open_dir() && ::fstatat(dir_fd_, kTotalsFile, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    snapshot_.stats.registry_bytes += uint64_t(st.st_blocks) * 512;
+  snapshot_.stats.series = series_.live();
+  snapshot_.stats.retiring = retiring();
+  build_output();
+  return snapshot_;
+}
 
-  // Owners that are gone: their counters and histograms are folded in once
-  // and their segments let go of. The retiring reader writes them into the
-  // totals and removes the files; a read-only reader keeps them in its own
-  // totals and skips the files while they stay (a dead owner's values no
-  // longer change), until the holder's totals change.
+// A read-only reader follows the retiring reader's totals when they change:
+// what it folded itself is read again beside them.
+void ReaderCore::follow_holders_totals() {
+  struct stat st {};
+  stat_key seen{};
+  if (::fstatat(dir_fd_, kTotalsFile, &st, AT_SYMLINK_NOFOLLOW) == 0)
+    seen = {st.st_ino, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, st.st_size};
+  if (seen == totals_seen_) return;
+  for (auto& acc : retired_) acc = Accumulator{};
+  retired_dropped_ = 0;
+  folded_by_owner_.clear();
+  folded_pending_.clear();
+  if (seen.ino != 0) load_totals(/*adopt_folded=*/false);
+  totals_seen_ = seen;
+}
+
+// Owners that are gone: their counters and histograms are folded in once
+// and their segments let go of. The retiring reader writes them into the
+// totals and removes the files; a read-only reader keeps them in its own
+// totals and skips the files while they stay (a dead owner's values no
+// longer change), until the holder's totals change.
+void ReaderCore::retire_gone_owners() {
   for (auto it = segments_.begin(); it != segments_.end();) {
     Segment& s = *it->second;
     const bool removed = !s.listed && snapshot_.directory_error.empty();
@@ -132,6 +169,11 @@ const Snapshot& RegistryReader::snapshot() {
     else
       ++it;
   }
+}
+
+// Every open segment's values into this snapshot's accumulators (a dead
+// one's, kept by a read-only reader, into the totals), and its writer.
+void ReaderCore::read_live_segments() {
   for (auto& acc : current_) {
     acc.present = false;
     acc.counter = 0;
@@ -160,25 +202,14 @@ const Snapshot& RegistryReader::snapshot() {
     ++live;
     ++snapshot_.stats.live_segments_by_version[seg->version];
   }
-  check_markers();
-  expire_series(now);
-  if (retiring() && totals_dirty_) persist_totals();
-  if (struct stat st{};
-      open_dir() && ::fstatat(dir_fd_, kTotalsFile, &st, AT_SYMLINK_NOFOLLOW) == 0)
-    snapshot_.stats.registry_bytes += uint64_t(st.st_blocks) * 512;
   snapshot_.stats.live_segments = live;
   snapshot_.stats.dropped_series_total = sat_add(retired_dropped_, dropped);
-  snapshot_.stats.series = live_series_;
-  snapshot_.stats.retiring = retiring();
-  build_output();
-  return snapshot_;
 }
 
 // A series' native counts: a view of its live or its folded part's when
 // only one has them (nearly always), else both added up in merged_[merged++].
-std::span<const uint64_t> RegistryReader::native_view(const uint64_t* live, const Accumulator& ret,
-                                                      size_t classic, size_t words,
-                                                      size_t& merged) {
+std::span<const uint64_t> ReaderCore::native_view(const uint64_t* live, const Accumulator& ret,
+                                                  size_t classic, size_t words, size_t& merged) {
   static constexpr uint64_t kZeros[native::kWords] = {};
   const bool in_ret = ret.buckets.size() >= classic + words;
   if (live != nullptr && !in_ret) return {live + classic, words};
@@ -191,30 +222,20 @@ std::span<const uint64_t> RegistryReader::native_view(const uint64_t* live, cons
   return sum;
 }
 
-void RegistryReader::build_output() {
-  if (order_dirty_) {
-    ++snapshot_.series_epoch;
-    order_.clear();
-    for (uint32_t i = 0; i < infos_.size(); ++i)
-      if (infos_[i]) order_.push_back(i);
-    std::sort(order_.begin(), order_.end(), [this](uint32_t a, uint32_t b) {
-      const SeriesInfo& x = *infos_[a];
-      const SeriesInfo& y = *infos_[b];
-      if (x.family != y.family) return x.family < y.family;
-      return x.labels < y.labels;
-    });
-    order_dirty_ = false;
-  }
+void ReaderCore::build_output() {
+  bool reordered = false;
+  const std::vector<uint32_t>& order = series_.order(reordered);
+  if (reordered) ++snapshot_.series_epoch;
   snapshot_.limits.clear();
   size_t n = 0;
   size_t merged = 0;  // native counts of both parts added up in merged_ so far
-  for (uint32_t id : order_) {
+  for (uint32_t id : order) {
     const Accumulator& live = current_[id];
     const Accumulator& ret = retired_[id];
     if (!live.present && !ret.present) continue;
     if (snapshot_.series.size() <= n) snapshot_.series.emplace_back();
     SeriesSample& out = snapshot_.series[n++];
-    const SeriesInfo& info = *infos_[id];
+    const SeriesInfo& info = *series_.info(id);
     out.info = &info;
     add_limit_spread(id, n - 1);
     out.counter = sat_add(live.counter, ret.counter);

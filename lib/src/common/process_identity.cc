@@ -1,4 +1,4 @@
-#include "process_identity.h"
+#include "common/process_identity.h"
 
 #include "gym/proc_stat.h"
 

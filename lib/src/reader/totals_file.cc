@@ -1,4 +1,4 @@
-#include "totals_file.h"
+#include "reader/totals_file.h"
 
 #include <charconv>
 #include <cstring>

@@ -1,9 +1,11 @@
 // The registry reader's directory: segments, markers, temporaries.
-#include "registry_reader_internal.h"
+#include "reader/core.h"
 
 namespace gym {
 
-void RegistryReader::reject(const std::string& name, ino_t ino, const std::string& why) {
+using reader_internal::ReaderCore;
+
+void ReaderCore::reject(const std::string& name, ino_t ino, const std::string& why) {
   auto [it, inserted] = rejected_.try_emplace(name, ino);
   if (!inserted && it->second == ino) return;  // counted already
   it->second = ino;
@@ -11,7 +13,7 @@ void RegistryReader::reject(const std::string& name, ino_t ino, const std::strin
   snapshot_.problems.push_back("skipped " + dir_ + "/" + name + ": " + why);
 }
 
-void RegistryReader::read_error(const std::string& name, ino_t ino, const std::string& what) {
+void ReaderCore::read_error(const std::string& name, ino_t ino, const std::string& what) {
   ++snapshot_.stats.read_errors_total;
   auto [it, inserted] = read_failed_.try_emplace(name, ino);
   if (!inserted && it->second == ino) return;  // reported already
@@ -19,7 +21,7 @@ void RegistryReader::read_error(const std::string& name, ino_t ino, const std::s
   snapshot_.problems.push_back(what + " " + dir_ + "/" + name + ": " + std::strerror(errno));
 }
 
-void RegistryReader::cleanup_stale_temp(const std::string& name) {
+void ReaderCore::cleanup_stale_temp(const std::string& name) {
   if (!(name.starts_with(".gym-") && ends_with(name, ".tmp")) || !retiring()) return;
   int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return;
@@ -31,7 +33,7 @@ void RegistryReader::cleanup_stale_temp(const std::string& name) {
   ::close(fd);
 }
 
-void RegistryReader::open_segment(const std::string& name, ino_t ino) {
+void ReaderCore::open_segment(const std::string& name, ino_t ino) {
   int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return;  // removed since the listing
@@ -99,7 +101,7 @@ void RegistryReader::open_segment(const std::string& name, ino_t ino) {
   segments_[name] = std::move(seg);
 }
 
-void RegistryReader::open_marker(const std::string& name, ino_t ino) {
+void ReaderCore::open_marker(const std::string& name, ino_t ino) {
   int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return;
@@ -115,7 +117,7 @@ void RegistryReader::open_marker(const std::string& name, ino_t ino) {
 }
 
 // Live markers are processes running unmetered; a dead one is removed.
-void RegistryReader::check_markers() {
+void ReaderCore::check_markers() {
   for (auto it = markers_.begin(); it != markers_.end();) {
     Marker& m = it->second;
     const bool removed = !m.listed && snapshot_.directory_error.empty();
@@ -135,7 +137,7 @@ void RegistryReader::check_markers() {
   }
 }
 
-void RegistryReader::list_directory() {
+void ReaderCore::list_directory() {
   for (auto& [name, seg] : segments_) seg->listed = false;
   for (auto& [name, m] : markers_) m.listed = false;
   if (!open_dir()) {
@@ -160,36 +162,47 @@ void RegistryReader::list_directory() {
       continue;
     }
     listed_.push_back(name);
-    if (auto it = segments_.find(name); it != segments_.end() && it->second->ino == e->d_ino) {
-      it->second->listed = true;
-      continue;
-    }
-    if (auto it = markers_.find(name); it != markers_.end() && it->second.ino == e->d_ino) {
-      it->second.listed = true;
-      continue;
-    }
-    if (auto it = folded_pending_.find(name);
-        it != folded_pending_.end() && it->second == e->d_ino) {
-      // Folded in already (removed once the totals are written; a read-only
-      // reader's stays): not read again, but its memory is the directory's.
-      struct stat st {};
-      if (::fstatat(dir_fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
-        snapshot_.stats.registry_bytes += uint64_t(st.st_blocks) * 512;
-      continue;
-    }
-    if (folded_by_owner_.count(name) != 0) continue;
-    auto rej = rejected_.find(name);
-    if (rej != rejected_.end() && rej->second == e->d_ino) continue;
-    auto failed = read_failed_.find(name);
-    if (failed != read_failed_.end() && failed->second == e->d_ino) {
-      ++snapshot_.stats.read_errors_total;
-      continue;
-    }
+    if (known(name, e->d_ino)) continue;
     fresh.emplace_back(std::move(name), e->d_ino);
   }
   ::closedir(d);
-  // Forget what we noted of files that are gone, so a new file of that name
-  // is examined (and, if bad, counted) again.
+  forget_unlisted();
+  open_fresh(fresh);
+}
+
+// Whether a listed file is one already known: open (now listed), folded,
+// rejected or failing to read (counted again); a new file is examined.
+bool ReaderCore::known(const std::string& name, ino_t ino) {
+  if (auto it = segments_.find(name); it != segments_.end() && it->second->ino == ino) {
+    it->second->listed = true;
+    return true;
+  }
+  if (auto it = markers_.find(name); it != markers_.end() && it->second.ino == ino) {
+    it->second.listed = true;
+    return true;
+  }
+  if (auto it = folded_pending_.find(name); it != folded_pending_.end() && it->second == ino) {
+    // Folded in already (removed once the totals are written; a read-only
+    // reader's stays): not read again, but its memory is the directory's.
+    struct stat st {};
+    if (::fstatat(dir_fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0)
+      snapshot_.stats.registry_bytes += uint64_t(st.st_blocks) * 512;
+    return true;
+  }
+  if (folded_by_owner_.count(name) != 0) return true;
+  auto rej = rejected_.find(name);
+  if (rej != rejected_.end() && rej->second == ino) return true;
+  auto failed = read_failed_.find(name);
+  if (failed != read_failed_.end() && failed->second == ino) {
+    ++snapshot_.stats.read_errors_total;
+    return true;
+  }
+  return false;
+}
+
+// Forgets what was noted of files that are gone, so a new file of that name
+// is examined (and, if bad, counted) again.
+void ReaderCore::forget_unlisted() {
   std::sort(listed_.begin(), listed_.end());
   auto forget_gone = [this](auto& map) {
     for (auto it = map.begin(); it != map.end();) {
@@ -202,6 +215,10 @@ void RegistryReader::list_directory() {
   forget_gone(rejected_);
   forget_gone(read_failed_);
   forget_gone(folded_pending_);
+}
+
+// Opens the new files: segments, markers; anything else is rejected.
+void ReaderCore::open_fresh(const std::vector<std::pair<std::string, ino_t>>& fresh) {
   for (auto& [name, ino] : fresh) {
     if (auto it = segments_.find(name); it != segments_.end()) {
       // Same name, new file: the old one is gone.
@@ -218,7 +235,7 @@ void RegistryReader::list_directory() {
   }
 }
 
-bool RegistryReader::owner_alive(const Segment& s) const {
+bool ReaderCore::owner_alive(const Segment& s) const {
   int locked = detail::owner_lock_held(s.fd);
   if (locked >= 0) return locked == 1;
   uint8_t boot[16];

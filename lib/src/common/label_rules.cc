@@ -1,4 +1,4 @@
-#include "label_rules.h"
+#include "common/label_rules.h"
 
 #include "gym/segment_format.h"
 

@@ -1,9 +1,11 @@
 // The registry reader's limits spread over processes (LimitSpread): which
 // series are a limit's parts, each live segment's values of them, and what
 // the processes of one snapshot add up to.
-#include "registry_reader_internal.h"
+#include "reader/core.h"
 
 namespace gym {
+
+using reader_internal::ReaderCore;
 namespace {
 
 // A series' part in a limit (the low three bits of limit_part_).
@@ -21,8 +23,7 @@ LimitPart part_of(std::string_view family) {
 
 // The four series a LimitMeter writes share their labels (text, sorted):
 // they are one limit's parts.
-void RegistryReader::note_limit_part(uint32_t id, std::string_view family,
-                                     std::string_view labels) {
+void ReaderCore::note_limit_part(uint32_t id, std::string_view family, std::string_view labels) {
   if (limit_part_.size() <= id) limit_part_.resize(id + 1, 0);
   const LimitPart part = part_of(family);
   if (part == kNoPart) {
@@ -35,7 +36,7 @@ void RegistryReader::note_limit_part(uint32_t id, std::string_view family,
 }
 
 // Stamps count this snapshot's segments from 1 (0: none noted yet).
-void RegistryReader::begin_limits() {
+void ReaderCore::begin_limits() {
   for (LimitTally& t : limit_tallies_) t = LimitTally{};
   limit_touched_.clear();
   limit_stamp_ = 1;
@@ -43,7 +44,7 @@ void RegistryReader::begin_limits() {
 
 // A live record's value in the segment being read (gauges; holds: how many
 // are held).
-void RegistryReader::note_limit_value(uint32_t id, int64_t value) {
+void ReaderCore::note_limit_value(uint32_t id, int64_t value) {
   const uint32_t code = id < limit_part_.size() ? limit_part_[id] : 0;
   if (code == 0) return;
   LimitTally& t = limit_tallies_[code >> 3];
@@ -72,7 +73,7 @@ void RegistryReader::note_limit_value(uint32_t id, int64_t value) {
 // The segment just read holds the limits it has a live limit record of:
 // one process more each, and its free slots (limit_slots()) count as
 // stranded if it has no caller queued.
-void RegistryReader::close_segment_limits() {
+void ReaderCore::close_segment_limits() {
   for (uint32_t k : limit_touched_) {
     LimitTally& t = limit_tallies_[k];
     if (!t.held) continue;
@@ -88,7 +89,7 @@ void RegistryReader::close_segment_limits() {
   ++limit_stamp_;
 }
 
-void RegistryReader::add_limit_spread(uint32_t id, size_t series) {
+void ReaderCore::add_limit_spread(uint32_t id, size_t series) {
   const uint32_t code = id < limit_part_.size() ? limit_part_[id] : 0;
   if ((code & 7u) != kLimitPart) return;
   const LimitTally& t = limit_tallies_[code >> 3];

@@ -1,0 +1,348 @@
+// What the registry reader's files (reader/*.cc) share: ReaderCore, the
+// reader behind RegistryReader's installed interface (gym/registry_reader.h),
+// the segment as it holds one, and small helpers. Not installed.
+//
+//   reader.cc        the reader's life, the directory lock, a snapshot's steps,
+//                    the samples it hands out
+//   listing.cc       the set of segments: listing, opening, markers, rejection
+//   series.cc        records validated and interned; segments retired; expiry
+//   series_table.h   the series table (ids, identity keys, order)
+//   values.cc        a segment's values, exemplars, resets, ages, gauges, damage
+//   limits.cc        limits spread over processes (LimitSpread)
+//   totals.cc        folded totals: loading and persisting them
+//   totals_file.h    the totals file's format
+#pragma once
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <ctime>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "common/fault_guard.h"
+#include "common/label_rules.h"
+#include "common/owner_lock.h"
+#include "common/process_identity.h"
+#include "gym/contract.h"
+#include "reader/series_table.h"
+#include "reader/totals_file.h"
+
+#include "gym/registry_reader.h"
+
+namespace gym {
+namespace reader_internal {
+
+// Reads of a histogram shard whose native and classic totals differ before
+// its last values are kept instead (read_values).
+inline constexpr int kConsistentReadAttempts = 16;
+
+inline constexpr int32_t kInvalid = -2;
+inline constexpr int32_t kOverLimit = -3;
+// Layout sizes a header may declare; anything larger is not ours.
+inline constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 30;
+// A named temporary (only where O_TMPFILE is unsupported) older than this,
+// and unlocked, was left by a writer that died while creating it.
+inline constexpr time_t kStaleTempSeconds = 60;
+// A totals file larger than this is not ours.
+inline constexpr off_t kMaxTotalsBytes = off_t{64} << 20;
+inline constexpr const char* kTotalsTemp = ".exporter-totals.new";
+
+inline bool ends_with(const std::string& s, const char* suffix) {
+  size_t n = std::strlen(suffix);
+  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
+}
+
+inline int64_t now_ns() {
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
+}
+
+// Sums of values from shared memory saturate: a planted value near 2^64 must
+// not make a total wrap around and fall.
+inline uint64_t sat_add(uint64_t a, uint64_t b) {
+  uint64_t r;
+  return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+// Two words at a time (GCC's vector extension: SSE2 on x86-64, whatever the
+// target has elsewhere), for the loops over a histogram's ~200 words a shard.
+using Words2 = uint64_t __attribute__((vector_size(16)));
+inline Words2 load2(const uint64_t* p) {
+  Words2 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+// dst[i] = sat_add(dst[i], src[i]) for i < n.
+inline void sat_add_words(uint64_t* dst, const uint64_t* src, size_t n) {
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    const Words2 a = load2(dst + i), b = load2(src + i), r = a + b;
+    const Words2 carry = ((a & b) | ((a | b) & ~r)) >> 63;  // 1 where a + b wrapped
+    const Words2 out = r | -carry;
+    std::memcpy(dst + i, &out, sizeof out);
+  }
+  if (i < n) dst[i] = sat_add(dst[i], src[i]);
+}
+
+// Whether any now[i] < before[i], i < n (a counter that went down).
+inline bool any_below(const uint64_t* now, const uint64_t* before, size_t n) {
+  Words2 borrow = {0, 0};  // top bits: some now - before borrowed
+  size_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    const Words2 a = load2(now + i), b = load2(before + i);
+    borrow |= (~a & b) | ((~a | b) & (a - b));
+  }
+  bool below = ((borrow[0] | borrow[1]) >> 63) != 0;
+  if (i < n) below |= now[i] < before[i];
+  return below;
+}
+
+// Runs `body`, which loads from [lo, lo + size); false when a load faulted
+// (the file lost pages): what `body` read is then worthless.
+template <class Body>
+bool guarded(const void* lo, size_t size, Body&& body) {
+  detail::ReadGuard guard;
+  detail::begin_read_guard(&guard, lo, size);
+  body();
+  detail::end_read_guard();
+  return guard.faulted == 0;
+}
+
+}  // namespace reader_internal
+
+using namespace reader_internal;
+using segment::Header;
+using segment::Record;
+using segment::SeriesKind;
+
+namespace reader_internal {
+// The reader itself: RegistryReader's state and workings, behind its
+// installed interface.
+class ReaderCore {
+ public:
+  static constexpr const char* kLockFile = RegistryReader::kLockFile;
+  static constexpr const char* kTotalsFile = RegistryReader::kTotalsFile;
+
+  ReaderCore(std::string dir, ReaderOptions options);
+  ~ReaderCore();
+  ReaderCore(const ReaderCore&) = delete;
+  ReaderCore& operator=(const ReaderCore&) = delete;
+
+  bool claim(std::string* why);
+  bool retiring() const { return lock_fd_ >= 0; }
+  const Snapshot& snapshot();
+  const Snapshot& last_snapshot() const { return snapshot_; }
+  const std::string& dir() const { return dir_; }
+
+  // A segment as the reader holds it.
+  struct Segment {
+    std::string name;
+    ino_t ino = 0;
+    int fd = -1;
+    const unsigned char* base = nullptr;
+    uint64_t size = 0;
+    uint32_t version = 0;
+    uint32_t max_records = 0;
+    uint32_t value_lines = 0;
+    uint64_t records_offset = 0;
+    uint64_t values_offset = 0;
+    pid_t pid = 0;
+    uint64_t start_ticks = 0;
+    uint64_t pid_ns = 0;     // the owner's pid namespace (0: not recorded)
+    int64_t created_ns = 0;  // the header's created_unix_ns: when its counting began
+    uint8_t boot_id[16] = {};
+    uint64_t dropped = 0;  // the header's dropped_series, last read
+    uint32_t parsed = 0;   // records [0, parsed) examined
+    // The valid records, with their validated metadata: nothing is read from
+    // shared memory twice to decide where a value lives.
+    struct Entry {
+      uint32_t record;
+      uint32_t id;
+      uint32_t value_line;
+      SeriesKind kind;
+      uint8_t shards;
+      uint8_t bound_count;
+      uint16_t native_words;
+      uint32_t scratch;  // first word in the copied values
+      uint32_t last;     // first word in `last`
+    };
+    std::vector<Entry> entries;
+    uint32_t scratch_words = 0;
+    // Counters and histograms as last read (histograms: the shards' buckets,
+    // then the sum), to see a reset and to fold what was seen on damage.
+    std::vector<uint64_t> last;
+    bool listed = false;
+    bool damaged = false;
+    bool dead = false;  // read only: owner gone, left for the retiring reader
+
+    const Header* header() const { return reinterpret_cast<const Header*>(base); }
+    const Record* record(uint32_t i) const {
+      return reinterpret_cast<const Record*>(base + records_offset +
+                                             uint64_t{i} * segment::kRecordBytes);
+    }
+    const uint64_t* line(uint32_t l) const {
+      return reinterpret_cast<const uint64_t*>(base + values_offset +
+                                               uint64_t{l} * segment::kLineBytes);
+    }
+    ~Segment() {
+      if (base != nullptr) ::munmap(const_cast<unsigned char*>(base), size);
+      if (fd >= 0) ::close(fd);
+    }
+  };
+
+ private:
+  struct Marker {
+    int fd = -1;
+    ino_t ino = 0;
+    bool listed = false;
+  };
+  struct Accumulator {
+    bool present = false;
+    uint64_t counter = 0;
+    int64_t gauge = 0;
+    int64_t oldest = 0;        // ages
+    bool in_progress = false;  // ages: a live record reported its part
+    int64_t sum = 0;
+    std::vector<uint64_t> buckets;  // not cumulative: the classic ones, then the native ones
+    // A live histogram (current_) with one segment adding to it this
+    // snapshot, nearly all of them: that segment's words (buckets, native
+    // buckets, sum, in its `last`), viewed rather than copied into
+    // `buckets`, which a second segment's words make. Null otherwise.
+    const uint64_t* view = nullptr;
+    uint32_t added = 0;            // live histograms: segments added this snapshot
+    int64_t created_ns = 0;        // the earliest start of what it adds up
+    bool created_unknown = false;  // something it adds up has no known start
+    void note_created(int64_t ns) {
+      if (ns <= 0)
+        created_unknown = true;
+      else if (created_ns == 0 || ns < created_ns)
+        created_ns = ns;
+    }
+  };
+
+  bool open_dir();
+  void follow_holders_totals();
+  void retire_gone_owners();
+  void read_live_segments();
+  bool try_lock(std::string* why);
+  void list_directory();
+  bool known(const std::string& name, ino_t ino);
+  void forget_unlisted();
+  void open_fresh(const std::vector<std::pair<std::string, ino_t>>& fresh);
+  void open_segment(const std::string& name, ino_t ino);
+  void open_marker(const std::string& name, ino_t ino);
+  void check_markers();
+  bool owner_alive(const Segment& s) const;
+  void parse_new_records(Segment& s, uint32_t count);
+  int32_t intern(const segment::Record& rec, std::string* why);
+  bool read_values(Segment& s, uint32_t* count);
+  void read_segment(Segment& s, bool gauges);
+  void release_ages(Segment& s, const Segment::Entry& e, int64_t now);
+  void add_in_progress(const Segment::Entry& e, const uint64_t* cur, Accumulator& acc, int64_t now);
+  void add_gauge(const Segment& s, const Segment::Entry& e, const uint64_t* cur, Accumulator& acc,
+                 int64_t now, bool& declared);
+  void add_total(Segment& s, const Segment::Entry& e, const uint64_t* folded, uint32_t words,
+                 Accumulator& acc, bool into_retired, int64_t now);
+  void fold_last(Segment& s);
+  void damage(Segment& s, const std::string& why);
+  void retire(Segment& s);
+  using SegmentMap = std::unordered_map<std::string, std::unique_ptr<Segment>>;
+  SegmentMap::iterator drop_segment(SegmentMap::iterator it);
+  void reject(const std::string& name, ino_t ino, const std::string& why);
+  void read_error(const std::string& name, ino_t ino, const std::string& what);
+  void cleanup_stale_temp(const std::string& name);
+  void load_totals(bool adopt_folded);
+  bool read_totals_file(int fd, detail::Totals& t, std::string& why);
+  void adopt_folded_names(const detail::Totals& t, bool own);
+  void persist_totals();
+  void expire_series(int64_t now_ns);
+  // Limits' spreads (limits.cc): a series' part in a limit,
+  // noted when it is interned; its per-process values as a live segment is
+  // read; the segment's contribution once it is read.
+  void note_limit_part(uint32_t id, std::string_view family, std::string_view labels);
+  void note_limit_value(uint32_t id, int64_t value);
+  void close_segment_limits();
+  void begin_limits();
+  void add_limit_spread(uint32_t id, size_t series);
+  void build_output();
+  bool trusted(uid_t owner);
+
+  std::string dir_;
+  ReaderOptions options_;
+  bool default_trust_;
+  int dir_fd_ = -1;
+  int lock_fd_ = -1;
+  bool lock_refused_ = false;  // reported once
+  SegmentMap segments_;
+  std::unordered_map<std::string, Marker> markers_;
+  std::unordered_map<std::string, ino_t> rejected_;     // name -> inode counted
+  std::unordered_map<std::string, ino_t> read_failed_;  // name -> inode reported
+  std::vector<std::string> listed_;                     // scratch
+
+  // Series, by id (series_table.h).
+  SeriesTable series_;
+  bool over_limit_reported_ = false;
+
+  // By id: (limit index << 3) | part (LimitPart), 0 for none.
+  std::vector<uint32_t> limit_part_;
+  std::unordered_map<std::string, uint32_t> limit_index_;  // labels text -> index
+  struct LimitTally {
+    uint32_t stamp = 0;  // segment whose values below are noted
+    bool held = false;   // that segment has the limit's own record
+    int64_t limit = 0, available = 0, holds = 0, queued = 0;
+    uint32_t processes = 0, queued_processes = 0;
+    int64_t unqueued_free = 0;
+  };
+  std::vector<LimitTally> limit_tallies_;
+  std::vector<uint32_t> limit_touched_;  // tallies noted in this segment
+  uint32_t limit_stamp_ = 0;
+
+  // By id: histograms' exemplars, one per classic bucket (empty: none yet).
+  std::vector<std::vector<Exemplar>> exemplars_;
+  void read_exemplars(const Segment& s, uint32_t id, uint32_t record, uint32_t bound_count);
+  std::vector<Accumulator> retired_;  // by id: folded counters, histograms
+  std::vector<Accumulator> current_;  // by id: this snapshot
+  // Native counts of series with both a live and a folded part, added up
+  // for the snapshot (SeriesSample::native views them).
+  std::vector<std::vector<uint64_t>> merged_;
+  static void add_live_histogram(Accumulator& acc, const uint64_t* last, uint32_t words);
+  std::span<const uint64_t> native_view(const uint64_t* live, const Accumulator& ret,
+                                        size_t classic, size_t words, size_t& merged);
+  uint64_t retired_dropped_ = 0;
+  std::vector<uint64_t> scratch_;  // one segment's values, copied out
+  std::vector<uint32_t> scratch_states_;
+  std::vector<char> scratch_inconsistent_;  // by entry: its shards never agreed
+
+  // Totals: folded segments whose files are kept until the totals that hold
+  // them are written (name -> inode; a read-only reader's: folded into its
+  // own totals, skipped while the file stays); whether the totals changed since.
+  std::unordered_map<std::string, ino_t> folded_pending_;
+  std::unordered_set<std::string> folded_by_owner_;  // read only: the holder's
+  bool totals_dirty_ = false;
+  bool totals_error_reported_ = false;
+  struct stat_key {
+    ino_t ino = 0;
+    int64_t mtime_ns = 0;
+    off_t size = 0;
+    bool operator==(const stat_key&) const = default;
+  } totals_seen_;
+
+  Snapshot snapshot_;
+};
+
+}  // namespace reader_internal
+
+}  // namespace gym

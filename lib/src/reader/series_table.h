@@ -1,0 +1,70 @@
+// The reader's series table: each series a reader has seen, interned once by
+// its record's identity (kind, name and labels, buckets, divisor), with an
+// id for its life; an expired series' id is reused by the next new one.
+// What the reader keeps per id of its own (values, limits, exemplars) lives
+// in its vectors, which it grows when add() returns a new id.
+//
+// Thread-safety: none; one reader's.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "gym/registry_reader.h"
+
+namespace gym::reader_internal {
+
+class SeriesTable {
+ public:
+  // The id of the series whose identity key is `key`, if interned.
+  std::optional<uint32_t> find(const std::string& key) const;
+  // False when a series of `info`'s family was seen with another kind,
+  // other buckets, another divisor or other native words.
+  bool fits_its_family(const SeriesInfo& info) const;
+  // Interns a series not found, with `key`; its family's shape is known from
+  // then on. Returns its id: a freed one, or size() - 1 when the table grew.
+  uint32_t add(std::string key, std::unique_ptr<SeriesInfo> info, int64_t now_ns);
+  // Forgets a series; its id is free for the next.
+  void forget(uint32_t id);
+
+  size_t size() const { return infos_.size(); }  // ids, used or free
+  size_t live() const { return live_; }
+  // The series of `id`, or nullptr when the id is free.
+  const SeriesInfo* info(uint32_t id) const { return infos_[id].get(); }
+  // A declared server's identity series (gym_server_identity with a server
+  // name): marked once, when interned.
+  bool identity(uint32_t id) const { return identity_[id] != 0; }
+  // Records of open segments naming the series.
+  uint32_t& refs(uint32_t id) { return refs_[id]; }
+  // When its folded total last changed (Unix ns).
+  int64_t& last_change(uint32_t id) { return last_change_[id]; }
+
+  // The ids of live series, by family, then labels. `changed`: sorted again
+  // (a series was added or forgotten since the last call).
+  const std::vector<uint32_t>& order(bool& changed);
+
+ private:
+  struct FamilyShape {
+    segment::SeriesKind kind;
+    std::vector<int64_t> bounds;
+    double unit_divisor;
+    uint16_t native_words;
+  };
+  std::unordered_map<std::string, uint32_t> ids_;  // identity key -> id
+  std::vector<std::unique_ptr<SeriesInfo>> infos_;
+  std::vector<const std::string*> keys_;  // id -> its key in ids_ (a node's: it stays put)
+  std::vector<uint32_t> refs_;
+  std::vector<int64_t> last_change_;
+  std::vector<uint8_t> identity_;
+  std::vector<uint32_t> free_ids_;
+  size_t live_ = 0;
+  std::unordered_map<std::string, FamilyShape> families_;
+  std::vector<uint32_t> order_;
+  bool order_dirty_ = false;
+};
+
+}  // namespace gym::reader_internal

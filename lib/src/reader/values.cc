@@ -1,0 +1,418 @@
+// The registry reader's values: a segment's values copied out of shared
+// memory, its exemplars, and what they add to each series (resets, ages,
+// gauges, declared servers, damage).
+#include "reader/core.h"
+
+namespace gym {
+
+using reader_internal::ReaderCore;
+
+namespace {
+// A version 5 histogram's values into `to`: each shard's buckets and sum
+// (bound_count + 2 words), then the native array. Both kinds of bucket of
+// one moment: the native words first (acquire), then the classic ones. A
+// writer adds the classic bucket before the native one (released), so the
+// classic total is never below the native one; they agree unless an
+// observation was in flight, and then the histogram is read again. False
+// when they never agreed. A histogram with no classic observation has its
+// native counts taken as zero, not read (many outcomes never happen; a
+// classic count never falls back to zero, so native counts never fall).
+bool read_shared_native(uint32_t shards, uint32_t bound_count, uint32_t native_words,
+                        const uint64_t* line, uint64_t* to) {
+  const uint32_t classic = bound_count + 1u;
+  const uint32_t stride = segment::shard_lines(bound_count, native_words) * segment::kLineBytes / 8;
+  const uint64_t* native = line + shards * stride;
+  uint64_t* native_to = to + shards * (classic + 1u);
+  auto read_classic = [&] {
+    uint64_t total = 0;
+    for (uint32_t k = 0; k < shards; ++k) {
+      const uint64_t* shard = line + k * stride;
+      uint64_t* out = to + k * (classic + 1u);
+      for (uint32_t w = 0; w < classic; ++w) total += (out[w] = segment::load_relaxed(&shard[w]));
+      out[classic] = segment::load_relaxed(&shard[classic]);  // the sum
+    }
+    return total;
+  };
+  if (native_words == 0) {
+    read_classic();
+    return true;
+  }
+  bool agree = false;
+  for (int attempt = 0; attempt < kConsistentReadAttempts && !agree; ++attempt) {
+    uint64_t native_total = 0;
+    for (uint32_t w = 0; w < native_words; ++w)
+      native_total += (native_to[w] = segment::load_acquire(&native[w]));
+    const uint64_t classic_total = read_classic();
+    if (classic_total == 0) {
+      std::fill(native_to, native_to + native_words, uint64_t{0});
+      return true;
+    }
+    agree = native_total == classic_total;
+  }
+  return agree;
+}
+
+}  // namespace
+
+// Copies the segment's header counts, states and values out of shared memory
+// into scratch_ with aligned atomic loads (untorn), under the SIGBUS guard.
+// False when the mapping faulted (the file lost pages under us).
+bool ReaderCore::read_values(Segment& s, uint32_t* count) {
+  uint32_t n = 0;
+  uint64_t dropped = 0;
+  if (!guarded(s.base, s.size, [&] {
+        n = std::min(segment::load_acquire(&s.header()->record_count), s.max_records);
+        dropped = segment::load_relaxed(&s.header()->dropped_series);
+      }))
+    return false;
+  s.dropped = dropped;
+  *count = n;
+  if (n > s.parsed) parse_new_records(s, n);
+  scratch_.resize(s.scratch_words);
+  scratch_states_.resize(s.entries.size());
+  scratch_inconsistent_.assign(s.entries.size(), 0);
+  uint64_t* out = scratch_.data();
+  uint32_t* states = scratch_states_.data();
+  char* inconsistent = scratch_inconsistent_.data();
+  const Segment& seg = s;
+  return guarded(s.base, s.size, [&] {
+    for (size_t j = 0; j < seg.entries.size(); ++j) {
+      const Segment::Entry& e = seg.entries[j];
+      states[j] = segment::load_acquire(&seg.record(e.record)->state);
+      const uint64_t* line = seg.line(e.value_line);
+      uint64_t* to = out + e.scratch;
+      if (e.kind == SeriesKind::kAges) {
+        for (uint32_t w = 0; w < segment::kAgeWords; ++w) to[w] = segment::load_relaxed(&line[w]);
+        continue;
+      }
+      if (e.kind != SeriesKind::kHistogram) {
+        *to = segment::load_relaxed(line);
+        continue;
+      }
+      if (seg.version >= segment::kExemplarVersion)
+        read_exemplars(seg, e.id, e.record, e.bound_count);
+      if (seg.version >= segment::kSharedNativeVersion) {
+        if (!read_shared_native(e.shards, e.bound_count, e.native_words, line, to))
+          inconsistent[j] = 1;
+        continue;
+      }
+      const uint32_t words = segment::shard_words(e.bound_count, e.native_words);
+      const uint32_t stride = segment::shard_lines(e.bound_count, e.native_words, seg.version) *
+                              segment::kLineBytes / 8;
+      const uint32_t classic = e.bound_count + 1u;
+      for (uint32_t k = 0; k < e.shards; ++k, line += stride) {
+        uint64_t observed = 0;
+        for (uint32_t w = 0; w < classic; ++w)
+          observed |= (to[w] = segment::load_relaxed(&line[w]));
+        // A shard with no observation in its classic buckets (most: threads
+        // use one or two shards, and many outcomes never happen) has its
+        // native counts taken as zero, not copied. One that shows later is
+        // read from then on, and a classic count never falls back to zero,
+        // so native counts never fall either.
+        if (e.native_words != 0 && observed == 0) {
+          std::fill(to + classic, to + words - 1, uint64_t{0});
+        } else if (e.native_words != 0) {
+          // Both kinds of bucket of one moment: the native words first
+          // (acquire), then the classic ones. A writer adds the classic
+          // bucket before the native one (released), so the classic total
+          // is never below the native one; they agree unless an
+          // observation was in flight, and then the shard is read again.
+          bool agree = false;
+          for (int attempt = 0; attempt < kConsistentReadAttempts && !agree; ++attempt) {
+            uint64_t native_total = 0;
+            for (uint32_t w = classic; w + 1 < words; ++w)
+              native_total += (to[w] = segment::load_acquire(&line[w]));
+            uint64_t classic_total = 0;
+            for (uint32_t w = 0; w < classic; ++w)
+              classic_total += (to[w] = segment::load_relaxed(&line[w]));
+            agree = native_total == classic_total;
+          }
+          if (!agree) inconsistent[j] = 1;
+        }
+        to[words - 1] = segment::load_relaxed(&line[words - 1]);  // the sum
+        to += words;
+      }
+    }
+  });
+}
+
+namespace {
+// One slot's exemplar, read between two equal even seqs (the seqlock in
+// segment_format.h); false when it has none or every read was torn.
+bool read_exemplar(const segment::ExemplarSlot* slot, Exemplar& out) {
+  for (int attempt = 0; attempt < kConsistentReadAttempts; ++attempt) {
+    const uint64_t seq = segment::load_acquire(&slot->seq);
+    if (seq == 0) return false;
+    if ((seq & 1) != 0) continue;
+    // Acquire loads (no fence: ThreadSanitizer has none): one that reads a
+    // newer write's word makes the seq loaded after it that write's or later.
+    const int64_t value = segment::load_acquire(&slot->value);
+    const uint64_t ids[3] = {segment::load_acquire(&slot->trace_id[0]),
+                             segment::load_acquire(&slot->trace_id[1]),
+                             segment::load_acquire(&slot->span_id)};
+    const int64_t unix_ns = segment::load_acquire(&slot->unix_ns);
+    if (segment::load_relaxed(&slot->seq) != seq) continue;
+    out.value = value;
+    out.unix_ns = unix_ns;
+    std::memcpy(out.trace.trace_id.data(), ids, 16);
+    std::memcpy(out.trace.span_id.data(), ids + 2, 8);
+    return true;
+  }
+  return false;
+}
+}  // namespace
+
+// A live histogram's exemplars, each bucket's replacing the one kept when it
+// is as new or newer (so the newest of all processes wins). One whose value
+// is not in its bucket (a corrupt segment) or whose context is invalid is
+// not taken.
+void ReaderCore::read_exemplars(const Segment& s, uint32_t id, uint32_t record,
+                                uint32_t bound_count) {
+  const uint32_t line = segment::load_acquire(&s.record(record)->exemplar_line);
+  if (line == 0 || uint64_t{line} + bound_count + 1 > s.value_lines) return;
+  const std::vector<int64_t>& bounds = series_.info(id)->bounds;
+  if (bounds.size() != bound_count) return;
+  if (exemplars_.size() <= id) exemplars_.resize(id + 1);
+  std::vector<Exemplar>& kept = exemplars_[id];
+  for (uint32_t b = 0; b <= bound_count; ++b) {
+    Exemplar x;
+    const auto* slot = reinterpret_cast<const segment::ExemplarSlot*>(s.line(line + b));
+    if (!read_exemplar(slot, x) || x.unix_ns <= 0 || !x.trace.valid()) continue;
+    if ((b < bound_count && x.value > bounds[b]) || (b > 0 && x.value <= bounds[b - 1])) continue;
+    if (kept.empty()) kept.resize(bound_count + 1);
+    if (x.unix_ns >= kept[b].unix_ns) kept[b] = x;
+  }
+}
+
+namespace {
+// Adds a counter's or histogram's words (counter: 1; histogram: buckets and
+// native buckets, then the sum) into an accumulator.
+void add_words(std::vector<uint64_t>& buckets, uint64_t& counter, int64_t& sum, SeriesKind kind,
+               const uint64_t* words, uint32_t bound_count, uint32_t native_words) {
+  if (kind != SeriesKind::kHistogram) {  // a counter, or an ages record's count of beginnings
+    counter = sat_add(counter, words[0]);
+    return;
+  }
+  const size_t n = segment::shard_words(bound_count, native_words) - 1;
+  if (buckets.size() != n) buckets.assign(n, 0);
+  sat_add_words(buckets.data(), words, n);
+  sum = segment::wrapping_add(sum, static_cast<int64_t>(words[n]));
+}
+
+// A live histogram's words (buckets, native buckets, sum; `words` in all)
+// from one segment into its accumulator: viewed where they are (the
+// segment's `last`, unchanged until the next snapshot) when they are the
+// first this snapshot, added into the accumulator's own buckets from the
+// second on.
+}  // namespace
+
+void ReaderCore::add_live_histogram(Accumulator& acc, const uint64_t* last, uint32_t words) {
+  const uint32_t n = words - 1;
+  if (acc.added++ == 0) {
+    acc.view = last;
+    acc.sum = static_cast<int64_t>(last[n]);
+    return;
+  }
+  if (acc.view != nullptr) {  // the second: the first's words become its own
+    acc.buckets.assign(acc.view, acc.view + n);
+    acc.view = nullptr;
+  }
+  sat_add_words(acc.buckets.data(), last, n);
+  acc.sum = segment::wrapping_add(acc.sum, static_cast<int64_t>(last[n]));
+}
+
+// Folds the values last read from a segment into the totals (it was damaged,
+// or its owner is gone and it can no longer be read).
+void ReaderCore::fold_last(Segment& s) {
+  const int64_t now = now_ns();
+  for (const Segment::Entry& e : s.entries) {
+    if (e.kind == SeriesKind::kGauge) continue;
+    Accumulator& acc = retired_[e.id];
+    add_words(acc.buckets, acc.counter, acc.sum, e.kind, s.last.data() + e.last, e.bound_count,
+              e.native_words);
+    acc.note_created(s.created_ns);
+    acc.present = true;
+    series_.last_change(e.id) = now;
+  }
+  std::fill(s.last.begin(), s.last.end(), 0);
+  totals_dirty_ = true;
+}
+
+void ReaderCore::damage(Segment& s, const std::string& why) {
+  if (s.damaged) return;
+  fold_last(s);
+  s.damaged = true;
+  ++snapshot_.stats.damaged_segments_total;
+  snapshot_.problems.push_back("segment " + dir_ + "/" + s.name + " of pid " +
+                               std::to_string(s.pid) + " is damaged (" + why +
+                               "): its last values are kept, it is not read again");
+}
+
+// A released ages record's count of beginnings (a counter) goes to the
+// totals, once.
+void ReaderCore::release_ages(Segment& s, const Segment::Entry& e, int64_t now) {
+  uint64_t* last = s.last.data() + e.last;
+  if (*last == 0) return;
+  Accumulator& ret = retired_[e.id];
+  ret.counter = sat_add(ret.counter, *last);
+  ret.note_created(s.created_ns);
+  ret.present = true;
+  *last = 0;
+  totals_dirty_ = true;
+  series_.last_change(e.id) = now;
+}
+
+// A live ages record's callers in progress: word 0 and the slots in use;
+// the oldest start is the smallest ticket.
+void ReaderCore::add_in_progress(const Segment::Entry& e, const uint64_t* cur, Accumulator& acc,
+                                 int64_t now) {
+  int64_t n = static_cast<int64_t>(cur[0]);
+  int64_t oldest = 0;
+  for (uint32_t w = 1; w <= segment::kAgeSlots; ++w) {
+    const auto t = static_cast<int64_t>(cur[w]);
+    if (t == 0) continue;
+    n = segment::wrapping_add(n, 1);
+    if (t > 0 && (oldest == 0 || t < oldest)) oldest = t;
+  }
+  acc.gauge = segment::wrapping_add(acc.gauge, n);
+  oldest = segment::ticket_start(oldest);
+  if (oldest > 0 && (acc.oldest == 0 || oldest < acc.oldest)) acc.oldest = oldest;
+  acc.present = true;
+  acc.in_progress = true;
+  series_.last_change(e.id) = now;
+  note_limit_value(e.id, n);
+}
+
+// A live gauge's value; a declared server's identity series names the
+// segment's owner as that server (once a segment).
+void ReaderCore::add_gauge(const Segment& s, const Segment::Entry& e, const uint64_t* cur,
+                           Accumulator& acc, int64_t now, bool& declared) {
+  acc.gauge = segment::wrapping_add(acc.gauge, static_cast<int64_t>(*cur));
+  acc.present = true;
+  series_.last_change(e.id) = now;
+  note_limit_value(e.id, static_cast<int64_t>(*cur));
+  if (declared || !series_.identity(e.id)) return;
+  DeclaredServer server;
+  for (const auto& [k, v] : series_.info(e.id)->labels) {
+    if (k == label::kServerName) server.name = v;
+    if (k == label::kServerType) server.server_type = v;
+  }
+  server.pid = s.pid;
+  server.start_ticks = s.start_ticks;
+  server.pid_ns = s.pid_ns;
+  snapshot_.servers.push_back(std::move(server));
+  declared = true;
+}
+
+namespace {
+// A counter's, an ages record's beginnings' (the sum of its lanes) or a
+// histogram's words (its shards' buckets and sums added up: the buckets,
+// the native buckets, the sum) into `out`; how many.
+uint32_t segment_totals(uint32_t version, const ReaderCore::Segment::Entry& e, const uint64_t* cur,
+                        uint64_t* out) {
+  if (e.kind == SeriesKind::kCounter) {
+    out[0] = cur[0];
+    return 1;
+  }
+  if (e.kind == SeriesKind::kAges) {
+    out[0] = 0;
+    for (uint32_t l = 0; l < segment::kAgeLanes; ++l)
+      out[0] = sat_add(out[0], cur[segment::kAgeFirstLane + l]);
+    return 1;
+  }
+  const uint32_t words = segment::shard_words(e.bound_count, e.native_words);
+  if (version < segment::kSharedNativeVersion) {
+    std::copy(cur, cur + words, out);
+    for (uint32_t k = 1; k < e.shards; ++k) {
+      const uint64_t* shard = cur + k * words;
+      sat_add_words(out, shard, words - 1);
+      out[words - 1] += shard[words - 1];  // the sum wraps, as writers' adds do
+    }
+    return words;
+  }
+  // Shards of buckets and sum, then the native array.
+  const uint32_t classic = e.bound_count + 1u;
+  std::copy(cur, cur + classic, out);
+  out[words - 1] = cur[classic];
+  for (uint32_t k = 1; k < e.shards; ++k) {
+    const uint64_t* shard = cur + k * (classic + 1u);
+    sat_add_words(out, shard, classic);
+    out[words - 1] += shard[classic];  // the sum wraps, as writers' adds do
+  }
+  const uint64_t* native = cur + e.shards * (classic + 1u);
+  std::copy(native, native + e.native_words, out + classic);
+  return words;
+}
+}  // namespace
+
+// A counter's or histogram's words read now, `folded`, into `acc`. Below
+// what was read before, it was reset: what was read before is folded into
+// the totals first.
+void ReaderCore::add_total(Segment& s, const Segment::Entry& e, const uint64_t* folded,
+                           uint32_t words, Accumulator& acc, bool into_retired, int64_t now) {
+  uint64_t* last = s.last.data() + e.last;
+  if (any_below(folded, last, e.kind == SeriesKind::kHistogram ? words - 1 : words)) {
+    Accumulator& ret = retired_[e.id];
+    add_words(ret.buckets, ret.counter, ret.sum, e.kind, last, e.bound_count, e.native_words);
+    ret.note_created(s.created_ns);
+    ret.present = true;
+    ++snapshot_.stats.counter_resets_total;
+    totals_dirty_ = true;
+    series_.last_change(e.id) = now;
+  }
+  std::copy(folded, folded + words, last);
+  if (into_retired || e.kind != SeriesKind::kHistogram)
+    add_words(acc.buckets, acc.counter, acc.sum, e.kind, folded, e.bound_count, e.native_words);
+  else
+    add_live_histogram(acc, last, words);
+  acc.note_created(s.created_ns);
+  acc.present = true;
+  if (!into_retired) series_.last_change(e.id) = now;
+}
+
+// Reads a segment's values: counters and histograms (and gauges when
+// `gauges`) into current_ (live) or, for a dead owner's segment (no
+// gauges), retired_.
+void ReaderCore::read_segment(Segment& s, bool gauges) {
+  if (s.damaged) return;
+  struct stat st {};
+  if (::fstat(s.fd, &st) == 0) {
+    snapshot_.stats.registry_bytes += uint64_t(st.st_blocks) * 512;
+    if (static_cast<uint64_t>(st.st_size) < s.size)
+      return damage(s, "truncated to " + std::to_string(st.st_size) + " bytes");
+  }
+  uint32_t count = 0;
+  if (!read_values(s, &count)) return damage(s, "a page faulted while reading");
+  const int64_t now = now_ns();
+  bool declared = false;
+  for (size_t j = 0; j < s.entries.size(); ++j) {
+    const Segment::Entry& e = s.entries[j];
+    const uint32_t state = scratch_states_[j];
+    const uint64_t* cur = scratch_.data() + e.scratch;
+    const bool ages = e.kind == SeriesKind::kAges;
+    if (ages && state != segment::kRecordLive && state != segment::kRecordInherited) {
+      release_ages(s, e, now);
+      continue;
+    }
+    if (!ages && state != segment::kRecordLive) continue;
+    Accumulator& acc = gauges ? current_[e.id] : retired_[e.id];
+    if (e.kind == SeriesKind::kGauge) {
+      if (gauges) add_gauge(s, e, cur, acc, now, declared);
+      continue;
+    }
+    if (ages && gauges && state == segment::kRecordLive) add_in_progress(e, cur, acc, now);
+    uint64_t folded[segment::kMaxBounds + 2 + native::kWords];
+    const uint32_t words = segment_totals(s.version, e, cur, folded);
+    // A histogram whose buckets could not be read at one moment (a writer
+    // observing flat out) keeps its last values, which add up, this time.
+    if (scratch_inconsistent_[j]) {
+      const uint64_t* last = s.last.data() + e.last;
+      std::copy(last, last + words, folded);
+      ++snapshot_.stats.inconsistent_reads_total;
+    }
+    add_total(s, e, folded, words, acc, /*into_retired=*/!gauges, now);
+  }
+  if (gauges) close_segment_limits();
+}
+
+}  // namespace gym
