@@ -27,6 +27,8 @@ class RegistryCollector : public Collector {
 
  private:
   void rebuild();
+  void add_served_families();
+  void add_limit_families();
   void update_values(const Snapshot& snap);
   void collect_locked(const Snapshot& snap, const Emit& emit);
   void select_served(const Snapshot& snap);
@@ -113,6 +115,13 @@ void RegistryCollector::rebuild() {
   spread_slots_.clear();
   processes_ = Family{};
   stranded_ = Family{};
+  add_served_families();
+  add_limit_families();
+}
+
+// A family of the model for every family served, a metric for every series
+// in it, and each metric's slot (where its sample's values go).
+void RegistryCollector::add_served_families() {
   // Each family's metrics reserved before any is taken, so that their
   // pointers stay put (model_, a deque, never moves a family).
   const std::string* family = nullptr;
@@ -159,7 +168,11 @@ void RegistryCollector::rebuild() {
     }
     slots_.push_back({&m, i, native, exemplars, created, absent});
   }
-  // active = limit - free, for every label set that has a limit.
+}
+
+// The families made of a limit's parts: active = limit - free, admissions
+// (its holds' count of beginnings), processes and stranded slots.
+void RegistryCollector::add_limit_families() {
   struct Indexes {
     long limit = 0, available = 0, holds = 0;  // index + 1; 0: none
   };

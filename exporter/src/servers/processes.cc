@@ -88,7 +88,13 @@ std::vector<ServerProcesses::Tree> ServerProcesses::sample(
     out.push_back(std::move(t));
   }
   lineage_ = std::move(lineage);  // a root that is gone takes its lineage with it
-  // Declared servers that are gone: reported with no root until their TTL.
+  add_gone_servers(out, now);
+  return out;
+}
+
+// Declared servers that are gone: reported with no root until their TTL.
+void ServerProcesses::add_gone_servers(std::vector<Tree>& out,
+                                       std::chrono::steady_clock::time_point now) {
   for (auto it = declared_.begin(); it != declared_.end();) {
     const std::string& name = it->first;  // (lambdas cannot capture structured bindings)
     Declared& d = it->second;
@@ -113,7 +119,6 @@ std::vector<ServerProcesses::Tree> ServerProcesses::sample(
     }
     ++it;
   }
-  return out;
 }
 
 }  // namespace gym::exporter

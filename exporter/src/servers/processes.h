@@ -67,6 +67,7 @@ class ServerProcesses {
   std::chrono::duration<double> gone_ttl_;
   std::map<Member, std::vector<Member>> lineage_;  // by root: its last members, sorted
   std::map<std::string, Declared> declared_;
+  void add_gone_servers(std::vector<Tree>& out, std::chrono::steady_clock::time_point now);
 };
 
 }  // namespace gym::exporter
