@@ -102,35 +102,6 @@ TEST(Collectors, AKindRegisteredInItsOwnFileIsBuiltWithItsOwnSection) {
       << bad.errors[0];
 }
 
-TEST(Families, AFamilyStaysWhereItIsWhileHundredsMoreAreAdded) {
-  // Collectors hold add_family's references while they add the rest; under
-  // AddressSanitizer a family that moved would be a use after free here.
-  Families out;
-  Family& first = add_family(out, "gym_server_up");
-  for (int i = 0; i < 500; ++i) add_family(out, family::kConcurrencyLimit);
-  add_metric(first, {{"nemo_gym_server_name", "a"}}).gauge.value = 1;
-  EXPECT_EQ(&out.front(), &first);
-  ASSERT_EQ(out.front().metric.size(), 1u);
-  EXPECT_EQ(out.front().metric[0].gauge.value, 1);
-  EXPECT_EQ(first.spec, find_family("gym_server_up"));
-  EXPECT_EQ(out.back().spec, find_family(family::kConcurrencyLimit));
-  EXPECT_EQ(contract_violation(first), "");
-}
-
-TEST(Families, ARowFoundAtRunTimeMayBeNoneAndIsThenAViolation) {
-  Families out;
-  Family& known = add_family(out, Row::named(std::string("gym_server_up")));
-  EXPECT_EQ(known.spec, find_family("gym_server_up"));
-  Family& unknown = add_family(out, Row::named(std::string("gym_no_such_family")));
-  EXPECT_EQ(unknown.spec, nullptr);
-  EXPECT_EQ(unknown.type, prometheus::MetricType::Untyped);
-  EXPECT_EQ(contract_violation(unknown),
-            "family gym_no_such_family has no row in the contract table");
-  unknown.spec = known.spec;  // a family that carries another's row
-  EXPECT_EQ(contract_violation(unknown),
-            "family gym_no_such_family carries the row of gym_server_up");
-}
-
 TEST(Exposition, AFamilyThatBreaksTheContractTableIsNotServedButCountedAndLoggedOnce) {
   std::vector<std::unique_ptr<Collector>> c;
   c.push_back(std::make_unique<Probe>("gym_no_such_family"));
@@ -760,41 +731,6 @@ TEST(Golden, TheDemosExpositionServesEveryContractRowAndNothingElse) {
       EXPECT_TRUE(it->second->contains(v))
           << label << "=\"" << v << "\" is served but not listed in docs/metrics.md";
   }
-}
-
-// docs/metrics.md's table of families: one row per row of the contract table,
-// with the same type, unit, label names and HELP.
-TEST(Docs, TheMetricReferenceHoldsExactlyTheContractTable) {
-  std::ifstream doc(GYM_METRICS_DOC);
-  ASSERT_TRUE(doc) << GYM_METRICS_DOC;
-  std::map<std::string, std::string> documented;
-  std::string line;
-  bool in_families = false;
-  while (std::getline(doc, line)) {
-    if (line.rfind("## ", 0) == 0) in_families = line == "## Families";
-    if (!in_families || line.rfind("| `", 0) != 0) continue;
-    const size_t end = line.find('`', 3);
-    documented[line.substr(3, end - 3)] = line;
-  }
-  const char* types[] = {"counter", "gauge", "histogram"};
-  for (const FamilySpec& row : kFamilies) {
-    std::string labels;
-    for (std::string_view l : row.labels)
-      if (!l.empty()) labels += (labels.empty() ? "`" : ", `") + std::string(l) + "`";
-    const std::string want = "| `" + std::string(row.name) + "` | " +
-                             types[static_cast<int>(row.type)] + " | " + std::string(row.unit) +
-                             " | " + labels + " | " + std::string(row.help) + " |";
-    auto it = documented.find(std::string(row.name));
-    if (it == documented.end()) {
-      ADD_FAILURE() << row.name << " is not in docs/metrics.md; add: " << want;
-      continue;
-    }
-    EXPECT_EQ(it->second, want);
-    documented.erase(it);
-  }
-  for (const auto& [name, _] : documented)
-    ADD_FAILURE() << name
-                  << " is documented but has no row in the contract table (contract/table.h)";
 }
 
 }  // namespace

@@ -128,36 +128,6 @@ TEST(Accept, PrometheusGetsOpenMetricsAndEveryoneElseText) {
   EXPECT_EQ(negotiate(",,;;,=;q"), Format::kText);
 }
 
-TEST(OtelNames, EveryRegistryFamilyAndLabelHasOneBothWaysAndNoTwoShareIt) {
-  std::set<std::string_view> otel_families, otel_labels;
-  for (const FamilySpec& f : kFamilies) {
-    const std::string_view otel = otel_family_name(f.name);
-    if (f.source == Source::kRegistry) {
-      EXPECT_NE(otel, f.name) << f.name;
-      EXPECT_TRUE(otel.starts_with("gym.")) << otel;
-      EXPECT_EQ(otel.ends_with("_total"), f.name.ends_with("_total")) << otel;
-      EXPECT_FALSE(otel.ends_with("seconds")) << "OpenTelemetry names carry no unit: " << otel;
-      for (std::string_view l : f.labels) {
-        if (l.empty()) continue;
-        EXPECT_NE(otel_label_name(l), l) << l;
-        EXPECT_EQ(prometheus_label_name(otel_label_name(l)), l);
-        otel_labels.insert(otel_label_name(l));
-      }
-    }
-    EXPECT_EQ(prometheus_family_name(otel), f.name) << "back again";
-    EXPECT_TRUE(otel_families.insert(otel).second) << "two families named " << otel;
-  }
-  EXPECT_EQ(std::count_if(std::begin(kFamilies), std::end(kFamilies),
-                          [](const FamilySpec& f) { return !f.otel.empty(); }),
-            24);
-  EXPECT_EQ(otel_family_name(family::kConcurrencyLimit), "gym.concurrency.limit");
-  EXPECT_EQ(otel_family_name(family::kOperationDuration), "gym.resources.operation.duration");
-  EXPECT_EQ(otel_label_name(label::kLimitName), "nemo.gym.concurrency.limit_name");
-  EXPECT_EQ(otel_label_name(label::kOutcome), "nemo.gym.resources.operation.outcome");
-  EXPECT_EQ(otel_family_name("gym_server_memory_bytes"), "gym_server_memory_bytes")
-      << "not in the seeds: its name";
-}
-
 TEST(Accept, HeaderListsKeepParametersAndQualities) {
   const auto items = parse_header_list(" a/b ; Version=\"1\" ;q=0.5, c/d;q=7 ,, e/f;x");
   ASSERT_EQ(items.size(), 3u);
