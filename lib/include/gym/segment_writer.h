@@ -353,6 +353,8 @@ class SegmentWriter {
                                size_t label_count, std::span<const int64_t> bounds,
                                double unit_divisor, uint16_t native_words);
   void count_drop_locked();
+  int64_t* slot_words_locked(segment::SeriesKind kind, std::string_view family,
+                             std::span<const Label> labels, uint32_t& index);
   bool reserve_locked(int fd, uint32_t records, uint32_t lines);
   void mark_unmetered_locked() noexcept;
   void drop_marker() noexcept;

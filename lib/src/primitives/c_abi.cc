@@ -65,6 +65,17 @@ std::optional<std::string_view> optional_name(const char* s) {
   return std::string_view(s);
 }
 
+// A new loop or runtime meter (a struct of one `meter`) of a server, or
+// none, into *out.
+template <class Handle>
+int open_meter(const char* server_name, Handle** out) {
+  return guarded([&] {
+    if (out == nullptr) throw std::invalid_argument("out is NULL");
+    *out = new Handle{{optional_name(server_name), gym::SegmentWriter::process()}};
+    return GYM_OK;
+  });
+}
+
 int64_t seconds_to_ns(const char* what, double s) {
   if (!std::isfinite(s) || s < 0)
     throw std::invalid_argument(std::string(what) + " must be a finite number >= 0");
@@ -400,11 +411,7 @@ int gym_declare_server(const char* name, const char* server_type) {
 }
 
 int gym_loop_open(const char* server_name, gym_loop** out) {
-  return guarded([&] {
-    if (out == nullptr) throw std::invalid_argument("out is NULL");
-    *out = new gym_loop{{optional_name(server_name), gym::SegmentWriter::process()}};
-    return GYM_OK;
-  });
+  return open_meter(server_name, out);
 }
 
 void gym_loop_close(gym_loop* loop) {
@@ -424,11 +431,7 @@ int gym_loop_tasks(gym_loop* loop, int64_t tasks) {
 }
 
 int gym_runtime_open(const char* server_name, gym_runtime** out) {
-  return guarded([&] {
-    if (out == nullptr) throw std::invalid_argument("out is NULL");
-    *out = new gym_runtime{{optional_name(server_name), gym::SegmentWriter::process()}};
-    return GYM_OK;
-  });
+  return open_meter(server_name, out);
 }
 
 void gym_runtime_close(gym_runtime* runtime) {

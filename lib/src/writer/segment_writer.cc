@@ -276,27 +276,32 @@ uint32_t Histogram::reserve_exemplars() const noexcept {
   return writer_ != nullptr ? writer_->reserve_exemplars(record_) : segment::kNoExemplarLine;
 }
 
+// The first value word of a gauge's or an ages record's series (a released
+// record of the same series reused, its values zeroed), its record in
+// `index`; null when it cannot be had.
+int64_t* SegmentWriter::slot_words_locked(SeriesKind kind, std::string_view family,
+                                          std::span<const Label> labels, uint32_t& index) {
+  const int32_t found = find_or_add_record_locked(kind, family, labels, {}, 1.0, true);
+  if (found < 0) return nullptr;
+  index = static_cast<uint32_t>(found);
+  return reinterpret_cast<int64_t*>(line_of(base_, record_of(base_, index)->value_line));
+}
+
 Gauge SegmentWriter::gauge(std::string_view family, std::span<const Label> labels) {
   std::lock_guard<std::mutex> lock(mu_);
-  Gauge gauge;
-  int32_t index = find_or_add_record_locked(SeriesKind::kGauge, family, labels, {}, 1.0, true);
-  if (index < 0) return gauge;
-  Record* r = record_of(base_, static_cast<uint32_t>(index));
-  gauge.writer_ = this;
-  gauge.record_ = static_cast<uint32_t>(index);
-  gauge.value_ = reinterpret_cast<int64_t*>(line_of(base_, r->value_line));
+  Gauge gauge;  // unregistered, its value is its own
+  if (int64_t* words = slot_words_locked(SeriesKind::kGauge, family, labels, gauge.record_)) {
+    gauge.value_ = words;
+    gauge.writer_ = this;
+  }
   return gauge;
 }
 
 AgeSlots SegmentWriter::ages(std::string_view family, std::span<const Label> labels) {
   std::lock_guard<std::mutex> lock(mu_);
   AgeSlots ages;
-  int32_t index = find_or_add_record_locked(SeriesKind::kAges, family, labels, {}, 1.0, true);
-  if (index < 0) return ages;
-  Record* r = record_of(base_, static_cast<uint32_t>(index));
-  ages.writer_ = this;
-  ages.record_ = static_cast<uint32_t>(index);
-  ages.words_ = reinterpret_cast<int64_t*>(line_of(base_, r->value_line));
+  ages.words_ = slot_words_locked(SeriesKind::kAges, family, labels, ages.record_);
+  if (ages.words_ != nullptr) ages.writer_ = this;
   return ages;
 }
 
