@@ -13,7 +13,8 @@
 // observe_exemplar (the same with a trace context: its bucket's exemplar),
 // semaphore (MeteredSemaphore acquire + release), operation (the C++
 // resources-operation scope), operation_abi (the same through the C ABI, by
-// kind), scrape_text / scrape_openmetrics / scrape_protobuf (one scrape of
+// kind), operation_abi_names (the same by name: what a binding writes
+// first), scrape_text / scrape_openmetrics / scrape_protobuf (one scrape of
 // kScrapeWriters writers of 20 series each; the guard divides by the series).
 #include <malloc.h>
 #include <sys/stat.h>
@@ -234,6 +235,14 @@ int instructions(const std::string& probe, long n) {
       gym_operation_queued_k(kind, &queued);
       gym_operation_started_k(kind, 1000, queued, &active);
       gym_operation_finished_k(kind, 2000, GYM_OUTCOME_OK, active);
+    }
+  } else if (probe == "operation_abi_names") {
+    ::setenv(gym::SegmentWriter::kDirEnv, dir.c_str(), 1);
+    for (long i = 0; i < n; ++i) {
+      int64_t queued = 0, active = 0;
+      gym_operation_queued_t("verify", "subprocess", &queued);
+      gym_operation_started_t("verify", "subprocess", 1e-6, queued, &active);
+      gym_operation_finished_t("verify", "subprocess", 2e-6, "ok", active);
     }
   } else if (probe.starts_with("scrape_")) {
     Scrape scrape(kScrapeWriters);

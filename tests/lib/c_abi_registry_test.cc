@@ -108,6 +108,60 @@ TEST(CAbi, EventsByKindLandInTheSeriesOfTheirOperationExecutorAndOutcome) {
   EXPECT_EQ(queue->sum, 9000000);
 }
 
+// The names of the string forms are whole and case-sensitive: a prefix, an
+// extension, another case, an empty string and NULL are refused with a
+// message; every name of each table names its own kind; outcomes that share
+// a first letter (cancelled, crashed) each land in their own series.
+TEST(CAbi, EachNameIsItsKindAndOnlyAWholeNameIsOne) {
+  const int executors = static_cast<int>(kExecutors.size());
+  for (size_t o = 0; o < kOperations.size(); ++o)
+    for (size_t e = 0; e < kExecutors.size(); ++e)
+      EXPECT_EQ(gym_operation_kind(std::string(kOperations[o]).c_str(),
+                                   std::string(kExecutors[e]).c_str()),
+                int(o) * executors + int(e))
+          << kOperations[o] << " " << kExecutors[e];
+  for (const char* bad : {"sub", "subprocesss", "Subprocess", "subprocess ", "", "s"}) {
+    EXPECT_EQ(gym_operation_kind("verify", bad), -GYM_EINVAL) << bad;
+    EXPECT_NE(std::string(gym_last_error()).find("unknown executor"), std::string::npos) << bad;
+  }
+  EXPECT_EQ(gym_operation_kind("verif", "inline"), -GYM_EINVAL);
+  EXPECT_NE(std::string(gym_last_error()).find("unknown operation 'verif'"), std::string::npos);
+  EXPECT_EQ(gym_operation_kind(nullptr, "inline"), -GYM_EINVAL);
+  EXPECT_EQ(gym_operation_kind("tool", nullptr), -GYM_EINVAL);
+
+  testing::TempDir tmp;
+  pid_t pid = testing::spawn([&] {
+    ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
+    int step = 0;
+    for (const char* outcome : {"cancelled", "crashed", "crashed", "crash", "Crashed"}) {
+      ++step;
+      int64_t wait = 0, run = 0;
+      if (gym_operation_queued_t("judge", "thread", &wait) != GYM_OK) return 10 + step;
+      if (gym_operation_started_t("judge", "thread", 0.001, wait, &run) != GYM_OK) return 20 + step;
+      const int rc = gym_operation_finished_t("judge", "thread", 0.002, outcome, run);
+      if (rc != (step <= 3 ? GYM_OK : GYM_EINVAL)) return 30 + step;
+      if (rc != GYM_OK && gym_operation_finished_t("judge", "thread", 0.002, "ok", run) != GYM_OK)
+        return 40 + step;  // refused outcome: the operation still runs
+    }
+    std::fflush(nullptr);
+    ::_exit(0);
+    return 0;
+  });
+  ASSERT_EQ(testing::wait_exit(pid), 0) << "the exit code names the step that failed";
+  RegistryReader reader(tmp.path());
+  const Snapshot& snap = reader.snapshot();
+  auto count = [&](const char* outcome) {
+    const SeriesSample* s = find_series(snap, "gym_resources_operation_duration_seconds",
+                                        {{"nemo_gym_resources_executor", "thread"},
+                                         {"nemo_gym_resources_operation", "judge"},
+                                         {"nemo_gym_resources_operation_outcome", outcome}});
+    return s == nullptr ? 0u : s->count();
+  };
+  EXPECT_EQ(count("cancelled"), 1u);
+  EXPECT_EQ(count("crashed"), 2u);
+  EXPECT_EQ(count("ok"), 2u) << "the two refused outcomes finished as ok";
+}
+
 // Each misuse returns GYM_ESTATE and leaves every count as it was, in the
 // process (gym_limit_active/queued) and in the registry.
 TEST(CAbi, MisuseReturnsAnErrorAndChangesNothing) {

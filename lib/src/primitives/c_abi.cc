@@ -60,6 +60,30 @@ Enum parse_or_throw(const char* what, const char* s, const std::array<std::strin
   return *v;
 }
 
+// A table of names (each a string literal: NUL-terminated) looked up by
+// NUL-terminated strings: the first byte picks the one candidate (or the
+// few), which strcmp then checks whole. What a binding that names its kinds
+// pays three times an operation, instead of a strlen and a comparison with
+// every name.
+template <size_t N>
+struct NameTable {
+  std::array<std::string_view, N> names;
+  std::array<uint8_t, 256> first{};  // by first byte: 1 + the first name's index; 0: none
+  constexpr explicit NameTable(const std::array<std::string_view, N>& table) : names(table) {
+    for (size_t i = N; i-- > 0;) first[static_cast<uint8_t>(table[i][0])] = uint8_t(i + 1);
+  }
+  // The index of `s`, or -1.
+  int find(const char* s) const noexcept {
+    if (s == nullptr || first[static_cast<uint8_t>(s[0])] == 0) return -1;
+    for (size_t i = first[static_cast<uint8_t>(s[0])] - 1u; i < N; ++i)
+      if (names[i][0] == s[0] && std::strcmp(s, names[i].data()) == 0) return static_cast<int>(i);
+    return -1;
+  }
+};
+constexpr NameTable kOperationNames(gym::kOperations);
+constexpr NameTable kExecutorNames(gym::kExecutors);
+constexpr NameTable kOutcomeNames(gym::kOutcomes);
+
 std::optional<std::string_view> optional_name(const char* s) {
   if (s == nullptr) return std::nullopt;
   return std::string_view(s);
@@ -82,27 +106,18 @@ int64_t seconds_to_ns(const char* what, double s) {
   return static_cast<int64_t>(std::llround(std::min(s, 9.2e9) * 1e9));
 }
 
-// Operations in flight per (operation, executor), counted in process memory
-// so that an event that does not fit (started without queued, finished
-// without started) is refused before anything changes. The registry's gauges
-// follow these counts.
-struct OperationCounts {
-  int64_t queued = 0;
-  int64_t active = 0;
-};
-OperationCounts g_operations[gym::kOperations.size()][gym::kExecutors.size()];
-
 // Decrements *v when it is positive; false, changing nothing, otherwise.
+// On a kind's queued or active gauge (Gauge::raw()): an event that does not
+// fit (dequeued or started without queued, finished without started) is
+// refused before anything changes, and the check is the gauge's own update
+// (no count of the C ABI's beside it; it counts the process's operations of
+// the kind, C++ scopes' too).
 bool take_one(int64_t* v) {
   int64_t n = __atomic_load_n(v, __ATOMIC_RELAXED);
   do {
     if (n <= 0) return false;
   } while (!__atomic_compare_exchange_n(v, &n, n - 1, true, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
   return true;
-}
-
-OperationCounts& counts(gym::Operation op, gym::Executor ex) {
-  return g_operations[static_cast<size_t>(op)][static_cast<size_t>(ex)];
 }
 
 // An operation kind of gym_operation_kind: (operation, executor).
@@ -277,21 +292,21 @@ int64_t gym_limit_queued(const gym_limit* l) {
 }
 
 int gym_operation_kind(const char* operation, const char* executor) {
-  int kind = -1;
-  const int rc = guarded([&] {
-    const auto op = parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
-    const auto ex = parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
-    kind = static_cast<int>(op) * static_cast<int>(gym::kExecutors.size()) + static_cast<int>(ex);
+  const int op = kOperationNames.find(operation);
+  const int ex = kExecutorNames.find(executor);
+  if (op >= 0 && ex >= 0) return op * static_cast<int>(gym::kExecutors.size()) + ex;
+  // Why not, in the words of the parsers (the slow path only).
+  return -guarded([&] {
+    parse_or_throw<gym::Operation>("operation", operation, gym::kOperations);
+    parse_or_throw<gym::Executor>("executor", executor, gym::kExecutors);
     return GYM_OK;
   });
-  return rc == GYM_OK ? kind : -rc;
 }
 
 // The events by kind: no strings to parse, durations in integer nanoseconds.
 int gym_operation_queued_k(int kind, int64_t* queued) {
   return guarded([&] {
     const Kind k = kind_or_throw(kind);
-    __atomic_add_fetch(&counts(k.op, k.ex).queued, 1, __ATOMIC_RELAXED);
     const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
     cell.queued.add(1);
     const int64_t t = cell.queued_ages.begin(gym::segment::stamp_now_ns());
@@ -303,11 +318,9 @@ int gym_operation_queued_k(int kind, int64_t* queued) {
 int gym_operation_dequeued_k(int kind, int64_t queued) {
   return guarded([&] {
     const Kind k = kind_or_throw(kind);
-    if (!take_one(&counts(k.op, k.ex).queued))
-      return fail(GYM_ESTATE, "no such operation is queued");
     const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
+    if (!take_one(cell.queued.raw())) return fail(GYM_ESTATE, "no such operation is queued");
     cell.queued_ages.end(queued);
-    cell.queued.add(-1);
     return GYM_OK;
   });
 }
@@ -316,15 +329,12 @@ int gym_operation_started_k(int kind, int64_t queue_ns, int64_t queued, int64_t*
   return guarded([&] {
     const Kind k = kind_or_throw(kind);
     if (queue_ns < 0) throw std::invalid_argument("queue_ns must be >= 0");
-    if (!take_one(&counts(k.op, k.ex).queued))
-      return fail(GYM_ESTATE, "no such operation is queued");
-    __atomic_add_fetch(&counts(k.op, k.ex).active, 1, __ATOMIC_RELAXED);
     const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
+    if (!take_one(cell.queued.raw())) return fail(GYM_ESTATE, "no such operation is queued");
+    cell.active.add(1);
     cell.queue_duration.observe(queue_ns);
     const int64_t t = cell.active_ages.begin(gym::segment::stamp_now_ns());
     cell.queued_ages.end(queued);
-    cell.queued.add(-1);
-    cell.active.add(1);
     if (active != nullptr) *active = t;
     return GYM_OK;
   });
@@ -341,11 +351,9 @@ int gym_operation_finished_kx(int kind, int64_t duration_ns, int outcome, int64_
     if (duration_ns < 0) throw std::invalid_argument("duration_ns must be >= 0");
     if (outcome < 0 || outcome >= static_cast<int>(gym::kOutcomes.size()))
       throw std::invalid_argument("unknown outcome " + std::to_string(outcome));
-    if (!take_one(&counts(k.op, k.ex).active))
-      return fail(GYM_ESTATE, "no such operation is running");
     const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
+    if (!take_one(cell.active.raw())) return fail(GYM_ESTATE, "no such operation is running");
     cell.active_ages.end(active);
-    cell.active.add(-1);
     const gym::Histogram& h = cell.duration(static_cast<gym::Outcome>(outcome));
     if (const std::optional<gym::TraceContext> t = trace_of(trace_id, span_id))
       h.observe(duration_ns, *t);
@@ -381,9 +389,10 @@ int gym_operation_finished_t(const char* operation, const char* executor, double
   const int kind = gym_operation_kind(operation, executor);
   if (kind < 0) return -kind;
   return guarded([&] {
-    const auto out = parse_or_throw<gym::Outcome>("outcome", outcome, gym::kOutcomes);
-    return gym_operation_finished_k(kind, seconds_to_ns("duration_seconds", duration_seconds),
-                                    static_cast<int>(out), active);
+    int out = kOutcomeNames.find(outcome);
+    if (out < 0) out = int(parse_or_throw<gym::Outcome>("outcome", outcome, gym::kOutcomes));
+    return gym_operation_finished_k(kind, seconds_to_ns("duration_seconds", duration_seconds), out,
+                                    active);
   });
 }
 
