@@ -12,7 +12,6 @@
 #include <map>
 #include <thread>
 
-#include "collectors/cpu.h"
 #include "collectors/memory.h"
 #include "gym/server_identity.h"
 #include "server_sampler.h"

@@ -21,9 +21,7 @@
 #include <set>
 #include <thread>
 
-#include "collectors/memory.h"
 #include "host/procfs.h"
-#include "server_sampler.h"
 #include "test_support.h"
 
 namespace gym::exporter {
