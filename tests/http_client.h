@@ -1,5 +1,6 @@
 // A minimal HTTP/1.1 client for tests of the exporter: one request per
-// connection, to 127.0.0.1.
+// connection, to 127.0.0.1; a chunked body is put back together (and
+// checked: a body cut short or badly framed is "<bad chunking>").
 #pragma once
 
 #include <arpa/inet.h>
@@ -34,6 +35,28 @@ inline int connect_loopback(int port) {
   return fd;
 }
 
+// The body of a chunked reply (RFC 9112 7.1), or "<bad chunking>" when it is
+// not one whole chunked body (cut short, a size that is not hex).
+inline std::string dechunk(const std::string& raw) {
+  std::string body;
+  for (size_t at = 0;;) {
+    const size_t eol = raw.find("\r\n", at);
+    if (eol == std::string::npos || eol == at || eol - at > 15) return "<bad chunking>";
+    size_t size = 0;
+    for (size_t i = at; i < eol; ++i) {
+      const char c = char(std::tolower(raw[i]));
+      if (!std::isxdigit(static_cast<unsigned char>(c))) return "<bad chunking>";
+      size = size * 16 + size_t(c <= '9' ? c - '0' : c - 'a' + 10);
+    }
+    at = eol + 2;
+    if (size == 0) return raw.compare(at, std::string::npos, "\r\n") == 0 ? body : "<bad chunking>";
+    if (raw.size() < at + size + 2 || raw.compare(at + size, 2, "\r\n") != 0)
+      return "<bad chunking>";
+    body.append(raw, at, size);
+    at += size + 2;
+  }
+}
+
 inline Response http(int port, const std::string& method, const std::string& path,
                      const std::string& extra_headers = "") {
   Response r;
@@ -66,6 +89,8 @@ inline Response http(int port, const std::string& method, const std::string& pat
     r.headers[name] = value;
   }
   r.body = raw.substr(end + 4);
+  if (r.headers.count("transfer-encoding") != 0 && r.headers["transfer-encoding"] == "chunked")
+    r.body = dechunk(r.body);
   return r;
 }
 

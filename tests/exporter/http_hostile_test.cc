@@ -1,7 +1,8 @@
 // The HTTP loop (http/loop.h) against hostile and slow clients, on real
 // sockets: slow readers hold no worker and a request beside 300 of them is
 // answered; a steady slow reader gets its whole reply; one peer cannot take
-// every connection; a stalled TLS handshake closes at its own deadline; and
+// every connection; a streamed reply reaches a slow TLS reader whole; a
+// stalled TLS handshake closes at its own deadline; and
 // every connection is counted by state and by why it closed (http/stats.h).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -227,6 +228,52 @@ TEST(HttpHostile, AStalledTlsHandshakeClosesAtItsDeadlineInsideTheHeadOne) {
   EXPECT_TRUE(closed_within(fd, 10s)) << "open past the handshake deadline";
   EXPECT_EQ(l.stats.closed_for(HttpStats::kHeadTimeout), 1u);
   ::close(fd);
+}
+
+TEST(HttpHostile, AStreamedReplyThroughTlsToASlowSmallWindowReaderArrivesWhole) {
+  // 64 pieces of 64 KiB, each of its own bytes: what the socket does not
+  // take is held and sent through TLS as the reader reads.
+  HttpLoop::Options o;
+  o.listen_address = "127.0.0.1:0";
+  o.tls = self_signed_context();
+  HttpStats stats;
+  o.stats = &stats;
+  std::string error;
+  std::string expected;
+  for (int i = 0; i < 64; ++i) expected += std::string(65536, char('a' + i % 26)) + "#";
+  auto loop = HttpLoop::start(
+      o,
+      [](const HttpRequest&) {
+        HttpReply reply;
+        reply.headers = "Content-Type: text/plain\r\n";
+        reply.stream = [](const HttpReply::Writer& write) {
+          for (int i = 0; i < 64; ++i) write(std::string(65536, char('a' + i % 26)) + "#");
+        };
+        return reply;
+      },
+      &error);
+  ASSERT_TRUE(loop) << error;
+  const int fd = connect_small_window(loop->port(), 8192);
+  ASSERT_GE(fd, 0);
+  SSL_CTX* client = SSL_CTX_new(TLS_client_method());
+  SSL* ssl = SSL_new(client);
+  SSL_set_fd(ssl, fd);
+  ASSERT_EQ(SSL_connect(ssl), 1);
+  const std::string req = "GET /s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(SSL_write(ssl, req.data(), int(req.size())), int(req.size()));
+  std::this_thread::sleep_for(300ms);  // the server's sends find the window shut
+  std::string raw;
+  char buf[16384];
+  for (int n; (n = SSL_read(ssl, buf, sizeof buf)) > 0;) raw.append(buf, size_t(n));
+  SSL_free(ssl);
+  SSL_CTX_free(client);
+  ::close(fd);
+  const size_t end = raw.find("\r\n\r\n");
+  ASSERT_NE(end, std::string::npos);
+  EXPECT_NE(raw.substr(0, end).find("Transfer-Encoding: chunked"), std::string::npos);
+  const std::string body = testing::dechunk(raw.substr(end + 4));
+  EXPECT_EQ(body.size(), expected.size());
+  EXPECT_TRUE(body == expected) << "the pieces in order, each whole";
 }
 
 TEST(HttpHostile, ConnectionsAreCountedByStateAndClosesByReason) {

@@ -10,11 +10,14 @@
 #include "contract/table.h"
 #include "exposition/exposition.h"
 #include "exposition/negotiate.h"
+#include "gunzip.h"
 #include "http/loop.h"
 #include "http/server.h"
 
 namespace gym::exporter {
 namespace {
+
+using testing::gunzip;
 
 TEST(AcceptEncoding, GzipUnlessItsQualityOrThatOfAStarIsZero) {
   EXPECT_FALSE(accepts_gzip(nullptr));
@@ -34,26 +37,6 @@ TEST(AcceptEncoding, GzipUnlessItsQualityOrThatOfAStarIsZero) {
   EXPECT_TRUE(accepts_gzip("*;q=0, gzip")) << "gzip named and accepted";
   EXPECT_FALSE(accepts_gzip("gzip;q=abc")) << "an unreadable quality is 0";
   EXPECT_FALSE(accepts_gzip("gzip;q=2")) << "out of range";
-}
-
-// What a client's gunzip makes of a body, or "" when it is not one whole
-// gzip stream.
-std::string gunzip(const std::string& in) {
-  z_stream zs{};
-  if (inflateInit2(&zs, 15 + 16) != Z_OK) return "";
-  std::string out;
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = uInt(in.size());
-  int rc = Z_OK;
-  while (rc == Z_OK) {
-    char buf[1 << 16];
-    zs.next_out = reinterpret_cast<Bytef*>(buf);
-    zs.avail_out = sizeof buf;
-    rc = inflate(&zs, Z_NO_FLUSH);
-    out.append(buf, sizeof buf - zs.avail_out);
-  }
-  inflateEnd(&zs);
-  return rc == Z_STREAM_END && zs.avail_in == 0 ? out : "";
 }
 
 TEST(Gzip, ABodyOfManyChunksAndAnEmptyOneComeBackWhole) {

@@ -1,5 +1,6 @@
 #include "exposition/text.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -327,12 +328,13 @@ void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le, const Ex
 // histogram buckets before _count and _sum, timestamps in seconds, and a
 // counter's or histogram's _created sample where known (`extras`).
 // `spec`: the family's row, for its unit (null: none).
+// Samples [from, to) of the family's, its metadata first when from is 0.
 void write_any(const MetricFamily& f, const FamilySpec* spec, const FamilyExtras* extras,
-               std::string& out, bool om) {
+               std::string& out, bool om, size_t from = 0, size_t to = SIZE_MAX) {
   std::string_view family = f.name;
   if (om && f.type == MetricType::Counter && family.ends_with("_total")) family.remove_suffix(6);
   const std::string base(family);
-  write_metadata(f, spec, family, base, out, om);
+  if (from == 0) write_metadata(f, spec, family, base, out, om);
   Samples w{out, base, om, !legacy_name(base, true), {}, {}};
   const char* const total = om && f.type == MetricType::Counter ? "_total" : "";
   auto created = [&](const ClientMetric& m, size_t i) {
@@ -340,7 +342,7 @@ void write_any(const MetricFamily& f, const FamilySpec* spec, const FamilyExtras
       w.value(m, "_created", extras->created[i]);
   };
   BoundTexts le;
-  for (size_t i = 0; i < f.metric.size(); ++i) {
+  for (size_t i = from; i < std::min(to, f.metric.size()); ++i) {
     const ClientMetric& m = f.metric[i];
     w.labels.clear();
     append_labels(w.labels, m);
@@ -377,12 +379,13 @@ void write_text(const std::vector<MetricFamily>& families, std::string& out) {
   for (const MetricFamily& f : families) write_family(f, out);
 }
 
-void write_family(const MetricFamily& f, std::string& out) {
-  write_any(f, nullptr, nullptr, out, false);
+void write_family(const MetricFamily& f, std::string& out, size_t from, size_t to) {
+  write_any(f, nullptr, nullptr, out, false, from, to);
 }
 
-void write_family_openmetrics(const Family& f, const FamilyExtras* extras, std::string& out) {
-  write_any(f, f.spec, extras, out, true);
+void write_family_openmetrics(const Family& f, const FamilyExtras* extras, std::string& out,
+                              size_t from, size_t to) {
+  write_any(f, f.spec, extras, out, true, from, to);
 }
 
 }  // namespace gym::exporter

@@ -8,6 +8,7 @@
 
 #include <prometheus/metric_family.h>
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,8 +18,10 @@
 
 namespace gym::exporter {
 
-// Appends one family to `out`.
-void write_family(const prometheus::MetricFamily& family, std::string& out);
+// Appends one family to `out`: its samples [from, to), its metadata first
+// when from is 0 (a family written in parts).
+void write_family(const prometheus::MetricFamily& family, std::string& out, size_t from = 0,
+                  size_t to = SIZE_MAX);
 // Appends `families` to `out`.
 void write_text(const std::vector<prometheus::MetricFamily>& families, std::string& out);
 
@@ -38,6 +41,11 @@ class TextEncoder : public Encoder {
   void family(const Family& f, const FamilyExtras*, std::string& out) const override {
     write_family(f, out);
   }
+  bool splits() const override { return true; }
+  void family_part(const Family& f, const FamilyExtras*, size_t from, size_t to,
+                   std::string& out) const override {
+    write_family(f, out, from, to);
+  }
 
  private:
   Escaping escaping_;
@@ -45,8 +53,10 @@ class TextEncoder : public Encoder {
 };
 
 // Appends one family in OpenMetrics 1.0.0 text, with _created samples where
-// `extras` (may be null) knows them.
-void write_family_openmetrics(const Family& family, const FamilyExtras* extras, std::string& out);
+// `extras` (may be null) knows them: its samples [from, to), its metadata
+// first when from is 0.
+void write_family_openmetrics(const Family& family, const FamilyExtras* extras, std::string& out,
+                              size_t from = 0, size_t to = SIZE_MAX);
 
 class OpenMetricsEncoder : public Encoder {
  public:
@@ -60,6 +70,11 @@ class OpenMetricsEncoder : public Encoder {
   std::string_view name() const override { return "openmetrics"; }
   void family(const Family& f, const FamilyExtras* extras, std::string& out) const override {
     write_family_openmetrics(f, extras, out);
+  }
+  bool splits() const override { return true; }
+  void family_part(const Family& f, const FamilyExtras* extras, size_t from, size_t to,
+                   std::string& out) const override {
+    write_family_openmetrics(f, extras, out, from, to);
   }
   void finish(std::string& out) const override { out += "# EOF\n"; }
 

@@ -106,6 +106,9 @@ void HttpLoop::State::admit(int fd, std::string peer) {
       stats->closed(HttpStats::kTlsError);
       return;
     }
+    // A write retried after WANT_WRITE may come from another address: what
+    // is held of a streamed reply moves as pieces are added (worker.cc).
+    SSL_set_mode(c->ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
   } else {
     c->handshaken = true;
   }

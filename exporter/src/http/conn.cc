@@ -67,6 +67,43 @@ Sent send_tls(Conn* c, bool* progress) {
 
 }  // namespace
 
+size_t send_with(Conn* c, std::span<const std::string_view> more, Sent* result) {
+  *result = Sent::kAgain;
+  if (c->ssl != nullptr) return 0;
+  bool progress = false;
+  if (c->unsent() > 0 && (*result = send_plain(c, &progress)) != Sent::kAll) return 0;
+  size_t total = 0;
+  for (std::string_view m : more) total += m.size();
+  size_t taken = 0;
+  while (taken < total) {
+    iovec v[4];
+    size_t n = 0, skip = taken;
+    for (std::string_view m : more) {
+      if (skip >= m.size()) {
+        skip -= m.size();
+        continue;
+      }
+      if (n == 4) break;
+      v[n++] = {const_cast<char*>(m.data()) + skip, m.size() - skip};
+      skip = 0;
+    }
+    msghdr h{};
+    h.msg_iov = v;
+    h.msg_iovlen = n;
+    const ssize_t w = ::sendmsg(c->fd, &h, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      taken += size_t(w);
+    } else if (w < 0 && errno == EINTR) {
+      continue;
+    } else {
+      *result = w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? Sent::kAgain : Sent::kFailed;
+      return taken;
+    }
+  }
+  *result = Sent::kAll;
+  return taken;
+}
+
 Sent send_some(Conn* c, bool* progress) {
   return c->ssl != nullptr ? send_tls(c, progress) : send_plain(c, progress);
 }

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <list>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -32,7 +33,7 @@ struct Conn {
   bool eof = false;                    // the peer sent all it will
   bool closing = false;                // answered: to close, after lingering
   bool notified = false;               // TLS close_notify sent
-  bool failed = false;                 // a send failed: to close at once
+  bool failed = false;                 // a send or a stream failed: closed at once
   uint32_t requests = 0;               // answered on it
   HttpStats::State state = HttpStats::kWaiting;
   HttpStats::Close why = HttpStats::kPeerClosed;  // counted when it closes
@@ -51,6 +52,11 @@ enum class Sent { kAll, kAgain, kFailed };
 // Sends what the socket takes now of c's reply; `progress` is set when any
 // byte went.
 Sent send_some(Conn* c, bool* progress);
+// Plain HTTP: sends what is held of c's reply, then as much of `more` (not
+// held: a streamed piece) as the socket takes now, without copying it.
+// Returns the bytes of `more` sent, the rest to be held by the caller;
+// `result` says whether all went. TLS: sends nothing (returns 0, kAgain).
+size_t send_with(Conn* c, std::span<const std::string_view> more, Sent* result);
 // Whether the peer acknowledged bytes of the reply since the last look
 // (SIOCOUTQ fell): progress even when the socket reports no room.
 bool acknowledged(Conn* c);

@@ -14,7 +14,8 @@
 //              of a kept-alive connection (idle_timeout).
 //   ready      the queue under the lock: a whole head, for the next worker.
 //   serving    one worker: the handler runs, the reply is rendered and one
-//              send tried. Pipelined requests already here are served in turn.
+//              send tried (a streamed reply: one send a piece as it is
+//              rendered). Pipelined requests already here are served in turn.
 //   sending    the reactor: what the socket did not take at once is sent as
 //              the peer reads. Progress is the bytes the kernel accepted or
 //              the peer acknowledged (a 4 MiB send buffer may not report
@@ -46,6 +47,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "http/request.h"
 #include "http/stats.h"
@@ -54,13 +56,23 @@ struct ssl_ctx_st;
 
 namespace gym::exporter {
 
-// A reply: the status line and headers (without Content-Length and
-// Connection, which the loop adds), and the body.
+// A reply: the status line and headers (without Content-Length,
+// Transfer-Encoding and Connection, which the loop adds), and the body.
 struct HttpReply {
   int status = 200;
   std::string headers;  // "Name: value\r\n" lines
   std::string body;
   bool head_only = false;  // HEAD: Content-Length of body, no body sent
+  // Or a body rendered as it is sent: called once, by the worker, with a
+  // writer for its pieces. To an HTTP/1.1 GET each piece is sent as it
+  // comes (chunked), what the socket does not take at once queued for the
+  // reactor: the body is never held whole unless its reader is slow, and
+  // the stream never waits on the socket. For HEAD and HTTP/1.0 it is
+  // rendered into `body` first. If it throws once pieces are sent, the
+  // connection closes without the last chunk: the reply is cut short, never
+  // taken for whole.
+  using Writer = std::function<void(std::string_view)>;
+  std::function<void(const Writer&)> stream;
 };
 
 class HttpLoop {

@@ -215,7 +215,7 @@ void HttpLoop::State::take_back() {
   }
   for (Conn* c : back) {
     if (c->failed) {
-      drop(c, HttpStats::kPeerClosed);
+      drop(c, c->why);  // a send failed (peer_closed), or a stream (bad_request)
     } else if (c->unsent() > 0) {
       enter(c, HttpStats::kSending);
       sending_bytes += c->unsent();

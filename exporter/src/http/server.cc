@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <set>
+#include <stdexcept>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -139,7 +140,16 @@ HttpReply HttpServer::reply(int status, const char* type, std::string body, bool
 HttpReply HttpServer::handle(const HttpRequest& req) {
   const size_t to = route(req.path);
   HttpReply r = serve(req, to);
-  SelfMetrics::process().count_request(to, r.status);
+  if (!r.stream) {
+    SelfMetrics::process().count_request(to, r.status);
+    return r;
+  }
+  // A streamed reply is counted once rendered, as a whole one: a scrape
+  // does not count itself.
+  r.stream = [inner = std::move(r.stream), to, status = r.status](const HttpReply::Writer& w) {
+    inner(w);
+    SelfMetrics::process().count_request(to, status);
+  };
   return r;
 }
 
@@ -166,26 +176,38 @@ HttpReply HttpServer::serve(const HttpRequest& req, size_t to) {
   }
 }
 
+// The exposition streamed: rendered, compressed and sent a piece at a time
+// (http/loop.h), so that a scrape holds a few pieces, not the reply once
+// plain and once compressed.
 HttpReply HttpServer::serve_telemetry(const HttpRequest& req, bool head) {
   const char* accept = req.header("accept");
   const Format format = negotiate(accept);
-  const Encoder& encoder = encoder_for(format, escaping(accept, format));
-  const std::string content_type(encoder.content_type());
-  std::string body = exposition_->render(encoder, requested_names(req.query));
-  const bool gzip = accepts_gzip(req.header("accept-encoding"));
-  if (log_enabled(spdlog::level::debug))
-    log_event(spdlog::level::debug, "scrape",
-              {{"format", std::string(encoder.name())},
-               {"bytes", std::to_string(body.size())},
-               {"gzip", gzip ? "true" : "false"}});
-  // Vary on every reply, gzipped or not: caches must key on both.
-  // Compression that failed (no memory for zlib's state) leaves the reply
-  // plain: even an empty body compresses to a nonempty gzip stream.
-  if (std::string zipped = gzip ? gzip_compress(body) : std::string(); !zipped.empty())
-    return reply(200, content_type.c_str(), std::move(zipped), head,
-                 "Content-Encoding: gzip\r\nVary: Accept, Accept-Encoding\r\n");
-  return reply(200, content_type.c_str(), std::move(body), head,
-               "Vary: Accept, Accept-Encoding\r\n");
+  const Encoder* encoder = &encoder_for(format, escaping(accept, format));
+  // Compression that cannot start (no memory for zlib's state) leaves the
+  // reply plain. Vary on every reply, gzipped or not: caches must key on both.
+  std::shared_ptr<GzipStream> zip;
+  if (accepts_gzip(req.header("accept-encoding"))) zip = std::make_shared<GzipStream>();
+  if (zip && !zip->ok()) zip.reset();
+  HttpReply r = reply(200, std::string(encoder->content_type()).c_str(), {}, head,
+                      zip ? "Content-Encoding: gzip\r\nVary: Accept, Accept-Encoding\r\n"
+                          : "Vary: Accept, Accept-Encoding\r\n");
+  r.stream = [this, encoder, zip, names = requested_names(req.query)](const HttpReply::Writer& to) {
+    size_t bytes = 0;
+    if (!zip) {
+      bytes = exposition_->render(*encoder, names, to);
+    } else {
+      bytes = exposition_->render(*encoder, names, [&](std::string_view piece) {
+        if (!zip->add(piece, to)) throw std::runtime_error("gzip failed");
+      });
+      if (!zip->finish(to)) throw std::runtime_error("gzip failed");
+    }
+    if (log_enabled(spdlog::level::debug))
+      log_event(spdlog::level::debug, "scrape",
+                {{"format", std::string(encoder->name())},
+                 {"bytes", std::to_string(bytes)},
+                 {"gzip", zip ? "true" : "false"}});
+  };
+  return r;
 }
 
 }  // namespace gym::exporter

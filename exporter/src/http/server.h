@@ -12,10 +12,13 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 
 #include "exposition/exposition.h"
 #include "http/loop.h"
 #include "web_config.h"
+
+struct z_stream_s;
 
 namespace gym::exporter {
 
@@ -66,8 +69,34 @@ class HttpServer {
   std::unique_ptr<HttpLoop> loop_;  // last: stopped first
 };
 
-// gzip of `in` (RFC 1952).
+// gzip of `in` (RFC 1952); empty when zlib fails (no memory for its state).
 std::string gzip_compress(const std::string& in);
+
+// gzip of a body that comes in pieces (RFC 1952): each piece compressed as
+// it comes, what deflate makes handed on as it fills a piece of kPiece
+// bytes (and at the end), so that neither the whole input nor the whole
+// output is ever held.
+class GzipStream {
+ public:
+  using Sink = std::function<void(std::string_view)>;
+  static constexpr size_t kPiece = size_t{64} << 10;
+  GzipStream();
+  ~GzipStream();
+  GzipStream(const GzipStream&) = delete;
+  GzipStream& operator=(const GzipStream&) = delete;
+  // False when zlib had no memory for its state, or a call failed.
+  bool ok() const { return ok_; }
+  // Compresses `in`, handing `to` what deflate made of it so far.
+  bool add(std::string_view in, const Sink& to);
+  // Ends the stream, handing `to` the rest.
+  bool finish(const Sink& to);
+
+ private:
+  bool run(std::string_view in, int flush, const Sink& to);
+  std::unique_ptr<z_stream_s> zs_;
+  std::string out_;  // one piece of deflate's output
+  bool ok_ = false;
+};
 // Whether an Accept-Encoding header value accepts gzip (q-values honoured:
 // "gzip;q=0" refuses it, "*" accepts it unless gzip is refused).
 bool accepts_gzip(const char* accept_encoding);

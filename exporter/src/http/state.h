@@ -99,6 +99,12 @@ struct HttpLoop::State : std::enable_shared_from_this<HttpLoop::State> {
   static void work_loop(std::shared_ptr<State> self);
   void serve(Conn* c);
   bool answer(Conn* c);
+  void reply_to(Conn* c, const HttpRequest& req);
+  HttpReply run_handler(const HttpRequest& req);
+  void stream_body(Conn* c, const HttpReply& reply);
+  bool send_held(Conn* c);
+  static void held_sent(Conn* c);
+  static void forget_sent(Conn* c);
 };
 
 }  // namespace gym::exporter

@@ -2,6 +2,7 @@
 // time, renders the reply and tries one send; what the socket does not take
 // at once, the reactor sends (loop.h). A worker never waits on a peer.
 #include <algorithm>
+#include <cstdio>
 
 #include "http/state.h"
 
@@ -45,6 +46,20 @@ void HttpLoop::State::serve(Conn* c) {
   wake_reactor();
 }
 
+namespace {
+// The status line and headers of `reply`: its length, or chunked.
+std::string head_of(const HttpReply& reply, bool chunked, bool close, int minor) {
+  return "HTTP/1.1 " + std::to_string(reply.status) + " " + http::reason_of(reply.status) + "\r\n" +
+         reply.headers +
+         (chunked ? std::string("Transfer-Encoding: chunked\r\n")
+                  : "Content-Length: " + std::to_string(reply.body.size()) + "\r\n") +
+         (close        ? "Connection: close\r\n"
+          : minor == 0 ? "Connection: keep-alive\r\n"  // as Go's server
+                       : "") +
+         "\r\n";
+}
+}  // namespace
+
 // Answers the request at the head of c->in. Returns whether another one is
 // here to answer now (its reply sent whole, the connection kept).
 bool HttpLoop::State::answer(Conn* c) {
@@ -53,60 +68,152 @@ bool HttpLoop::State::answer(Conn* c) {
   const int bad =
       end > kMaxHead ? 431 : parse_request_head(std::string_view(c->in).substr(0, end), &req);
   c->in.erase(0, end);
-  HttpReply reply;
-  bool close = c->eof;
+  ++c->requests;
+  c->sent = 0;
+  c->reply_deadline = Clock::now() + opts.reply_timeout;
   if (bad != 0) {
     stats->refused(bad);
     c->out_head = http::refusal(bad);
-    close = true;
+    c->closing = true;
     c->why = HttpStats::kBadRequest;
   } else {
-    // A body (none is expected) is skipped when it is all here; otherwise
-    // the connection closes after the reply (the parser refused a length
-    // that is not one number: 400 and close).
-    close = close || !req.keep_alive || req.transfer_encoding;
-    if (req.content_length) {
-      if (*req.content_length > c->in.size())
-        close = true;
-      else
-        c->in.erase(0, size_t(*req.content_length));
-    }
-    try {
-      reply = handler(req);
-    } catch (...) {  // out of memory, most likely: this request fails, not the exporter
-      stats->refused(500);
-      reply =
-          HttpReply{500, "Content-Type: text/plain; charset=utf-8\r\n", "Internal Server Error\n"};
-    }
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      close = close || stopping;
-    }
-    c->out_head = "HTTP/1.1 " + std::to_string(reply.status) + " " + http::reason_of(reply.status) +
-                  "\r\n" + reply.headers + "Content-Length: " + std::to_string(reply.body.size()) +
-                  "\r\n" +
-                  (close            ? "Connection: close\r\n"
-                   : req.minor == 0 ? "Connection: keep-alive\r\n"  // as Go's server
-                                    : "") +
-                  "\r\n";
-    if (!reply.head_only && reply.body.size() < 4096)
-      c->out_head += reply.body;  // one send
-    else if (!reply.head_only)
-      c->out_body = std::move(reply.body);
-    if (close) c->why = HttpStats::kDone;
+    reply_to(c, req);
   }
-  ++c->requests;
+  if (!send_held(c)) return false;  // the reactor sends the rest, or closes
+  std::string().swap(c->out_body);
+  return !c->closing && http::head_end(c->in) != 0;  // pipelined
+}
+
+void HttpLoop::State::reply_to(Conn* c, const HttpRequest& req) {
+  // A body (none is expected) is skipped when it is all here; otherwise the
+  // connection closes after the reply (the parser refused a length that is
+  // not one number: 400 and close).
+  bool close = c->eof || !req.keep_alive || req.transfer_encoding;
+  if (req.content_length) {
+    if (*req.content_length > c->in.size())
+      close = true;
+    else
+      c->in.erase(0, size_t(*req.content_length));
+  }
+  HttpReply reply = run_handler(req);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    close = close || stopping;
+  }
   c->closing = close;
-  c->sent = 0;
-  c->reply_deadline = Clock::now() + opts.reply_timeout;
+  if (close) c->why = HttpStats::kDone;
+  const bool chunked = bool(reply.stream);
+  c->out_head = head_of(reply, chunked, close, req.minor);
+  if (chunked) return stream_body(c, reply);
+  if (!reply.head_only && reply.body.size() < 4096)
+    c->out_head += reply.body;  // one send
+  else if (!reply.head_only)
+    c->out_body = std::move(reply.body);
+}
+
+// The handler's reply; a streamed one rendered whole when it cannot be
+// streamed (HEAD, HTTP/1.0).
+HttpReply HttpLoop::State::run_handler(const HttpRequest& req) {
+  try {
+    HttpReply reply = handler(req);
+    if (reply.stream && (reply.head_only || req.minor == 0)) {
+      reply.stream([&reply](std::string_view piece) { reply.body.append(piece); });
+      reply.stream = nullptr;
+    }
+    return reply;
+  } catch (...) {  // out of memory, most likely: this request fails, not the exporter
+    stats->refused(500);
+    HttpReply failed;
+    failed.status = 500;
+    failed.headers = "Content-Type: text/plain; charset=utf-8\r\n";
+    failed.body = "Internal Server Error\n";
+    return failed;
+  }
+}
+
+// Sends a streamed body as it is rendered: each piece framed as a chunk,
+// appended to what is unsent, and one send tried; what the socket does not
+// take waits for the reactor (the stream never waits on the peer). A stream
+// that fails is a 500 before its first piece, and after it a reply cut
+// short: closed without its last chunk.
+void HttpLoop::State::stream_body(Conn* c, const HttpReply& reply) {
+  bool started = false;
+  const auto write = [&](std::string_view piece) {
+    if (piece.empty() || c->failed) return;
+    started = true;
+    char size[24];
+    const int n = std::snprintf(size, sizeof size, "%zx\r\n", piece.size());
+    const std::string_view chunk[] = {{size, size_t(n)}, piece, "\r\n"};
+    // Sent from the piece itself as far as the socket takes it; the rest
+    // held (a copy) for the reactor.
+    http::Sent r;
+    size_t skip = http::send_with(c, chunk, &r);
+    if (r == http::Sent::kFailed) {
+      c->failed = true;
+      c->why = HttpStats::kPeerClosed;
+      return;
+    }
+    if (r == http::Sent::kAll) return held_sent(c);
+    for (std::string_view part : chunk) {
+      if (skip < part.size()) c->out_body.append(part.substr(skip));
+      skip -= std::min(skip, part.size());
+    }
+    if (c->ssl != nullptr)
+      (void)send_held(c);  // TLS sends only what is held
+    else
+      forget_sent(c);
+  };
+  try {
+    reply.stream(write);
+    c->out_body += "0\r\n\r\n";
+  } catch (...) {  // out of memory, most likely: this request fails, not the exporter
+    stats->refused(500);
+    c->why = HttpStats::kBadRequest;
+    if (started) {
+      c->failed = true;
+      return;
+    }
+    c->out_head = http::refusal(500);
+    c->out_body.clear();
+    c->closing = true;
+  }
+}
+
+// Sends what the socket takes now of c's reply. Returns whether all of it
+// went.
+bool HttpLoop::State::send_held(Conn* c) {
+  if (c->failed) return false;
   bool moved = false;
   const http::Sent r = http::send_some(c, &moved);
-  if (r == http::Sent::kFailed) c->failed = true;
-  if (r != http::Sent::kAll) return false;  // the reactor sends the rest, or closes
+  if (r == http::Sent::kAll) {
+    held_sent(c);
+    return true;
+  }
+  if (r == http::Sent::kFailed) {
+    c->failed = true;
+    c->why = HttpStats::kPeerClosed;
+  } else {
+    forget_sent(c);
+  }
+  return false;
+}
+
+// What went of the body held is dropped from the front once it is half of
+// it (each byte moved once on average).
+void HttpLoop::State::forget_sent(Conn* c) {
+  if (c->sent <= c->out_head.size()) return;
+  const size_t went = c->sent - c->out_head.size();
+  if (2 * went < c->out_body.size()) return;
+  c->out_body.erase(0, went);
+  c->sent = c->out_head.size();
+}
+
+// All that was held of c's reply is sent: none is (its memory kept for the
+// next piece).
+void HttpLoop::State::held_sent(Conn* c) {
   c->out_head.clear();
-  std::string().swap(c->out_body);
+  c->out_body.clear();
   c->sent = 0;
-  return !close && http::head_end(c->in) != 0;  // pipelined
 }
 
 }  // namespace gym::exporter
