@@ -253,8 +253,11 @@ int instructions(const std::string& probe, long n) {
     if (format == "openmetrics") encoder = std::make_unique<gym::exporter::OpenMetricsEncoder>();
     if (format == "protobuf") encoder = std::make_unique<gym::exporter::ProtobufEncoder>();
     if (!encoder) return 2;
+    // As a scrape is served: rendered in pieces, each handed on (here
+    // counted) as it is made.
     size_t bytes = 0;
-    for (long i = 0; i < n; ++i) bytes += scrape.exposition->render(*encoder).size();
+    const auto count = [&bytes](std::string_view piece) { bytes += piece.size(); };
+    for (long i = 0; i < n; ++i) scrape.exposition->render(*encoder, {}, count);
     if (bytes == 0) return 1;
   } else {
     return 2;

@@ -18,10 +18,12 @@ import os
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -96,10 +98,27 @@ def private_kib(pid):
     return total
 
 
+def scrape(port, gzip=False):
+    """One scrape of /metrics, timed by the caller: the reply read off the
+    socket as it comes and dropped (a Go client parses as it reads), not
+    through urllib, whose reading takes longer than the exporter's work."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" +
+                  (b"Accept-Encoding: gzip\r\n" if gzip else b"") + b"\r\n")
+        buf = bytearray(1 << 22)
+        n = s.recv_into(buf)
+        head = bytes(buf[:n])
+        while n := s.recv_into(buf):
+            pass
+    assert head.startswith(b"HTTP/1.1 200"), head[:100]
+
+
 def exporter_memory(build, segments, scrapes=10):
     """gym-exporter serving `segments` live segments, as a dict: VmRSS (KiB)
     at start (`rss_before`) and after the scrapes (`rss`), private KiB before
-    and after them (`private_before`, `private`), median HTTP scrape seconds
+    and after them (`private_before`, `private`), RssAnon (KiB) before them
+    and its peak while they are served (`anon_before`, `anon_peak`, sampled
+    every millisecond), median HTTP scrape seconds
     plain and gzipped (`plain`, `gzip`), and the plain body's bytes
     (`bytes`)."""
     directory = tempfile.mkdtemp(prefix="gym-bench-rss-", dir="/dev/shm")
@@ -125,18 +144,31 @@ def exporter_memory(build, segments, scrapes=10):
             with open(f"/proc/{exporter.pid}/status") as f:
                 return int(re.search(field + r":\s+(\d+)", f.read()).group(1))
 
-        before, private_before = rss(), private_kib(exporter.pid)
+        before, private_before, anon_before = rss(), private_kib(exporter.pid), rss("RssAnon")
+        # The peak of private (anonymous) memory while it serves: RssAnon
+        # sampled every millisecond (VmHWM counts the mapped segments too).
+        anon_peak = [anon_before]
+        serving = threading.Event()
+
+        def watch():
+            while not serving.is_set():
+                anon_peak[0] = max(anon_peak[0], rss("RssAnon"))
+                time.sleep(0.001)
+        watcher = threading.Thread(target=watch)
+        watcher.start()
         times, gzipped = [], []
         for _ in range(scrapes):
             start = time.perf_counter()
-            body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60).read()
+            scrape(port)
             times.append(time.perf_counter() - start)
-            req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics",
-                                         headers={"Accept-Encoding": "gzip"})
             start = time.perf_counter()
-            urllib.request.urlopen(req, timeout=60).read()
+            scrape(port, gzip=True)
             gzipped.append(time.perf_counter() - start)
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60).read()
+        serving.set()
+        watcher.join()
         return {"rss_before": before, "rss": rss(), "peak": rss("VmHWM"),
+                "anon_before": anon_before, "anon_peak": anon_peak[0],
                 "private_before": private_before,
                 "private": private_kib(exporter.pid), "plain": statistics.median(times),
                 "gzip": statistics.median(gzipped), "bytes": len(body)}
