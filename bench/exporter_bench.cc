@@ -7,7 +7,9 @@
 //
 //   exporter_bench [benchmark flags]
 //   exporter_bench --hold-segments=N --dir=DIR [--shared-labels]
-//                                     (keeps N live segments until killed)
+//                  [--shape=footprint] (keeps N live segments until killed;
+//                                     footprint: the cost guard's shape of
+//                                     three limits and twenty operations)
 #include <benchmark/benchmark.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -17,10 +19,13 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <semaphore>
 #include <sstream>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -29,6 +34,8 @@
 #include "exposition/protobuf.h"
 #include "exposition/text.h"
 #include "gym/contract.h"
+#include "gym/metered_semaphore.h"
+#include "gym/resources_operation.h"
 #include "gym/segment_writer.h"
 #include "http/server.h"
 #include "scratch_dir.h"
@@ -83,6 +90,50 @@ struct Writers {
         h.observe(int64_t(w) * 1000000);
       }
       writers.push_back(std::move(writer));
+    }
+  }
+};
+
+// The cost guard's footprint shape a writer (`--shape=footprint`): three
+// limits with admission timeouts, of a server of its own (one wait timed
+// out, one cancelled), and twenty resources operations of one kind.
+struct FootprintWriters {
+  std::vector<std::unique_ptr<gym::SegmentWriter>> writers;
+  std::vector<std::unique_ptr<gym::MeteredSemaphore>> limits;
+  std::vector<std::unique_ptr<gym::OperationMetrics>> operations;
+  FootprintWriters(const std::string& dir, int count) {
+    using namespace std::chrono_literals;
+    for (int w = 0; w < count; ++w) {
+      auto& writer = *writers.emplace_back(std::make_unique<gym::SegmentWriter>(dir));
+      const std::string server = "server-" + std::to_string(w);
+      auto limit = [&](const char* name, gym::MeteredSemaphore::Duration timeout) {
+        return limits
+            .emplace_back(std::make_unique<gym::MeteredSemaphore>(1, gym::Component::kAgentServer,
+                                                                  name, server, timeout, writer))
+            .get();
+      };
+      gym::MeteredSemaphore* timed = limit("timed", 1ms);
+      gym::MeteredSemaphore* cancelled = limit("cancelled", 60s);
+      limit("queued", 60s);
+      timed->acquire();
+      try {
+        timed->acquire();
+      } catch (const gym::AdmissionTimeout&) {
+      }
+      timed->release();
+      cancelled->acquire();
+      std::stop_source stop;
+      stop.request_stop();
+      try {
+        cancelled->acquire(stop.get_token());
+      } catch (const gym::AdmissionCancelled&) {
+      }
+      cancelled->release();
+      auto& metrics = *operations.emplace_back(std::make_unique<gym::OperationMetrics>(writer));
+      std::counting_semaphore<> free(4);
+      for (int i = 0; i < 20; ++i)
+        gym::ResourcesOperation op(free, gym::Operation::kVerify, gym::Executor::kSubprocess, {},
+                                   metrics);
     }
   }
 };
@@ -239,15 +290,21 @@ BENCHMARK(scrape_prometheus_cpp)
 
 int main(int argc, char** argv) {
   int hold = 0;
-  std::string dir;
+  std::string dir, shape;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--hold-segments=", 16) == 0) hold = std::atoi(argv[i] + 16);
     if (std::strncmp(argv[i], "--dir=", 6) == 0) dir = argv[i] + 6;
     if (std::strcmp(argv[i], "--shared-labels") == 0) g_shared_labels = true;
+    if (std::strncmp(argv[i], "--shape=", 8) == 0) shape = argv[i] + 8;
   }
   if (hold > 0) {
     raise_fd_limit();
-    Writers writers(dir, hold);
+    std::unique_ptr<Writers> writers;
+    std::unique_ptr<FootprintWriters> footprint;
+    if (shape == "footprint")
+      footprint = std::make_unique<FootprintWriters>(dir, hold);
+    else
+      writers = std::make_unique<Writers>(dir, hold);
     std::printf("ready\n");
     std::fflush(stdout);
     ::pause();

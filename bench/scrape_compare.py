@@ -113,8 +113,9 @@ def scrape(port, gzip=False):
     assert head.startswith(b"HTTP/1.1 200"), head[:100]
 
 
-def exporter_memory(build, segments, scrapes=10):
-    """gym-exporter serving `segments` live segments, as a dict: VmRSS (KiB)
+def exporter_memory(build, segments, scrapes=10, shape=None):
+    """gym-exporter serving `segments` live segments (each of 20 series, or
+    of exporter_bench's `shape`), as a dict: VmRSS (KiB)
     at start (`rss_before`) and after the scrapes (`rss`), private KiB before
     and after them (`private_before`, `private`), RssAnon (KiB) before them
     and its peak while they are served (`anon_before`, `anon_peak`, sampled
@@ -123,7 +124,8 @@ def exporter_memory(build, segments, scrapes=10):
     (`bytes`)."""
     directory = tempfile.mkdtemp(prefix="gym-bench-rss-", dir="/dev/shm")
     holder = subprocess.Popen([f"{build}/bench/exporter_bench", f"--hold-segments={segments}",
-                               f"--dir={directory}"], stdout=subprocess.PIPE, text=True)
+                               f"--dir={directory}"] + ([f"--shape={shape}"] if shape else []),
+                              stdout=subprocess.PIPE, text=True)
     exporter = None
     log = tempfile.NamedTemporaryFile(mode="w+", delete=False)
     try:
