@@ -19,6 +19,7 @@
 #include <malloc.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -197,6 +198,24 @@ double heap_per_series() {
   return double(after - before) / (kScrapeWriters * kSeriesPerWriter);
 }
 
+// What a streamed scrape holds at its peak: the heap's growth over two
+// streamed scrapes of kScrapeWriters writers (after a first whole one),
+// looked at as each piece is handed on, over their series: the buffer a
+// piece is rendered into, kept between scrapes. A reply built whole, or
+// held as it is handed on, shows here as its size.
+double scrape_peak_heap_per_series() {
+  auto scrape = std::make_unique<Scrape>(kScrapeWriters);
+  scrape->open();
+  const gym::exporter::TextEncoder text;
+  // Blocks of the arenas and blocks mapped on their own (a large buffer).
+  const auto heap = [] { return mallinfo2().uordblks + mallinfo2().hblkhd; };
+  const size_t before = heap();
+  size_t peak = before;
+  const auto look = [&](std::string_view) { peak = std::max(peak, heap()); };
+  for (int i = 0; i < 2; ++i) scrape->exposition->render(text, {}, look);
+  return double(peak - before) / (kScrapeWriters * kSeriesPerWriter);
+}
+
 int instructions(const std::string& probe, long n) {
   const std::string dir = gym::bench::scratch_dir("gym-cost-probe");
   gym::SegmentWriter writer(dir);
@@ -278,6 +297,7 @@ int main(int argc, char** argv) {
     std::printf("shm_bytes_table_shape %zu\n", shm_table_shape());
     std::printf("shm_bytes_exemplars_per_histogram %zu\n", shm_exemplars_per_histogram());
     std::printf("heap_bytes_per_series %.0f\n", heap_per_series());
+    std::printf("heap_bytes_scrape_peak_per_series %.0f\n", scrape_peak_heap_per_series());
     std::printf("scrape_series %d\n", kScrapeWriters * kSeriesPerWriter);
     return 0;
   }
