@@ -71,6 +71,10 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
       return nullptr;
     }
   }
+  // spdlog's registry (a function-local static of its library) made here,
+  // before the loop's threads: workers that met it first at once raced on
+  // its making (ThreadSanitizer, the first scrapes of a test).
+  (void)log_enabled(spdlog::level::debug);
   std::string why;
   HttpServer* self = server.get();
   server->loop_ = HttpLoop::start(
