@@ -4,7 +4,9 @@
 // real segment made by the writer (counters, gauges, histograms, one with
 // native buckets and exemplars):
 //   byte 0: flags (bit 0: hold the owner lock, so the segment is live and
-//           read as such; bit 1: truncate the file to the length in bytes 1-4)
+//           read as such; bit 1: truncate the file to the length in bytes 1-4;
+//           bit 2: the segment in the layout of formats 1 to 6, records of
+//           1 KiB with their text inline, instead of format 7's string area)
 //   then patches: [offset: 4 bytes LE][length: 1 byte][bytes], the offset
 //   taken modulo the segment's size.
 // The reader must neither crash nor read out of bounds, whatever the bytes.
@@ -18,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "../tests/inline_segment.h"
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
 
@@ -70,6 +73,12 @@ const std::vector<unsigned char>& segment_template() {
   return bytes;
 }
 
+// The same segment in the inline layout (format 6).
+const std::vector<unsigned char>& inline_template() {
+  static const std::vector<unsigned char> bytes = gym::testing::inline_layout(segment_template());
+  return bytes;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -83,9 +92,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     });
     return d;
   }();
-  std::vector<unsigned char> seg = segment_template();
   size_t pos = 0;
   uint8_t flags = size > 0 ? data[pos++] : 0;
+  std::vector<unsigned char> seg = (flags & 4) ? inline_template() : segment_template();
+  if (seg.empty()) std::abort();
   uint32_t truncate_to = 0;
   if (flags & 2) {
     if (size < pos + 4) return 0;

@@ -23,6 +23,7 @@
 #include "gym/resources_operation.h"
 #include "gym/segment_writer.h"
 #include "gym/trace_context.h"
+#include "inline_segment.h"
 #include "test_support.h"
 
 namespace gym {
@@ -203,6 +204,19 @@ TEST(Exemplars, AnOlderFormatVersionHasNoneWhateverItsRecordSays) {
   SegmentWriter w(tmp.path());
   Histogram h = w.histogram("op_seconds", {}, kBounds, 1e9);
   h.observe(5000000, trace_of(4));
+  {
+    RegistryReader reader(tmp.path());
+    const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->exemplars.size(), 3u) << "version 7: read";
+  }
+  ASSERT_TRUE(testing::rewrite_inline(w.path()));
+  {
+    RegistryReader reader(tmp.path());
+    const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
+    ASSERT_NE(s, nullptr);
+    EXPECT_EQ(s->exemplars.size(), 3u) << "version 6 (records inline): read";
+  }
   // The same bytes labelled version 5: exemplar_line was a reserved zero
   // word then, and is not read.
   const int fd = ::open(w.path().c_str(), O_RDWR);
@@ -210,12 +224,6 @@ TEST(Exemplars, AnOlderFormatVersionHasNoneWhateverItsRecordSays) {
   void* map = ::mmap(nullptr, segment::kHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ASSERT_NE(map, MAP_FAILED);
   auto* header = static_cast<segment::Header*>(map);
-  {
-    RegistryReader reader(tmp.path());
-    const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
-    ASSERT_NE(s, nullptr);
-    EXPECT_EQ(s->exemplars.size(), 3u) << "version 6: read";
-  }
   header->format_version = 5;
   {
     RegistryReader reader(tmp.path());
@@ -224,7 +232,6 @@ TEST(Exemplars, AnOlderFormatVersionHasNoneWhateverItsRecordSays) {
     EXPECT_EQ(s->count(), 1u);
     EXPECT_TRUE(s->exemplars.empty()) << "version 5: none";
   }
-  header->format_version = segment::kFormatVersion;
   ::munmap(map, segment::kHeaderBytes);
   ::close(fd);
 }
@@ -242,7 +249,7 @@ TEST(Exemplars, ASlotBeingWrittenIsNeitherServedNorOverwritten) {
   void* map = ::mmap(nullptr, segment::kTotalBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   ASSERT_NE(map, MAP_FAILED);
   auto* base = static_cast<unsigned char*>(map);
-  const auto* record = reinterpret_cast<const segment::Record*>(base + segment::kRecordsOffset);
+  const auto* record = reinterpret_cast<const segment::RecordHead*>(base + segment::kRecordsOffset);
   ASSERT_NE(record->exemplar_line, 0u);
   ASSERT_NE(record->exemplar_line, segment::kNoExemplarLine);
   auto* slot = reinterpret_cast<segment::ExemplarSlot*>(

@@ -21,6 +21,7 @@
 
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
+#include "inline_segment.h"
 #include "test_support.h"
 
 namespace gym {
@@ -161,8 +162,8 @@ TEST(NativeHistogram, ThreadsAForkedChildAndTheFoldedTotalsKeepEveryObservationI
 
 // Version 5 keeps one native array per histogram; a segment of version 4
 // (each shard with native counts of its own, between its buckets and its
-// sum, as older writers still make them) is read as before: the shards'
-// buckets, native counts and sums add up.
+// sum, in the inline layout, as older writers still make them) is read as
+// before: the shards' buckets, native counts and sums add up.
 TEST(NativeHistogram, AVersion4SegmentsPerShardNativeCountsAreAddedUp) {
   TempDir tmp;
   const int64_t bounds[] = {1000000, 100000000};  // 1 ms, 100 ms
@@ -171,10 +172,12 @@ TEST(NativeHistogram, AVersion4SegmentsPerShardNativeCountsAreAddedUp) {
   std::string seg;
   for (const auto& e : std::filesystem::directory_iterator(tmp.path()))
     if (e.path().extension() == ".seg") seg = e.path().string();
+  ASSERT_TRUE(testing::rewrite_inline(seg));
   const int fd = ::open(seg.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
   segment::Record rec{};
-  ASSERT_EQ(::pread(fd, &rec, sizeof rec, off_t(segment::kRecordsOffset)), ssize_t(sizeof rec));
+  ASSERT_EQ(::pread(fd, &rec, sizeof rec, off_t(segment::kInlineRecordsOffset)),
+            ssize_t(sizeof rec));
   ASSERT_EQ(rec.shards, segment::kHistogramShards);
   // The version 4 layout: shard 0 saw 0.5 ms and 2 ms, the shared shard 200 ms.
   const uint32_t words = segment::shard_words(2, native::kWords);
@@ -192,7 +195,8 @@ TEST(NativeHistogram, AVersion4SegmentsPerShardNativeCountsAreAddedUp) {
     ++shard[3 + native::word_of(double(o.ns) / 1e9)];
     shard[words - 1] += uint64_t(o.ns);
   }
-  const auto at = off_t(segment::kValuesOffset + uint64_t{rec.value_line} * segment::kLineBytes);
+  const auto at =
+      off_t(segment::kInlineValuesOffset + uint64_t{rec.value_line} * segment::kLineBytes);
   ASSERT_EQ(::pwrite(fd, area.data(), area.size() * 8, at), ssize_t(area.size() * 8));
   const uint32_t v4 = 4;
   ASSERT_EQ(::pwrite(fd, &v4, sizeof v4, off_t(offsetof(segment::Header, format_version))),

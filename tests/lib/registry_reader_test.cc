@@ -32,6 +32,8 @@ segment::Header valid_header() {
   h.line_bytes = segment::kLineBytes;
   h.value_lines = segment::kValueLines;
   h.records_offset = segment::kRecordsOffset;
+  h.strings_offset = segment::kStringsOffset;
+  h.string_bytes = segment::kStringBytes;
   h.values_offset = segment::kValuesOffset;
   h.total_bytes = segment::kTotalBytes;
   h.owner_pid = 1;
@@ -101,8 +103,8 @@ TEST(RegistryReader, SegmentWithGarbageRecordsIsReadWithinItsBounds) {
   h.record_count = 0xffffffff;  // more than max_records: clamped
   std::memcpy(file.data(), &h, sizeof h);
   for (uint32_t i = 0; i < segment::kMaxRecords; ++i) {
-    auto* r = reinterpret_cast<segment::Record*>(file.data() + segment::kRecordsOffset +
-                                                 uint64_t{i} * segment::kRecordBytes);
+    auto* r = reinterpret_cast<segment::RecordHead*>(file.data() + segment::kRecordsOffset +
+                                                     uint64_t{i} * segment::kRecordBytes);
     r->state = segment::kRecordLive;
   }
   write_file(tmp.sub("gym-1-1-1.seg"), file.data(), file.size(), file.size());
@@ -125,7 +127,7 @@ TEST(RegistryReader, CorruptRecordInALiveSegmentIsSkippedAndCountedOnce) {
     ASSERT_GE(fd, 0);
     uint8_t too_many_labels = 200;
     ASSERT_EQ(::pwrite(fd, &too_many_labels, 1,
-                       segment::kRecordsOffset + offsetof(segment::Record, label_count)),
+                       segment::kRecordsOffset + offsetof(segment::RecordHead, label_count)),
               1);
     ::close(fd);
   }

@@ -20,6 +20,7 @@
 #include "gym/registry_reader.h"
 #include "gym/segment_format.h"
 #include "gym/segment_writer.h"
+#include "inline_segment.h"
 #include "test_support.h"
 
 namespace gym {
@@ -307,19 +308,81 @@ TEST(RegistryTrust, RecordRewrittenAfterTheFirstScrapeIsReadWhereItWasValidated)
   EXPECT_EQ(find_series(reader.snapshot(), "first_total")->counter, 42u);
   const std::string seg = segment_of(tmp.path());
   const uint32_t far = 0x7FFFFFF0;
-  patch(seg, record_offset(0) + offsetof(segment::Record, value_line), &far, sizeof far);
+  patch(seg, record_offset(0) + offsetof(segment::RecordHead, value_line), &far, sizeof far);
   const uint8_t kind = uint8_t(segment::SeriesKind::kHistogram);
-  patch(seg, record_offset(0) + offsetof(segment::Record, kind), &kind, 1);
+  patch(seg, record_offset(0) + offsetof(segment::RecordHead, kind), &kind, 1);
   step.open();
   ready.wait(1);
   // The second record is rewritten before the reader ever saw it.
-  patch(seg, record_offset(1) + offsetof(segment::Record, value_line), &far, sizeof far);
+  patch(seg, record_offset(1) + offsetof(segment::RecordHead, value_line), &far, sizeof far);
   const Snapshot& snap = reader.snapshot();
   EXPECT_EQ(find_series(snap, "first_total")->counter, 42u) << "read where it was validated";
   EXPECT_EQ(find_series(snap, "second_total"), nullptr);
   EXPECT_EQ(snap.stats.invalid_records_total, 1u);
   done.open();
   EXPECT_EQ(testing::wait_exit(pid), 0);
+}
+
+// Format 7: a record's text and bounds are read from the string area only
+// where they lie inside it and agree with the record; one that points
+// outside it, or at an entry of another length, is a counted skip, and the
+// segment's other records are read.
+TEST(RegistryTrust, ATextEntryOutsideTheStringAreaOrDisagreeingIsSkippedAndCounted) {
+  TempDir tmp;
+  SegmentWriter w(tmp.path());
+  w.counter("a_total", {}).add(1);
+  w.counter("b_total", {}).add(2);
+  const int64_t bounds[] = {10, 20};
+  w.histogram("h_seconds", {}, bounds, 1.0).observe(15);
+  const std::string seg = w.path();
+  auto head_of = [&](uint32_t i) {
+    segment::RecordHead h{};
+    const int fd = ::open(seg.c_str(), O_RDONLY);
+    EXPECT_EQ(::pread(fd, &h, sizeof h, off_t(record_offset(i))), ssize_t(sizeof h));
+    ::close(fd);
+    return h;
+  };
+  const segment::RecordHead a = head_of(0), h = head_of(2);
+  const uint64_t a_entry = segment::kStringsOffset + a.text_offset;
+  const uint64_t h_entry = segment::kStringsOffset + h.text_offset;
+  struct Case {
+    uint64_t at;
+    uint32_t bad, good;
+    const char* why;
+    const char* family;
+  } cases[] = {
+      {record_offset(0) + offsetof(segment::RecordHead, text_offset), segment::kStringBytes - 8,
+       a.text_offset, "text out of range", "a_total"},
+      {a_entry + offsetof(segment::TextEntry, text_bytes), a.text_bytes + 1u, a.text_bytes,
+       "text length disagrees", "a_total"},
+      {h_entry + offsetof(segment::TextEntry, bounds_offset), segment::kStringBytes - 8, 0,
+       "bounds out of range", "h_seconds"},
+  };
+  // The histogram's bounds_offset as written (restored after its case).
+  {
+    const int fd = ::open(seg.c_str(), O_RDONLY);
+    ASSERT_EQ(::pread(fd, &cases[2].good, 4, off_t(cases[2].at)), 4);
+    ::close(fd);
+  }
+  for (const Case& c : cases) {
+    patch(seg, c.at, &c.bad, sizeof c.bad);
+    {
+      RegistryReader reader(tmp.path());
+      const Snapshot& snap = reader.snapshot();
+      EXPECT_EQ(snap.stats.invalid_records_total, 1u) << c.why;
+      EXPECT_EQ(find_series(snap, c.family), nullptr) << c.why;
+      EXPECT_EQ(find_series(snap, "b_total")->counter, 2u) << c.why;
+      ASSERT_FALSE(snap.problems.empty());
+      EXPECT_NE(snap.problems[0].find(c.why), std::string::npos) << snap.problems[0];
+    }
+    patch(seg, c.at, &c.good, sizeof c.good);
+  }
+  RegistryReader reader(tmp.path());
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.invalid_records_total, 0u);
+  EXPECT_EQ(find_series(snap, "a_total")->counter, 1u);
+  ASSERT_NE(find_series(snap, "h_seconds"), nullptr);
+  EXPECT_EQ(find_series(snap, "h_seconds")->info->bounds, (std::vector<int64_t>{10, 20}));
 }
 
 TEST(RegistryTrust, ForkWithAHeldSlotReportsTheLimitAndActiveOnce) {
@@ -383,15 +446,15 @@ TEST(RegistryTrust, LabelValuesThatAreNotUtf8AreDroppedByWritersAndSkippedByTheR
   ready.wait(1);
   // Another process rewrites the planted value's first byte to 0xFF.
   const std::string seg = segment_of(tmp.path());
-  std::string text(segment::kTextBytes, '\0');
+  std::string text(4096, '\0');  // the string area's first page
   int fd = ::open(seg.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
-  ASSERT_EQ(::pread(fd, text.data(), text.size(), off_t(record_offset(1) + 160)),
+  ASSERT_EQ(::pread(fd, text.data(), text.size(), off_t(segment::kStringsOffset)),
             ssize_t(text.size()));
   const size_t at = text.find("abc");
   ASSERT_NE(at, std::string::npos);
   const char ff = '\xff';
-  ASSERT_EQ(::pwrite(fd, &ff, 1, off_t(record_offset(1) + 160 + at)), 1);
+  ASSERT_EQ(::pwrite(fd, &ff, 1, off_t(segment::kStringsOffset + at)), 1);
   ::close(fd);
   RegistryReader reader(tmp.path());
   const Snapshot& snap = reader.snapshot();
@@ -625,6 +688,7 @@ TEST(RegistryTrust, FormatVersionOneIsReadAndReportedAndANewerOneIsRefused) {
   });
   ready.wait(1);
   const std::string seg = segment_of(tmp.path());
+  ASSERT_TRUE(testing::rewrite_inline(seg));  // the layout of versions 1 to 6
   const uint32_t v1 = 1;
   patch(seg, offsetof(segment::Header, format_version), &v1, sizeof v1);
   {
@@ -663,7 +727,7 @@ TEST(RegistryTrust, EachBadFileOrRecordIsLoggedOnceThenCounted) {
   const std::string seg = segment_of(tmp.path());
   const uint8_t bad_kind = 9;
   for (uint32_t i = 0; i < 300; ++i)
-    patch(seg, record_offset(i) + offsetof(segment::Record, kind), &bad_kind, 1);
+    patch(seg, record_offset(i) + offsetof(segment::RecordHead, kind), &bad_kind, 1);
   // A socket where a segment should be: it cannot be opened at all.
   int sock = ::socket(AF_UNIX, SOCK_STREAM, 0);
   sockaddr_un addr{};

@@ -17,12 +17,15 @@
 //        0    8 magic            "GYMSEG\0\1"  (kMagic; written last, release)
 //        8    4 format_version   kFormatVersion
 //       12    4 header_bytes     4096
-//       16    4 record_bytes     1024            (one metadata record)
+//       16    4 record_bytes     32 (v7; 1024 in versions 1 to 6: one record)
 //       20    4 max_records      kMaxRecords     (series per segment)
 //       24    4 line_bytes       64              (one value cache line)
 //       28    4 value_lines      kValueLines     (value cache lines)
-//       32    8 records_offset   4096
-//       40    8 values_offset    records_offset + max_records * record_bytes
+//       32    8 records_offset   (v7) 256: records share the header's page;
+//                                (1 to 6) 4096
+//       40    8 values_offset    (v7) strings_offset + string_bytes;
+//                                (1 to 6) records_offset + max_records *
+//                                record_bytes
 //       48    8 total_bytes      values_offset + value_lines * line_bytes
 //       56    4 owner_pid
 //       60    4 (zero)
@@ -31,14 +34,21 @@
 //                                  survives pid reuse
 //       72   16 owner_boot_id      /proc/sys/kernel/random/boot_id, raw bytes
 //       88    8 created_unix_ns
-//       96   32 (zero)
+//       96    8 owner_pid_ns     the owner's pid namespace (0: unknown)
+//      104    8 strings_offset   (v7) records_offset + max_records *
+//                                record_bytes, rounded up to a page
+//      112    4 string_bytes     (v7) kStringBytes: the string area's size
+//      116   12 (zero)
 //      128    4 record_count     atomic: records [0, record_count) may be read
 //      132   60 (zero)           (record_count alone on its cache line)
 //      192    8 dropped_series   atomic: registrations this process could not
 //                                make (segment full, limits exceeded)
 //      200 3896 (zero)
 //
-//   Metadata records: max_records x 1024 bytes at records_offset (cold)
+//   Metadata records (cold): max_records x 32 bytes at records_offset (the
+//   header's page holds the first 120), each pointing into the string area
+//   (v7); in versions 1 to 6, max_records x 1024 bytes from the second page,
+//   each with its bounds and text inline (bytes 32 to 1023)
 //   offset size field
 //   ------ ---- -----------------------------------------------------------
 //        0    4 state            atomic: kRecordEmpty, kRecordLive,
@@ -58,11 +68,26 @@
 //                                of bound_count + 1 of them (one a classic
 //                                bucket); kNoExemplarLine: none could be
 //                                reserved (the segment is full)
-//       28    4 (zero)
+//       28    4 text_offset      (v7) its text entry in the string area
+//                                (4-aligned); zero in versions 1 to 6
+//   (1 to 6 only, inline:)
 //       32  128 bounds           int64[16]: bound_count <= kMaxBounds (15) used,
 //                                strictly increasing, raw units; the rest zero
 //      160  864 text             "family\0name1\0value1\0...nameN\0valueN\0",
 //                                labels sorted by name
+//
+//   String area (v7): string_bytes at strings_offset (cold), written only by
+//   the owner, before the record that points into it is published, and
+//   never changed after. A text entry, 4-aligned, at a record's text_offset:
+//     uint32 text_bytes    the text's length (equal to the record's)
+//     uint32 bounds_offset histograms with bounds: where in the string area
+//                          its bound_count int64 bounds are (8-aligned, before
+//                          the entry: bounds are written first, and a
+//                          segment keeps each distinct set once); else 0
+//     char   text[text_bytes]  as the inline text above
+//   Records are 32 bytes and the text takes its length, not 864 bytes: a
+//   series of a few dozen bytes of text takes ~0.1 KiB of /dev/shm, not 1,
+//   and a writer of up to 120 series has no page of records of its own.
 //
 //   Values: value_lines x 64 bytes at values_offset (hot; a series' values
 //   start on a cache line of their own and no two series share a line)
@@ -109,10 +134,11 @@
 // on it that it holds until it exits, writes the header with the magic last,
 // and only then links it into the directory: a named segment is always
 // complete. To register a series the owner (under a process-local mutex)
-// first reserves (fallocate) the pages of the record and of its value lines,
-// so that no page it or a reader touches is ever a hole (on a full tmpfs a
-// hole faults with SIGBUS; a failed reservation is a counted drop instead),
-// then fills a record whose state is kRecordEmpty, stores state = kRecordLive
+// first reserves (fallocate) the pages of the record, of its text entry (and
+// bounds) in the string area and of its value lines, so that no page it or a
+// reader touches is ever a hole (on a full tmpfs a hole faults with SIGBUS; a
+// failed reservation is a counted drop instead), then writes the text entry,
+// fills a record whose state is kRecordEmpty, stores state = kRecordLive
 // with release, then raises record_count with release. Metadata of a record
 // never changes after that; a released gauge slot is only reused for the same
 // family and labels. Value updates are relaxed atomic read-modify-writes on
@@ -148,8 +174,9 @@
 // (native_words) and made the value area 16,384 lines. 5 keeps one native
 // array per histogram instead of one per shard (a native histogram's values
 // take 36 lines instead of 104). 6 adds exemplars (a record's exemplar_line,
-// zero in older versions: they have none). A reader accepts all six
-// (kMinFormatVersion..kFormatVersion).
+// zero in older versions: they have none). 7 moves a record's text and
+// bounds out of it into the string area (records of 32 bytes instead of
+// 1024). A reader accepts all seven (kMinFormatVersion..kFormatVersion).
 //
 // Internal (docs/api.md): the segment layout, for the reader and writer.
 #pragma once
@@ -168,16 +195,20 @@ inline uint64_t magic_word() {
   __builtin_memcpy(&w, kMagic, sizeof w);
   return w;
 }
-inline constexpr uint32_t kFormatVersion = 6;
+inline constexpr uint32_t kFormatVersion = 7;
 // The first version with one native array per histogram.
 inline constexpr uint32_t kSharedNativeVersion = 5;
 inline constexpr uint32_t kMinFormatVersion = 1;
 // The first version with exemplars (Record::exemplar_line).
 inline constexpr uint32_t kExemplarVersion = 6;
+// The first version with the string area (records of kRecordBytes).
+inline constexpr uint32_t kStringsVersion = 7;
 // Reservations (fallocate) are made in whole pages.
 inline constexpr uint64_t kPageBytes = 4096;
 inline constexpr uint32_t kHeaderBytes = 4096;
-inline constexpr uint32_t kRecordBytes = 1024;
+inline constexpr uint32_t kRecordBytes = 32;          // version 7 on
+inline constexpr uint32_t kInlineRecordBytes = 1024;  // versions 1 to 6
+inline constexpr uint32_t kStringBytes = 1u << 20;    // 1 MiB (sparse)
 inline constexpr uint32_t kLineBytes = 64;
 
 // Limits. Exceeding any of them makes the registration a counted drop.
@@ -231,7 +262,9 @@ struct Header {
   // that namespace; the exporter finds its pid on the host from it
   // (owner_start_ticks is the same in every namespace).
   uint64_t owner_pid_ns;
-  uint8_t reserved1[24];
+  uint64_t strings_offset;  // v7
+  uint32_t string_bytes;    // v7
+  uint8_t reserved1[12];
   alignas(64) uint32_t record_count;
   alignas(64) uint64_t dropped_series;
 };
@@ -239,11 +272,16 @@ static_assert(offsetof(Header, owner_pid) == 56);
 static_assert(offsetof(Header, owner_start_ticks) == 64);
 static_assert(offsetof(Header, created_unix_ns) == 88);
 static_assert(offsetof(Header, owner_pid_ns) == 96);
+static_assert(offsetof(Header, strings_offset) == 104);
+static_assert(offsetof(Header, string_bytes) == 112);
 static_assert(offsetof(Header, record_count) == 128);
 static_assert(offsetof(Header, dropped_series) == 192);
 static_assert(sizeof(Header) <= kHeaderBytes);
+static_assert(sizeof(Header) <= 256);  // format 7's records follow it
 
-struct Record {
+// A record of version 7: the first 32 bytes of a Record, its text entry at
+// text_offset in the string area.
+struct RecordHead {
   uint32_t state;
   uint8_t kind;
   uint8_t label_count;
@@ -254,7 +292,24 @@ struct Record {
   uint16_t native_words;  // v4
   double unit_divisor;
   uint32_t exemplar_line;  // v6
-  uint32_t reserved2;
+  uint32_t text_offset;    // v7
+};
+static_assert(sizeof(RecordHead) == kRecordBytes);
+
+// A record of versions 1 to 6, with its bounds and text inline; also the
+// reader's copy of a record of any version (its head, bounds and text).
+struct Record {
+  uint32_t state;
+  uint8_t kind;
+  uint8_t label_count;
+  uint8_t bound_count;
+  uint8_t shards;
+  uint32_t value_line;
+  uint16_t text_bytes;
+  uint16_t native_words;  // v4
+  double unit_divisor;
+  uint32_t exemplar_line;       // v6
+  uint32_t text_offset;         // v7 (zero before)
   int64_t bounds[kBoundSlots];  // bound_count used, the rest zero
   char text[kTextBytes];
 };
@@ -262,11 +317,35 @@ static_assert(offsetof(Record, unit_divisor) == 16);
 static_assert(offsetof(Record, exemplar_line) == 24);
 static_assert(offsetof(Record, bounds) == 32);
 static_assert(offsetof(Record, text) == 160);
-static_assert(sizeof(Record) == kRecordBytes);
+static_assert(sizeof(Record) == kInlineRecordBytes);
+// The head is a Record's first bytes, field for field.
+static_assert(offsetof(RecordHead, value_line) == offsetof(Record, value_line) &&
+              offsetof(RecordHead, text_bytes) == offsetof(Record, text_bytes) &&
+              offsetof(RecordHead, native_words) == offsetof(Record, native_words) &&
+              offsetof(RecordHead, unit_divisor) == offsetof(Record, unit_divisor) &&
+              offsetof(RecordHead, exemplar_line) == offsetof(Record, exemplar_line) &&
+              offsetof(RecordHead, text_offset) == offsetof(Record, text_offset));
 
-inline constexpr uint64_t kRecordsOffset = kHeaderBytes;
-inline constexpr uint64_t kValuesOffset = kRecordsOffset + uint64_t{kMaxRecords} * kRecordBytes;
+// The string area's text entry (v7), followed by text_bytes of text.
+struct TextEntry {
+  uint32_t text_bytes;
+  uint32_t bounds_offset;
+};
+static_assert(sizeof(TextEntry) == 8);
+
+inline constexpr uint64_t kRecordsOffset = 256;  // in the header's page
+inline constexpr uint64_t kStringsOffset =
+    (kRecordsOffset + uint64_t{kMaxRecords} * kRecordBytes + kPageBytes - 1) / kPageBytes *
+    kPageBytes;
+inline constexpr uint64_t kValuesOffset = kStringsOffset + kStringBytes;
 inline constexpr uint64_t kTotalBytes = kValuesOffset + uint64_t{kValueLines} * kLineBytes;
+static_assert(kStringsOffset % kPageBytes == 0 && kValuesOffset % kPageBytes == 0);
+// Versions 1 to 6: the records' area from the second page, then the values.
+inline constexpr uint64_t kInlineRecordsOffset = kHeaderBytes;
+inline constexpr uint64_t kInlineValuesOffset =
+    kInlineRecordsOffset + uint64_t{kMaxRecords} * kInlineRecordBytes;
+inline constexpr uint64_t kInlineTotalBytes =
+    kInlineValuesOffset + uint64_t{kValueLines} * kLineBytes;
 
 // One exemplar slot: a value cache line (see the layout above).
 // The ids' bytes are kept in words (their bytes in memory order), so that

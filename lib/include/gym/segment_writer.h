@@ -352,10 +352,13 @@ class SegmentWriter {
   int32_t append_record_locked(segment::SeriesKind kind, const std::string& text,
                                size_t label_count, std::span<const int64_t> bounds,
                                double unit_divisor, uint16_t native_words);
+  uint32_t bounds_offset_locked(std::span<const int64_t> bounds, uint32_t& strings_end) const;
+  void write_text_locked(uint32_t text_offset, uint32_t bounds_offset,
+                         std::span<const int64_t> bounds, const std::string& text);
   void count_drop_locked();
   int64_t* slot_words_locked(segment::SeriesKind kind, std::string_view family,
                              std::span<const Label> labels, uint32_t& index);
-  bool reserve_locked(int fd, uint32_t records, uint32_t lines);
+  bool reserve_locked(int fd, uint32_t records, uint32_t strings, uint32_t lines);
   void mark_unmetered_locked() noexcept;
   void drop_marker() noexcept;
   void release_gauge(uint32_t record) noexcept;
@@ -369,8 +372,13 @@ class SegmentWriter {
   int fd_ = -1;
   unsigned char* base_ = nullptr;      // mapping of segment::kTotalBytes
   uint32_t next_line_ = 0;             // first free value line
+  uint32_t next_string_ = 0;           // first free byte of the string area
   uint64_t reserved_records_end_ = 0;  // file offsets reserved up to
+  uint64_t reserved_strings_end_ = 0;
   uint64_t reserved_values_end_ = 0;
+  // Each distinct set of histogram bounds in the string area: its offset
+  // and its count (a segment keeps each once).
+  std::vector<std::pair<uint32_t, uint32_t>> bounds_sets_;
   int marker_fd_ = -1;  // the unmetered marker, when there is one
   std::string marker_path_;
   uint64_t local_dropped_ = 0;

@@ -6,6 +6,7 @@
 //                    the samples it hands out
 //   listing.cc       the set of segments: listing, opening, markers, rejection
 //   series.cc        records validated and interned; segments retired; expiry
+//   record_copies.h  a segment's new records copied out, in either layout
 //   series_table.h   the series table (ids, identity keys, order)
 //   values.cc        a segment's values, exemplars, resets, ages, gauges, damage
 //   limits.cc        limits spread over processes (LimitSpread)
@@ -157,7 +158,10 @@ class ReaderCore {
     uint32_t version = 0;
     uint32_t max_records = 0;
     uint32_t value_lines = 0;
+    uint32_t record_bytes = 0;  // 32 from version 7, 1024 before
     uint64_t records_offset = 0;
+    uint64_t strings_offset = 0;  // version 7
+    uint32_t string_bytes = 0;    // version 7
     uint64_t values_offset = 0;
     pid_t pid = 0;
     uint64_t start_ticks = 0;
@@ -189,9 +193,11 @@ class ReaderCore {
     bool dead = false;  // read only: owner gone, left for the retiring reader
 
     const Header* header() const { return reinterpret_cast<const Header*>(base); }
-    const Record* record(uint32_t i) const {
-      return reinterpret_cast<const Record*>(base + records_offset +
-                                             uint64_t{i} * segment::kRecordBytes);
+    // Record i's head: its state and exemplar_line are read from the
+    // mapping (they change); a Record's first bytes in every version.
+    const segment::RecordHead* record(uint32_t i) const {
+      return reinterpret_cast<const segment::RecordHead*>(base + records_offset +
+                                                          uint64_t{i} * record_bytes);
     }
     const uint64_t* line(uint32_t l) const {
       return reinterpret_cast<const uint64_t*>(base + values_offset +
@@ -322,7 +328,8 @@ class ReaderCore {
   std::span<const uint64_t> native_view(const uint64_t* live, const Accumulator& ret,
                                         size_t classic, size_t words, size_t& merged);
   uint64_t retired_dropped_ = 0;
-  std::vector<uint64_t> scratch_;  // one segment's values, copied out
+  std::vector<uint64_t> scratch_;      // one segment's values, copied out
+  std::vector<char> scratch_strings_;  // one segment's string area, copied out
   std::vector<uint32_t> scratch_states_;
   std::vector<char> scratch_inconsistent_;  // by entry: its shards never agreed
 

@@ -33,6 +33,30 @@ void ReaderCore::cleanup_stale_temp(const std::string& name) {
   ::close(fd);
 }
 
+namespace {
+// Whether a header's sizes and offsets are its version's layout: records
+// (of 32 bytes in the header's page and on from version 7, with a string
+// area from the page after them; of 1024 from the second page before), then
+// values, all within kMaxSegmentBytes.
+bool consistent_layout(const Header& h) {
+  const bool strings = h.format_version >= segment::kStringsVersion;
+  const uint32_t record_bytes = strings ? segment::kRecordBytes : segment::kInlineRecordBytes;
+  const uint64_t records_offset = strings ? segment::kRecordsOffset : segment::kInlineRecordsOffset;
+  const uint64_t records_end = h.records_offset + uint64_t{h.max_records} * record_bytes;
+  const uint64_t records_pages =
+      (records_end + segment::kPageBytes - 1) / segment::kPageBytes * segment::kPageBytes;
+  const uint64_t strings_end = strings ? h.strings_offset + uint64_t{h.string_bytes} : records_end;
+  const uint64_t values_end = h.values_offset + uint64_t{h.value_lines} * segment::kLineBytes;
+  return h.header_bytes == segment::kHeaderBytes && h.record_bytes == record_bytes &&
+         h.line_bytes == segment::kLineBytes && h.records_offset == records_offset &&
+         h.max_records != 0 && h.value_lines != 0 &&
+         (!strings || (h.strings_offset == records_pages && h.string_bytes != 0 &&
+                       h.string_bytes <= kMaxSegmentBytes)) &&
+         h.values_offset == strings_end && h.total_bytes == values_end &&
+         h.total_bytes <= kMaxSegmentBytes;
+}
+}  // namespace
+
 void ReaderCore::open_segment(const std::string& name, ino_t ino) {
   int fd = ::openat(dir_fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
@@ -71,14 +95,7 @@ void ReaderCore::open_segment(const std::string& name, ino_t ino) {
                   "unsupported format version " + std::to_string(h.format_version) +
                       " (this reader reads " + std::to_string(segment::kMinFormatVersion) + " to " +
                       std::to_string(segment::kFormatVersion) + ")");
-  const uint64_t records_end =
-      h.records_offset + uint64_t{h.max_records} * uint64_t{segment::kRecordBytes};
-  const uint64_t values_end = h.values_offset + uint64_t{h.value_lines} * segment::kLineBytes;
-  if (h.header_bytes != segment::kHeaderBytes || h.record_bytes != segment::kRecordBytes ||
-      h.line_bytes != segment::kLineBytes || h.records_offset != segment::kHeaderBytes ||
-      h.max_records == 0 || h.value_lines == 0 || h.values_offset != records_end ||
-      h.total_bytes != values_end || h.total_bytes > kMaxSegmentBytes)
-    return reject(name, st.st_ino, "inconsistent layout");
+  if (!consistent_layout(h)) return reject(name, st.st_ino, "inconsistent layout");
   if (static_cast<uint64_t>(st.st_size) < h.total_bytes)
     return truncated("truncated: shorter than its layout");
   void* map = ::mmap(nullptr, h.total_bytes, PROT_READ, MAP_SHARED, fd, 0);
@@ -88,7 +105,10 @@ void ReaderCore::open_segment(const std::string& name, ino_t ino) {
   seg->version = h.format_version;
   seg->max_records = h.max_records;
   seg->value_lines = h.value_lines;
+  seg->record_bytes = h.record_bytes;
   seg->records_offset = h.records_offset;
+  seg->strings_offset = h.strings_offset;
+  seg->string_bytes = h.string_bytes;
   seg->values_offset = h.values_offset;
   seg->pid = h.owner_pid;
   seg->start_ticks = h.owner_start_ticks;

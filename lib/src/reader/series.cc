@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "reader/record_copies.h"
+
 namespace gym {
 
 using reader_internal::ReaderCore;
@@ -119,18 +121,20 @@ int32_t ReaderCore::intern(const Record& rec, std::string* why) {
   return static_cast<int32_t>(id);
 }
 
-// Examines records [s.parsed, count): copies each out with pread (a hole or
-// a truncated file reads as zeros or short, never faults), validates it once,
-// and notes where its values are.
+// Examines records [s.parsed, count): copies them out (record_copies.h),
+// validates each once, and notes where its values are.
 void ReaderCore::parse_new_records(Segment& s, uint32_t count) {
   uint32_t invalid = 0;
   std::string first_problem;
+  const reader_internal::RecordCopies copies(
+      {s.fd, s.version, s.records_offset, s.strings_offset, s.string_bytes}, s.parsed, count,
+      scratch_strings_);
   for (uint32_t i = s.parsed; i < count; ++i) {
     Record rec;
-    const off_t at = static_cast<off_t>(s.records_offset + uint64_t{i} * segment::kRecordBytes);
     std::string why;
     int32_t id = kInvalid;
-    if (::pread(s.fd, &rec, sizeof rec, at) != static_cast<ssize_t>(sizeof rec)) {
+    const char* bad_text = nullptr;
+    if (!copies.head(i, rec)) {
       why = "unreadable";
     } else if (rec.state == segment::kRecordEmpty) {
       why = "counted but never published";
@@ -143,6 +147,8 @@ void ReaderCore::parse_new_records(Segment& s, uint32_t count) {
               : 0;
       if (uint64_t{rec.value_line} + lines > s.value_lines) {
         why = "value out of range";
+      } else if ((bad_text = copies.text(i, rec)) != nullptr) {
+        why = bad_text;
       } else {
         id = intern(rec, &why);
       }

@@ -11,15 +11,18 @@
 namespace gym::writer_internal {
 
 using segment::Header;
-using segment::Record;
+using segment::RecordHead;
 using segment::SeriesKind;
 
 inline Header* header_of(unsigned char* base) {
   return reinterpret_cast<Header*>(base);
 }
-inline Record* record_of(unsigned char* base, uint32_t i) {
-  return reinterpret_cast<Record*>(base + segment::kRecordsOffset +
-                                   uint64_t{i} * segment::kRecordBytes);
+inline RecordHead* record_of(unsigned char* base, uint32_t i) {
+  return reinterpret_cast<RecordHead*>(base + segment::kRecordsOffset +
+                                       uint64_t{i} * segment::kRecordBytes);
+}
+inline unsigned char* string_at(unsigned char* base, uint32_t offset) {
+  return base + segment::kStringsOffset + offset;
 }
 inline unsigned char* line_of(unsigned char* base, uint32_t line) {
   return base + segment::kValuesOffset + uint64_t{line} * segment::kLineBytes;
@@ -27,7 +30,7 @@ inline unsigned char* line_of(unsigned char* base, uint32_t line) {
 
 // Zeroes a gauge's or an ages record's values (word by word, atomically: a
 // handle being moved may still write them).
-inline void zero_values(Record* r, unsigned char* base) {
+inline void zero_values(RecordHead* r, unsigned char* base) {
   const uint32_t words =
       segment::value_lines_for(static_cast<SeriesKind>(r->kind), 0, 1, 0) * segment::kLineBytes / 8;
   auto* w = reinterpret_cast<int64_t*>(line_of(base, r->value_line));

@@ -65,6 +65,8 @@ void write_header(Header* h, pid_t pid, uint64_t ticks) {
   h->line_bytes = segment::kLineBytes;
   h->value_lines = segment::kValueLines;
   h->records_offset = segment::kRecordsOffset;
+  h->strings_offset = segment::kStringsOffset;
+  h->string_bytes = segment::kStringBytes;
   h->values_offset = segment::kValuesOffset;
   h->total_bytes = segment::kTotalBytes;
   h->owner_pid = pid;
@@ -74,16 +76,18 @@ void write_header(Header* h, pid_t pid, uint64_t ticks) {
   h->created_unix_ns = now_unix_ns();
 }
 
-// After a fork: the parent's first `count` records into the child's segment
-// at `base`. Counters and histograms start at zero in the child (the
-// parent's counts stay in the parent's segment). Gauges keep the values of
-// the objects the child inherited, for the child's own use, but are not
-// exported from the child (inherited): the parent still reports them.
-void copy_inherited(unsigned char* base, unsigned char* parent, uint32_t count) {
+// After a fork: the parent's first `count` records and the first
+// `strings` bytes of its string area into the child's segment at `base`.
+// Counters and histograms start at zero in the child (the parent's counts
+// stay in the parent's segment). Gauges keep the values of the objects the
+// child inherited, for the child's own use, but are not exported from the
+// child (inherited): the parent still reports them.
+void copy_inherited(unsigned char* base, unsigned char* parent, uint32_t count, uint32_t strings) {
   std::memcpy(base + segment::kRecordsOffset, parent + segment::kRecordsOffset,
               uint64_t{count} * segment::kRecordBytes);
+  std::memcpy(string_at(base, 0), string_at(parent, 0), strings);
   for (uint32_t i = 0; i < count; ++i) {
-    Record* r = record_of(base, i);
+    RecordHead* r = record_of(base, i);
     if (r->kind != static_cast<uint8_t>(SeriesKind::kGauge) &&
         r->kind != static_cast<uint8_t>(SeriesKind::kAges))
       continue;
@@ -186,22 +190,26 @@ bool SegmentWriter::unmetered() const {
   return marker_fd_ >= 0;
 }
 
-// Pages up to record `records` (exclusive) and value line `lines` are
-// reserved before they are touched (see reserve_pages).
-bool SegmentWriter::reserve_locked(int fd, uint32_t records, uint32_t lines) {
-  const uint64_t rec_end = segment::kRecordsOffset + uint64_t{records} * segment::kRecordBytes;
-  const uint64_t val_end = segment::kValuesOffset + uint64_t{lines} * segment::kLineBytes;
-  if (rec_end > reserved_records_end_) {
-    if (!reserve_pages(fd, reserved_records_end_, rec_end)) return false;
-    reserved_records_end_ =
-        (rec_end + segment::kPageBytes - 1) / segment::kPageBytes * segment::kPageBytes;
-  }
-  if (val_end > reserved_values_end_) {
-    if (!reserve_pages(fd, reserved_values_end_, val_end)) return false;
-    reserved_values_end_ =
-        (val_end + segment::kPageBytes - 1) / segment::kPageBytes * segment::kPageBytes;
-  }
+namespace {
+// Reserves the file's pages from `reserved` (page-aligned) up to `end`;
+// `reserved` moves to the page after them.
+bool reserve_up_to(int fd, uint64_t& reserved, uint64_t end) {
+  if (end <= reserved) return true;
+  if (!reserve_pages(fd, reserved, end)) return false;
+  reserved = (end + segment::kPageBytes - 1) / segment::kPageBytes * segment::kPageBytes;
   return true;
+}
+}  // namespace
+
+// Pages up to record `records` (exclusive), byte `strings` of the string
+// area and value line `lines` are reserved before they are touched (see
+// reserve_pages).
+bool SegmentWriter::reserve_locked(int fd, uint32_t records, uint32_t strings, uint32_t lines) {
+  return reserve_up_to(fd, reserved_records_end_,
+                       segment::kRecordsOffset + uint64_t{records} * segment::kRecordBytes) &&
+         reserve_up_to(fd, reserved_strings_end_, segment::kStringsOffset + strings) &&
+         reserve_up_to(fd, reserved_values_end_,
+                       segment::kValuesOffset + uint64_t{lines} * segment::kLineBytes);
 }
 
 namespace {
@@ -230,14 +238,16 @@ const char* SegmentWriter::prepare_file_locked(int fd, bool after_fork, uint32_t
     return "cannot size segment in";
   // The header now; records and values as they are registered (or, after a
   // fork, as far as the parent's go).
-  reserved_records_end_ = segment::kRecordsOffset;
+  reserved_records_end_ = segment::kHeaderBytes;  // the first records share its page
+  reserved_strings_end_ = segment::kStringsOffset;
   reserved_values_end_ = segment::kValuesOffset;
   if (!reserve_pages(fd, 0, segment::kHeaderBytes)) return "cannot reserve segment pages in";
   inherited = 0;
   if (after_fork && base_ != nullptr) {
     inherited =
         std::min(segment::load_acquire(&header_of(base_)->record_count), segment::kMaxRecords);
-    if (!reserve_locked(fd, inherited, next_line_)) return "cannot reserve segment pages in";
+    if (!reserve_locked(fd, inherited, next_string_, next_line_))
+      return "cannot reserve segment pages in";
   }
   return nullptr;
 }
@@ -293,7 +303,7 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
   write_header(h, pid, ticks);
   if (after_fork && base_ != nullptr) {
     // Same records (copy_inherited says what the child keeps).
-    copy_inherited(base, base_, inherited);
+    copy_inherited(base, base_, inherited, next_string_);
     if (detail::writer_mapping_lost(base_)) {
       // The parent's file lost its pages under the copy: what was copied
       // is zeros, not the parent's records. This child goes unmetered.

@@ -24,7 +24,7 @@ namespace gym {
 
 using namespace writer_internal;
 using segment::Header;
-using segment::Record;
+using segment::RecordHead;
 using segment::SeriesKind;
 
 namespace {
@@ -152,8 +152,43 @@ int32_t SegmentWriter::find_record_locked(const std::string& key, bool reuse_rel
   return static_cast<int32_t>(index);
 }
 
-// A new record published at the end of the segment, its value lines after
-// the last ones; -1 (counted as dropped) when the segment has no room.
+namespace {
+constexpr uint32_t round_up(uint32_t n, uint32_t to) {
+  return (n + to - 1) / to * to;
+}
+}  // namespace
+
+// Where a histogram's bounds are in the string area: a set the segment has
+// already, or a new one placed at `strings_end` (which moves past it). 0
+// without bounds.
+uint32_t SegmentWriter::bounds_offset_locked(std::span<const int64_t> bounds,
+                                             uint32_t& strings_end) const {
+  if (bounds.empty()) return 0;
+  for (const auto& [offset, count] : bounds_sets_)
+    if (count == bounds.size() &&
+        std::memcmp(string_at(base_, offset), bounds.data(), bounds.size_bytes()) == 0)
+      return offset;
+  const uint32_t offset = round_up(strings_end, 8);
+  strings_end = offset + static_cast<uint32_t>(bounds.size_bytes());
+  return offset;
+}
+
+// A record's text entry (and its bounds when they are new) into reserved
+// pages of the string area.
+void SegmentWriter::write_text_locked(uint32_t text_offset, uint32_t bounds_offset,
+                                      std::span<const int64_t> bounds, const std::string& text) {
+  if (!bounds.empty() && bounds_offset >= next_string_) {
+    std::memcpy(string_at(base_, bounds_offset), bounds.data(), bounds.size_bytes());
+    bounds_sets_.emplace_back(bounds_offset, static_cast<uint32_t>(bounds.size()));
+  }
+  const segment::TextEntry entry{static_cast<uint32_t>(text.size()), bounds_offset};
+  std::memcpy(string_at(base_, text_offset), &entry, sizeof entry);
+  std::memcpy(string_at(base_, text_offset + sizeof entry), text.data(), text.size());
+}
+
+// A new record published at the end of the segment, its text entry at the
+// end of the string area and its value lines after the last ones; -1
+// (counted as dropped) when the segment has no room.
 int32_t SegmentWriter::append_record_locked(SeriesKind kind, const std::string& text,
                                             size_t label_count, std::span<const int64_t> bounds,
                                             double unit_divisor, uint16_t native_words) {
@@ -162,12 +197,18 @@ int32_t SegmentWriter::append_record_locked(SeriesKind kind, const std::string& 
   const uint32_t shards = kind == SeriesKind::kHistogram ? segment::kHistogramShards : 1;
   const uint32_t lines =
       segment::value_lines_for(kind, static_cast<uint32_t>(bounds.size()), shards, native_words);
+  uint32_t strings_end = next_string_;
+  const uint32_t bounds_offset = bounds_offset_locked(bounds, strings_end);
+  const uint32_t text_offset = round_up(strings_end, 4);
+  strings_end = text_offset + sizeof(segment::TextEntry) + static_cast<uint32_t>(text.size());
   if (index >= segment::kMaxRecords || next_line_ + lines > segment::kValueLines ||
-      !reserve_locked(fd_, index + 1, next_line_ + lines)) {
+      strings_end > segment::kStringBytes ||
+      !reserve_locked(fd_, index + 1, strings_end, next_line_ + lines)) {
     count_drop_locked();
     return -1;
   }
-  Record* r = record_of(base_, index);
+  write_text_locked(text_offset, bounds_offset, bounds, text);
+  RecordHead* r = record_of(base_, index);
   r->kind = static_cast<uint8_t>(kind);
   r->label_count = static_cast<uint8_t>(label_count);
   r->bound_count = static_cast<uint8_t>(bounds.size());
@@ -176,11 +217,11 @@ int32_t SegmentWriter::append_record_locked(SeriesKind kind, const std::string& 
   r->text_bytes = static_cast<uint16_t>(text.size());
   r->native_words = native_words;
   r->unit_divisor = unit_divisor;
-  std::copy(bounds.begin(), bounds.end(), r->bounds);
-  std::memcpy(r->text, text.data(), text.size());
+  r->text_offset = text_offset;
   segment::store_release(&r->state, segment::kRecordLive);
   segment::store_release(&h->record_count, index + 1);
   next_line_ += lines;
+  next_string_ = strings_end;
   return static_cast<int32_t>(index);
 }
 
@@ -217,7 +258,7 @@ Counter SegmentWriter::counter(std::string_view family, std::span<const Label> l
   std::lock_guard<std::mutex> lock(mu_);
   int32_t index = find_or_add_record_locked(SeriesKind::kCounter, family, labels, {}, 1.0, false);
   if (index < 0) return Counter();
-  Record* r = record_of(base_, static_cast<uint32_t>(index));
+  RecordHead* r = record_of(base_, static_cast<uint32_t>(index));
   return Counter(reinterpret_cast<uint64_t*>(line_of(base_, r->value_line)));
 }
 
@@ -230,7 +271,7 @@ Histogram SegmentWriter::histogram(std::string_view family, std::span<const Labe
       find_or_add_record_locked(SeriesKind::kHistogram, family, labels, bounds, unit_divisor, false,
                                 native ? uint16_t{native::kWords} : uint16_t{0});
   if (index < 0) return hist;
-  Record* r = record_of(base_, static_cast<uint32_t>(index));
+  RecordHead* r = record_of(base_, static_cast<uint32_t>(index));
   hist.buckets_ = reinterpret_cast<uint64_t*>(line_of(base_, r->value_line));
   hist.shard_mask_ = r->shards - 1;
   hist.shard_words_ =
@@ -256,13 +297,13 @@ uint32_t SegmentWriter::reserve_exemplars(uint32_t index) noexcept {
   } catch (...) {
     return 0;  // no exemplar this time
   }
-  Record* r = record_of(base_, index);
+  RecordHead* r = record_of(base_, index);
   uint32_t line = segment::load_relaxed(&r->exemplar_line);
   if (line != 0) return line;  // another thread's, meanwhile
   const uint32_t lines = r->bound_count + 1u;
   const uint32_t records = segment::load_relaxed(&header_of(base_)->record_count);
   if (detached_ || fd_ < 0 || next_line_ + lines > segment::kValueLines ||
-      !reserve_locked(fd_, records, next_line_ + lines)) {
+      !reserve_locked(fd_, records, next_string_, next_line_ + lines)) {
     line = segment::kNoExemplarLine;  // not tried again
   } else {
     line = next_line_;
@@ -309,7 +350,7 @@ AgeSlots SegmentWriter::ages(std::string_view family, std::span<const Label> lab
 void SegmentWriter::release_gauge(uint32_t index) noexcept {
   std::lock_guard<std::mutex> lock(mu_);
   if (base_ == nullptr || index >= gauge_keys_.size()) return;
-  Record* r = record_of(base_, index);
+  RecordHead* r = record_of(base_, index);
   zero_values(r, base_);
   segment::store_release(&r->state, segment::kRecordReleased);
   try {
