@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""resources_operation (a class with __aenter__/__aexit__ over the library's
-by-kind calls) against a bare `async with` on the same asyncio.Semaphore,
-and against the same reporting written as an @asynccontextmanager generator
-(as it was before), in one run: rounds alternate, medians of 7. Goal: at
-most 3 times the bare block.
+"""resources_operation (its __aenter__/__aexit__ in the extension, in C)
+against a bare `async with` on the same asyncio.Semaphore, and against the
+same reporting written as a Python class with __aenter__/__aexit__ (as it
+was until 2026-12-05) and as an @asynccontextmanager generator (before that),
+in one run: rounds alternate, medians of 7. Goal (#43): at most 1.5 times
+the bare block.
 
     PYTHONPATH=build/python /usr/bin/python3 bench/python_operation_bench.py
 """
@@ -52,6 +53,52 @@ async def generator_operation(limit, operation, executor):
         await limit.__aexit__(None, None, None)
 
 
+_OUTCOME_CODES = {"ok": 0, "error": 1, "timeout": 2, "cancelled": 3, "crashed": 4}
+
+
+class PythonOperation:
+    """The same reporting as a Python class with __aenter__/__aexit__, as
+    gym_metrics had it until its scope moved into the extension."""
+
+    __slots__ = ("_limit", "_kind", "_outcome", "_started", "_running")
+
+    def __init__(self, limit, operation, executor):
+        if operation not in gym_metrics.OPERATIONS or executor not in gym_metrics.EXECUTORS:
+            raise ValueError(operation)
+        self._limit = limit
+        self._kind = _abi.operation_kind(operation, executor)
+        self._outcome = None
+
+    async def __aenter__(self):
+        kind = self._kind
+        queued = _abi.operation_queued(kind)
+        queued_at = time.monotonic_ns()
+        try:
+            await self._limit.__aenter__()
+        except BaseException:
+            _abi.operation_dequeued(kind, queued)
+            raise
+        self._started = started = time.monotonic_ns()
+        self._running = _abi.operation_started(kind, started - queued_at, queued)
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb):
+        outcome = self._outcome
+        if outcome is None:
+            if exc_type is None:
+                outcome = "ok"
+            elif issubclass(exc_type, asyncio.CancelledError):
+                outcome = "cancelled"
+            else:
+                outcome = "error"
+        try:
+            _abi.operation_finished(self._kind, time.monotonic_ns() - self._started,
+                                    _OUTCOME_CODES[outcome], self._running)
+        finally:
+            await self._limit.__aexit__(None, None, None)
+        return False
+
+
 async def bare(sem):
     start = time.perf_counter()
     for _ in range(N):
@@ -69,19 +116,20 @@ async def scoped(sem, scope):
 
 
 def main():
-    rounds = {"bare async with": [], "resources_operation": [], "generator (before)": []}
+    rounds = {"bare async with": [], "resources_operation": [], "Python class (before)": [],
+              "generator (older)": []}
+    scopes = {"resources_operation": gym_metrics.resources_operation,
+              "Python class (before)": PythonOperation, "generator (older)": generator_operation}
     for _ in range(7):
         rounds["bare async with"].append(asyncio.run(bare(asyncio.Semaphore(4))) * 1e9)
-        rounds["resources_operation"].append(
-            asyncio.run(scoped(asyncio.Semaphore(4), gym_metrics.resources_operation)) * 1e9)
-        rounds["generator (before)"].append(
-            asyncio.run(scoped(asyncio.Semaphore(4), generator_operation)) * 1e9)
+        for name, scope in scopes.items():
+            rounds[name].append(asyncio.run(scoped(asyncio.Semaphore(4), scope)) * 1e9)
     base = statistics.median(rounds["bare async with"])
-    gen = statistics.median(rounds["generator (before)"])
+    before = statistics.median(rounds["Python class (before)"])
     for name, times in rounds.items():
         m = statistics.median(times)
         print(f"{name:<22} {m:8.0f} ns (range {min(times):.0f}-{max(times):.0f})"
-              f"  vs bare {m / base:5.2f}  vs generator {m / gen:5.2f}")
+              f"  vs bare {m / base:5.2f}  vs Python class {m / before:5.2f}")
 
 
 if __name__ == "__main__":

@@ -94,10 +94,10 @@ setup(
     version=VERSION,
     cmdclass={"build_ext": BuildExt},
     ext_modules=[Extension(
-        "gym_metrics._gym_metrics", ["gym_metrics/_gym_metrics.c"],
+        "gym_metrics._gym_metrics", ["gym_metrics/_gym_metrics.c", "gym_metrics/_operation.c"],
         include_dirs=[os.path.join(LIB, "include")],
         define_macros=[("GYM_VERSION", f'"{VERSION}"')],
         # The library's C++ needs its runtime.
         extra_link_args=["-lstdc++", "-pthread"],
-        depends=SOURCES)],
+        depends=SOURCES + ["gym_metrics/_gym_metrics.h"])],
 )

@@ -16,7 +16,6 @@ without a usable registry everything still works, unmetered.
 """
 import asyncio
 import collections
-import time
 from typing import Any, Deque, Dict, List, Literal, Optional, Tuple
 
 from . import _gym_metrics as _abi
@@ -276,26 +275,22 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         self._hand_on(self._take_hold())
 
 
-# Bound once: each operation calls them on its fast path.
-_monotonic_ns = time.monotonic_ns
-_operation_queued = _abi.operation_queued
-_operation_started = _abi.operation_started
-_operation_finished = _abi.operation_finished
-# The library's numbers for outcomes (GYM_OUTCOME_*), and kinds by
-# (operation, executor), made on first use.
-_OUTCOME_CODES = {"ok": 0, "error": 1, "timeout": 2, "cancelled": 3, "crashed": 4}
+# Kinds by (operation, executor), made on first use.
 _KINDS: Dict[Any, int] = {}
 
 
-class ResourcesOperation:
+class ResourcesOperation(_abi.Operation):
     """One limited operation, as `async with resources_operation(...) as op`
     gives it. Set `outcome` inside the block when the work ended other than by
-    returning normally.
+    returning normally (ValueError for one not in OUTCOMES).
 
-    A class with __aenter__/__aexit__ rather than an @asynccontextmanager
-    generator: it costs about half as much per operation."""
+    Its __aenter__ and __aexit__ are the extension's (_abi.Operation, in C):
+    `async with` runs no Python frame of this package. Entering reports the
+    operation queued, awaits the limit's __aenter__, then reports it started
+    (or, when the wait raises or is cancelled, no longer queued); leaving
+    reports its duration and outcome, then awaits the limit's __aexit__."""
 
-    __slots__ = ("_limit", "_kind", "_outcome", "_started", "_running", "_trace")
+    __slots__ = ()
 
     def __init__(self, limit: Any, operation: str, executor: str, trace_id: Any = None,
                  span_id: Any = None) -> None:
@@ -308,52 +303,8 @@ class ResourcesOperation:
             kind = _KINDS[(operation, executor)] = _abi.operation_kind(operation, executor)
         self._limit = limit
         self._kind = kind
-        self._outcome: Optional[str] = None
         self._trace = (None if trace_id is None and span_id is None and _otel_trace is None
                        else _trace(trace_id, span_id))
-
-    @property
-    def outcome(self) -> Optional[str]:
-        return self._outcome
-
-    @outcome.setter
-    def outcome(self, value: Optional[str]) -> None:
-        if value is not None and value not in OUTCOMES:
-            raise ValueError(f"unknown outcome {value!r}; one of {sorted(OUTCOMES)}")
-        self._outcome = value
-
-    async def __aenter__(self) -> "ResourcesOperation":
-        kind = self._kind
-        queued = _operation_queued(kind)
-        queued_at = _monotonic_ns()
-        try:
-            await self._limit.__aenter__()
-        except BaseException:
-            _abi.operation_dequeued(kind, queued)
-            raise
-        self._started = started = _monotonic_ns()
-        self._running = _operation_started(kind, started - queued_at, queued)
-        return self
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        outcome = self._outcome
-        if outcome is None:
-            if exc_type is None:
-                outcome = "ok"
-            elif issubclass(exc_type, asyncio.CancelledError):
-                outcome = "cancelled"
-            else:
-                outcome = "error"
-        try:
-            if self._trace is None:
-                _operation_finished(self._kind, _monotonic_ns() - self._started,
-                                    _OUTCOME_CODES[outcome], self._running)
-            else:
-                _operation_finished(self._kind, _monotonic_ns() - self._started,
-                                    _OUTCOME_CODES[outcome], self._running, *self._trace)
-        finally:
-            await self._limit.__aexit__(None, None, None)
-        return False
 
 
 def resources_operation(limit: Any, operation: str, executor: str, *, trace_id: Any = None,

@@ -4,11 +4,12 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
+#include "_gym_metrics.h"
 #include "gym_metrics.h"
 
 static const char* kCapsule = "gym_metrics.limit";
 
-static PyObject* raise_error(int rc) {
+PyObject* gympy_raise_error(int rc) {
   PyErr_SetString(rc == GYM_EINVAL ? PyExc_ValueError : PyExc_RuntimeError, gym_last_error());
   return NULL;
 }
@@ -27,7 +28,7 @@ static PyObject* limit_open(PyObject* self, PyObject* args) {
     return NULL;
   gym_limit* l = NULL;
   int rc = gym_limit_open(component, limit_name, server_name, (int64_t)limit, timeout, &l);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   return PyCapsule_New(l, kCapsule, close_limit);
 }
 
@@ -45,7 +46,7 @@ static gym_limit* limit_of(PyObject* capsule) {
     if (l == NULL) return NULL;                              \
     int64_t ticket = 0;                                      \
     int rc = call(l, &ticket);                               \
-    if (rc != GYM_OK) return raise_error(rc);                \
+    if (rc != GYM_OK) return gympy_raise_error(rc);          \
     return PyLong_FromLongLong((long long)ticket);           \
   }
 
@@ -61,7 +62,7 @@ static gym_limit* limit_of(PyObject* capsule) {
     long long ticket = PyLong_AsLongLong(args[1]);                             \
     if (ticket == -1 && PyErr_Occurred()) return NULL;                         \
     int rc = call(l, (int64_t)ticket);                                         \
-    if (rc != GYM_OK) return raise_error(rc);                                  \
+    if (rc != GYM_OK) return gympy_raise_error(rc);                            \
     Py_RETURN_NONE;                                                            \
   }
 
@@ -83,14 +84,14 @@ static PyObject* limit_wait_admitted(PyObject* self, PyObject* const* args, Py_s
   if (wait == -1 && PyErr_Occurred()) return NULL;
   int64_t hold = 0;
   int rc = gym_limit_wait_admitted_t(l, (int64_t)wait, &hold);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   return PyLong_FromLongLong((long long)hold);
 }
 
 /* A trace context from two arguments: bytes of 16 (trace id) and 8 (span
  * id), or None and None for none. 0 on success. */
-static int trace_args(PyObject* trace, PyObject* span, const uint8_t** trace_id,
-                      const uint8_t** span_id) {
+int gympy_trace_args(PyObject* trace, PyObject* span, const uint8_t** trace_id,
+                     const uint8_t** span_id) {
   *trace_id = NULL;
   *span_id = NULL;
   if (trace == Py_None && span == Py_None) return 0;
@@ -112,7 +113,7 @@ static PyObject* limit_handed_off(PyObject* self, PyObject* const* args, Py_ssiz
     return NULL;
   }
   const uint8_t *trace_id = NULL, *span_id = NULL;
-  if (n == 5 && trace_args(args[3], args[4], &trace_id, &span_id) != 0) return NULL;
+  if (n == 5 && gympy_trace_args(args[3], args[4], &trace_id, &span_id) != 0) return NULL;
   gym_limit* l = limit_of(args[0]);
   if (l == NULL) return NULL;
   long long hold = PyLong_AsLongLong(args[1]);
@@ -121,7 +122,7 @@ static PyObject* limit_handed_off(PyObject* self, PyObject* const* args, Py_ssiz
   if (wait == -1 && PyErr_Occurred()) return NULL;
   int64_t next = 0;
   int rc = gym_limit_handed_off_x(l, (int64_t)hold, (int64_t)wait, &next, trace_id, span_id);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   return PyLong_FromLongLong((long long)next);
 }
 
@@ -134,7 +135,7 @@ static PyObject* operation_kind(PyObject* self, PyObject* args) {
   (void)self;
   if (!PyArg_ParseTuple(args, "ss", &op, &ex)) return NULL;
   int kind = gym_operation_kind(op, ex);
-  if (kind < 0) return raise_error(-kind);
+  if (kind < 0) return gympy_raise_error(-kind);
   return PyLong_FromLong(kind);
 }
 
@@ -157,7 +158,7 @@ static PyObject* operation_queued(PyObject* self, PyObject* arg) {
   if (kind == -1 && PyErr_Occurred()) return NULL;
   int64_t ticket = 0;
   int rc = gym_operation_queued_k((int)kind, &ticket);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   return PyLong_FromLongLong((long long)ticket);
 }
 
@@ -166,7 +167,7 @@ static PyObject* operation_dequeued(PyObject* self, PyObject* const* args, Py_ss
   (void)self;
   if (int_args(args, n, 2, a) != 0) return NULL;
   int rc = gym_operation_dequeued_k((int)a[0], (int64_t)a[1]);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   Py_RETURN_NONE;
 }
 
@@ -177,7 +178,7 @@ static PyObject* operation_started(PyObject* self, PyObject* const* args, Py_ssi
   if (int_args(args, n, 3, a) != 0) return NULL;
   int64_t ticket = 0;
   int rc = gym_operation_started_k((int)a[0], (int64_t)a[1], (int64_t)a[2], &ticket);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   return PyLong_FromLongLong((long long)ticket);
 }
 
@@ -187,13 +188,13 @@ static PyObject* operation_finished(PyObject* self, PyObject* const* args, Py_ss
   (void)self;
   const uint8_t *trace_id = NULL, *span_id = NULL;
   if (n == 6) {
-    if (trace_args(args[4], args[5], &trace_id, &span_id) != 0) return NULL;
+    if (gympy_trace_args(args[4], args[5], &trace_id, &span_id) != 0) return NULL;
     n = 4;
   }
   if (int_args(args, n, 4, a) != 0) return NULL;
   int rc = gym_operation_finished_kx((int)a[0], (int64_t)a[1], (int)a[2], (int64_t)a[3], trace_id,
                                      span_id);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   Py_RETURN_NONE;
 }
 
@@ -202,7 +203,7 @@ static PyObject* declare_server(PyObject* self, PyObject* args) {
   (void)self;
   if (!PyArg_ParseTuple(args, "ss", &name, &type)) return NULL;
   int rc = gym_declare_server(name, type);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   Py_RETURN_NONE;
 }
 
@@ -228,7 +229,7 @@ static PyObject* loop_open(PyObject* self, PyObject* args) {
   if (!PyArg_ParseTuple(args, "z", &server_name)) return NULL;
   gym_loop* l = NULL;
   int rc = gym_loop_open(server_name, &l);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   return PyCapsule_New(l, kLoopCapsule, close_loop);
 }
 
@@ -238,7 +239,7 @@ static PyObject* runtime_open(PyObject* self, PyObject* args) {
   if (!PyArg_ParseTuple(args, "z", &server_name)) return NULL;
   gym_runtime* r = NULL;
   int rc = gym_runtime_open(server_name, &r);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   return PyCapsule_New(r, kRuntimeCapsule, close_runtime);
 }
 
@@ -253,7 +254,7 @@ static PyObject* loop_beat(PyObject* self, PyObject* const* args, Py_ssize_t n) 
   gym_loop* l = (gym_loop*)PyCapsule_GetPointer(args[0], kLoopCapsule);
   if (l == NULL || int_args(args + 1, 2, 2, a) != 0) return NULL;
   int rc = gym_loop_beat(l, (int64_t)a[0], (int64_t)a[1]);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   Py_RETURN_NONE;
 }
 
@@ -274,7 +275,7 @@ static PyObject* loop_tasks(PyObject* self, PyObject* const* args, Py_ssize_t n)
   if (threads == -1 && PyErr_Occurred()) return NULL;
   int rc = gym_loop_tasks(l, (int64_t)tasks);
   if (rc == GYM_OK) rc = gym_runtime_threads(r, (int64_t)threads);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   Py_RETURN_NONE;
 }
 
@@ -288,9 +289,9 @@ static PyObject* runtime_gc(PyObject* self, PyObject* const* args, Py_ssize_t n)
   }
   gym_runtime* r = (gym_runtime*)PyCapsule_GetPointer(args[0], kRuntimeCapsule);
   if (r == NULL || int_args(args + 1, 2, 2, a) != 0) return NULL;
-  if (a[0] < 0 || a[0] > 2) return raise_error(gym_runtime_gc(r, -1, 0));
+  if (a[0] < 0 || a[0] > 2) return gympy_raise_error(gym_runtime_gc(r, -1, 0));
   int rc = gym_runtime_gc(r, (int)a[0], (int64_t)a[1]);
-  if (rc != GYM_OK) return raise_error(rc);
+  if (rc != GYM_OK) return gympy_raise_error(rc);
   Py_RETURN_NONE;
 }
 
@@ -345,7 +346,8 @@ static struct PyModuleDef kModule = {PyModuleDef_HEAD_INIT,
 
 PyMODINIT_FUNC PyInit__gym_metrics(void) {
   PyObject* m = PyModule_Create(&kModule);
-  if (m != NULL && PyModule_AddStringConstant(m, "__version__", GYM_VERSION) != 0) {
+  if (m != NULL && (PyModule_AddStringConstant(m, "__version__", GYM_VERSION) != 0 ||
+                    gympy_add_operation_type(m) != 0)) {
     Py_DECREF(m);
     return NULL;
   }
