@@ -179,26 +179,25 @@ static PySendResult op_send(PyObject* self, PyObject* arg, PyObject** result) {
   return after_inner(op, PyIter_Send(op->inner, arg, result), result);
 }
 
+/* A step's result as an iterator gives it: a value yielded, or NULL with
+ * StopIteration(value returned) or the error. */
+static PyObject* as_iterator_step(PySendResult r, PyObject* result) {
+  if (r != PYGEN_RETURN) return result;
+  PyErr_SetObject(PyExc_StopIteration, result);
+  Py_DECREF(result);
+  return NULL;
+}
+
 static PyObject* op_iternext(PyObject* self) {
   PyObject* result = NULL;
-  PySendResult r = op_send(self, Py_None, &result);
-  if (r == PYGEN_RETURN) {
-    PyErr_SetObject(PyExc_StopIteration, result);
-    Py_DECREF(result);
-    return NULL;
-  }
-  return result;
+  const PySendResult r = op_send(self, Py_None, &result);
+  return as_iterator_step(r, result);
 }
 
 static PyObject* op_send_method(PyObject* self, PyObject* arg) {
   PyObject* result = NULL;
-  PySendResult r = op_send(self, arg, &result);
-  if (r == PYGEN_RETURN) {
-    PyErr_SetObject(PyExc_StopIteration, result);
-    Py_DECREF(result);
-    return NULL;
-  }
-  return result;
+  const PySendResult r = op_send(self, arg, &result);
+  return as_iterator_step(r, result);
 }
 
 /* An exception thrown in while nothing is awaited: raised as given. */
@@ -238,12 +237,7 @@ static PyObject* op_throw(PyObject* self, PyObject* const* args, Py_ssize_t n) {
     }
   }
   r = after_inner(op, r, &result);
-  if (r == PYGEN_RETURN) {
-    PyErr_SetObject(PyExc_StopIteration, result);
-    Py_DECREF(result);
-    return NULL;
-  }
-  return result;
+  return as_iterator_step(r, result);
 }
 
 static PyObject* op_close(PyObject* self, PyObject* unused) {
