@@ -409,6 +409,50 @@ TEST(SegmentWriter, ProcessWriterUsesTheEnvironmentDirectory) {
   EXPECT_EQ(s->counter, 3u);
 }
 
+// A child inherits the records its parent had published at the fork, with
+// their text, values and string area: not those another thread of the
+// parent publishes while the child makes its own segment (the shared
+// header's count has them already; their text and value lines are past
+// what the child copied and will use for its own). Twenty children forked
+// while a thread of the parent registers flat out: every record of every
+// segment is valid.
+TEST(SegmentWriter, AChildInheritsWhatItsParentHadAtTheForkNotWhatItRegistersSince) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  writer.counter("before_total", {}).add(1);
+  std::atomic<bool> stop{false};
+  std::thread registrar([&] {
+    for (int i = 0; !stop.load() && i < 900; ++i) {
+      const std::string v = std::to_string(i);
+      const Label l[] = {{"i", v}};
+      writer.counter("during_total", l).add(1);
+    }
+  });
+  testing::Gate gate;
+  testing::Ready ready;
+  std::vector<pid_t> children;
+  for (int k = 0; k < 20; ++k) {
+    children.push_back(testing::spawn([&] {
+      writer.counter("child_total", {}).add(1);  // a record of the child's own
+      ready.signal();
+      gate.wait();
+      return 0;
+    }));
+  }
+  ready.wait(20);
+  stop = true;
+  registrar.join();
+  RegistryReader reader(tmp.path());
+  const Snapshot& snap = reader.snapshot();
+  EXPECT_EQ(snap.stats.live_segments, 21u);
+  EXPECT_EQ(snap.stats.invalid_records_total, 0u);
+  for (const std::string& p : snap.problems) ADD_FAILURE() << p;
+  ASSERT_NE(find_series(snap, "child_total"), nullptr);
+  EXPECT_EQ(find_series(snap, "child_total")->counter, 20u);
+  gate.open();
+  for (pid_t c : children) EXPECT_EQ(testing::wait_exit(c), 0);
+}
+
 TEST(SegmentWriter, ForkedChildWritesIntoItsOwnSegmentThroughHandlesMadeBeforeFork) {
   TempDir tmp;
   SegmentWriter writer(tmp.path());

@@ -370,9 +370,13 @@ class SegmentWriter {
   std::string dir_;
   mutable std::mutex mu_;
   int fd_ = -1;
-  unsigned char* base_ = nullptr;      // mapping of segment::kTotalBytes
-  uint32_t next_line_ = 0;             // first free value line
-  uint32_t next_string_ = 0;           // first free byte of the string area
+  unsigned char* base_ = nullptr;  // mapping of segment::kTotalBytes
+  uint32_t next_line_ = 0;         // first free value line
+  uint32_t next_string_ = 0;       // first free byte of the string area
+  // Records published when the process last forked (taken under mu_ in
+  // prepare_fork): what a child inherits. Not the shared header's count,
+  // which the parent raises again as soon as the fork returns.
+  uint32_t records_at_fork_ = 0;
   uint64_t reserved_records_end_ = 0;  // file offsets reserved up to
   uint64_t reserved_strings_end_ = 0;
   uint64_t reserved_values_end_ = 0;

@@ -244,8 +244,9 @@ const char* SegmentWriter::prepare_file_locked(int fd, bool after_fork, uint32_t
   if (!reserve_pages(fd, 0, segment::kHeaderBytes)) return "cannot reserve segment pages in";
   inherited = 0;
   if (after_fork && base_ != nullptr) {
-    inherited =
-        std::min(segment::load_acquire(&header_of(base_)->record_count), segment::kMaxRecords);
+    // What the parent had published at the fork, as its next value line
+    // and string byte are: records it publishes since are its own.
+    inherited = std::min(records_at_fork_, segment::kMaxRecords);
     if (!reserve_locked(fd, inherited, next_string_, next_line_))
       return "cannot reserve segment pages in";
   }

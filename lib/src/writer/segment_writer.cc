@@ -364,7 +364,11 @@ void SegmentWriter::release_gauge(uint32_t index) noexcept {
 
 void SegmentWriter::prepare_fork() noexcept {
   writers_mutex().lock();
-  for (SegmentWriter* w : writers()) w->mu_.lock();
+  for (SegmentWriter* w : writers()) {
+    w->mu_.lock();
+    w->records_at_fork_ =
+        w->base_ != nullptr ? segment::load_acquire(&header_of(w->base_)->record_count) : 0;
+  }
 }
 
 void SegmentWriter::after_fork_parent() noexcept {
