@@ -271,6 +271,43 @@ TEST(NativeHistogram, LiveWritersSharingAHistogramAndOnesGoneAddUpSnapshotAfterS
   expect_all(reader.snapshot(), "the same, read again");
 }
 
+// A histogram whose classic buckets and sum are as last read has its
+// native counts taken from that read, not read again; one observation more,
+// even in a classic bucket already counted, reads them again.
+TEST(NativeHistogram, ReadAgainUnchangedItKeepsItsCountsAndOneObservationMoreMovesThem) {
+  TempDir tmp;
+  const int64_t bounds[] = {1000000, 100000000};  // 1 ms, 100 ms
+  SegmentWriter writer(tmp.path());
+  RegistryReader reader(tmp.path());
+  Histogram h = writer.histogram("op_seconds", {}, bounds, 1e9, /*native=*/true);
+  [[maybe_unused]] Histogram idle =
+      writer.histogram("idle_seconds", {}, bounds, 1e9, /*native=*/true);
+  std::vector<int64_t> seen;
+  auto expect_seen = [&](const char* when) {
+    const Snapshot& snap = reader.snapshot();
+    const SeriesSample* s = find_series(snap, "op_seconds");
+    ASSERT_NE(s, nullptr) << when;
+    EXPECT_EQ(std::vector<uint64_t>(s->native.begin(), s->native.end()), expected_counts(seen))
+        << when;
+    const SeriesSample* none = find_series(snap, "idle_seconds");
+    ASSERT_NE(none, nullptr) << when;
+    EXPECT_EQ(std::vector<uint64_t>(none->native.begin(), none->native.end()), expected_counts({}))
+        << when;
+  };
+  for (int64_t v : {2000000, 30000000, 90000000}) {  // one classic bucket, three native
+    h.observe(v);
+    seen.push_back(v);
+  }
+  expect_seen("first read");
+  expect_seen("read again, unchanged");
+  expect_seen("and again");
+  h.observe(5000000);  // the same classic bucket, another native one
+  seen.push_back(5000000);
+  expect_seen("one observation more");
+  expect_seen("read again after it");
+  EXPECT_EQ(reader.snapshot().stats.inconsistent_reads_total, 0u);
+}
+
 TEST(NativeHistogram, EverySnapshotAddsUpWhileAWriterObservesFlatOut) {
   TempDir tmp;
   const int64_t bounds[] = {1000000, 100000000};  // 1 ms, 100 ms

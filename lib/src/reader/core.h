@@ -47,6 +47,11 @@ namespace reader_internal {
 // Reads of a histogram shard whose native and classic totals differ before
 // its last values are kept instead (read_values).
 inline constexpr int kConsistentReadAttempts = 16;
+// How a histogram's values were read (read_values): whole; with its native
+// counts those last read (its classic buckets and sum unchanged: no
+// observation ended since), not read again; or never consistently, its last
+// values kept.
+enum class ReadOutcome : uint8_t { kRead, kNativeAsLast, kInconsistent };
 
 inline constexpr int32_t kInvalid = -2;
 inline constexpr int32_t kOverLimit = -3;
@@ -261,7 +266,7 @@ class ReaderCore {
   void add_gauge(const Segment& s, const Segment::Entry& e, const uint64_t* cur, Accumulator& acc,
                  int64_t now, bool& declared);
   void add_total(Segment& s, const Segment::Entry& e, const uint64_t* folded, uint32_t words,
-                 Accumulator& acc, bool into_retired, int64_t now);
+                 bool native_as_last, Accumulator& acc, bool into_retired, int64_t now);
   void fold_last(Segment& s);
   void damage(Segment& s, const std::string& why);
   void retire(Segment& s);
@@ -331,7 +336,7 @@ class ReaderCore {
   std::vector<uint64_t> scratch_;      // one segment's values, copied out
   std::vector<char> scratch_strings_;  // one segment's string area, copied out
   std::vector<uint32_t> scratch_states_;
-  std::vector<char> scratch_inconsistent_;  // by entry: its shards never agreed
+  std::vector<ReadOutcome> scratch_outcomes_;  // by entry: how its values were read
 
   // Totals: folded segments whose files are kept until the totals that hold
   // them are written (name -> inode; a read-only reader's: folded into its

@@ -235,8 +235,8 @@ void ReaderCore::build_output() {
     if (!live.present && !ret.present) continue;
     if (snapshot_.series.size() <= n) snapshot_.series.emplace_back();
     SeriesSample& out = snapshot_.series[n++];
-    const SeriesInfo& info = *series_.info(id);
-    out.info = &info;
+    const SeriesTable::Shape shape = series_.shape(id);
+    out.info = series_.info(id);
     add_limit_spread(id, n - 1);
     out.counter = sat_add(live.counter, ret.counter);
     out.gauge = live.gauge;
@@ -244,14 +244,14 @@ void ReaderCore::build_output() {
     out.in_progress = live.in_progress;
     out.sum = segment::wrapping_add(live.sum, ret.sum);
     out.created_unix_ns = 0;
-    if (info.kind != SeriesKind::kGauge && !(live.present && live.created_unknown) &&
+    if (shape.kind != SeriesKind::kGauge && !(live.present && live.created_unknown) &&
         !(ret.present && ret.created_unknown)) {
       const int64_t a = live.present ? live.created_ns : 0;
       const int64_t b = ret.present ? ret.created_ns : 0;
       out.created_unix_ns = a == 0 ? b : b == 0 ? a : std::min(a, b);
     }
-    if (info.kind == SeriesKind::kHistogram) {
-      const size_t buckets = info.bounds.size() + 1;
+    if (shape.kind == SeriesKind::kHistogram) {
+      const size_t buckets = shape.buckets;
       // The live words: one segment's, viewed, or those added up of several.
       const uint64_t* own = live.view != nullptr ? live.view
                             : live.added >= 2    ? live.buckets.data()
@@ -263,7 +263,7 @@ void ReaderCore::build_output() {
         running = sat_add(running, b < ret.buckets.size() ? ret.buckets[b] : 0);
         out.cumulative_buckets[b] = running;
       }
-      out.native = native_view(own, ret, buckets, info.native_words, merged);
+      out.native = native_view(own, ret, buckets, shape.native_words, merged);
       out.exemplars = id < exemplars_.size() ? std::span<const Exemplar>(exemplars_[id])
                                              : std::span<const Exemplar>();
     } else {

@@ -28,6 +28,7 @@ uint32_t SeriesTable::add(std::string key, std::unique_ptr<SeriesInfo> info, int
   bool is_identity = false;
   if (info->family == family::kServerIdentity)
     for (const auto& [k, v] : info->labels) is_identity |= k == label::kServerName && !v.empty();
+  const Shape shape{info->kind, static_cast<uint16_t>(info->bounds.size() + 1), info->native_words};
   uint32_t id;
   if (!free_ids_.empty()) {
     id = free_ids_.back();
@@ -36,11 +37,13 @@ uint32_t SeriesTable::add(std::string key, std::unique_ptr<SeriesInfo> info, int
   } else {
     id = static_cast<uint32_t>(infos_.size());
     infos_.push_back(std::move(info));
+    shapes_.push_back(shape);
     keys_.push_back(nullptr);
     refs_.push_back(0);
     last_change_.push_back(0);
     identity_.push_back(0);
   }
+  shapes_[id] = shape;
   refs_[id] = 0;
   last_change_[id] = now_ns;
   identity_[id] = is_identity;

@@ -35,6 +35,15 @@ class SeriesTable {
   size_t live() const { return live_; }
   // The series of `id`, or nullptr when the id is free.
   const SeriesInfo* info(uint32_t id) const { return infos_[id].get(); }
+  // What a snapshot needs of a series on every read, kept beside the others
+  // of its kind (its SeriesInfo, a block of its own, is read only when the
+  // series is new or the order changes).
+  struct Shape {
+    segment::SeriesKind kind;
+    uint16_t buckets;  // histograms: the classic ones (bounds and +Inf)
+    uint16_t native_words;
+  };
+  const Shape& shape(uint32_t id) const { return shapes_[id]; }
   // A declared server's identity series (gym_server_identity with a server
   // name): marked once, when interned.
   bool identity(uint32_t id) const { return identity_[id] != 0; }
@@ -56,6 +65,7 @@ class SeriesTable {
   };
   std::unordered_map<std::string, uint32_t> ids_;  // identity key -> id
   std::vector<std::unique_ptr<SeriesInfo>> infos_;
+  std::vector<Shape> shapes_;
   std::vector<const std::string*> keys_;  // id -> its key in ids_ (a node's: it stays put)
   std::vector<uint32_t> refs_;
   std::vector<int64_t> last_change_;

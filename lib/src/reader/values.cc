@@ -8,17 +8,40 @@ namespace gym {
 using reader_internal::ReaderCore;
 
 namespace {
+// Whether `shards` shards of classic buckets and sum (`to`, as read) add up
+// to `last`'s buckets and sum (segment_totals' words, `native_words` of
+// native buckets between them), as segment_totals adds them.
+bool as_last(const uint64_t* to, uint32_t shards, uint32_t classic, const uint64_t* last,
+             uint32_t native_words) {
+  uint64_t sum = 0;
+  for (uint32_t k = 0; k < shards; ++k) sum += to[k * (classic + 1u) + classic];
+  if (sum != last[classic + native_words]) return false;
+  for (uint32_t w = 0; w < classic; ++w) {
+    uint64_t bucket = 0;
+    for (uint32_t k = 0; k < shards; ++k) bucket = sat_add(bucket, to[k * (classic + 1u) + w]);
+    if (bucket != last[w]) return false;
+  }
+  return true;
+}
+
 // A version 5 histogram's values into `to`: each shard's buckets and sum
 // (bound_count + 2 words), then the native array. Both kinds of bucket of
 // one moment: the native words first (acquire), then the classic ones. A
 // writer adds the classic bucket before the native one (released), so the
 // classic total is never below the native one; they agree unless an
-// observation was in flight, and then the histogram is read again. False
-// when they never agreed. A histogram with no classic observation has its
-// native counts taken as zero, not read (many outcomes never happen; a
-// classic count never falls back to zero, so native counts never fall).
-bool read_shared_native(uint32_t shards, uint32_t bound_count, uint32_t native_words,
-                        const uint64_t* line, uint64_t* to) {
+// observation was in flight, and then the histogram is read again. A
+// histogram with no classic observation has its native counts taken as
+// zero, not read (many outcomes never happen; a classic count never falls
+// back to zero, so native counts never fall).
+//
+// `last` is what was read of it before (segment_totals' words: the
+// buckets, the native buckets, the sum). When its classic buckets and sum
+// are still those, no observation ended since, and its native counts are
+// those of `last` too: they are not read (kNativeAsLast), which spares a
+// scrape 1.5 KiB of shared memory a histogram that did not change. Else
+// kRead, or kInconsistent when the two kinds never agreed.
+ReadOutcome read_shared_native(uint32_t shards, uint32_t bound_count, uint32_t native_words,
+                               const uint64_t* line, const uint64_t* last, uint64_t* to) {
   const uint32_t classic = bound_count + 1u;
   const uint32_t stride = segment::shard_lines(bound_count, native_words) * segment::kLineBytes / 8;
   const uint64_t* native = line + shards * stride;
@@ -35,8 +58,10 @@ bool read_shared_native(uint32_t shards, uint32_t bound_count, uint32_t native_w
   };
   if (native_words == 0) {
     read_classic();
-    return true;
+    return ReadOutcome::kRead;
   }
+  read_classic();
+  if (as_last(to, shards, classic, last, native_words)) return ReadOutcome::kNativeAsLast;
   bool agree = false;
   for (int attempt = 0; attempt < kConsistentReadAttempts && !agree; ++attempt) {
     uint64_t native_total = 0;
@@ -45,11 +70,11 @@ bool read_shared_native(uint32_t shards, uint32_t bound_count, uint32_t native_w
     const uint64_t classic_total = read_classic();
     if (classic_total == 0) {
       std::fill(native_to, native_to + native_words, uint64_t{0});
-      return true;
+      return ReadOutcome::kRead;
     }
     agree = native_total == classic_total;
   }
-  return agree;
+  return agree ? ReadOutcome::kRead : ReadOutcome::kInconsistent;
 }
 
 }  // namespace
@@ -70,10 +95,10 @@ bool ReaderCore::read_values(Segment& s, uint32_t* count) {
   if (n > s.parsed) parse_new_records(s, n);
   scratch_.resize(s.scratch_words);
   scratch_states_.resize(s.entries.size());
-  scratch_inconsistent_.assign(s.entries.size(), 0);
+  scratch_outcomes_.assign(s.entries.size(), ReadOutcome::kRead);
   uint64_t* out = scratch_.data();
   uint32_t* states = scratch_states_.data();
-  char* inconsistent = scratch_inconsistent_.data();
+  ReadOutcome* outcome = scratch_outcomes_.data();
   const Segment& seg = s;
   return guarded(s.base, s.size, [&] {
     for (size_t j = 0; j < seg.entries.size(); ++j) {
@@ -92,8 +117,8 @@ bool ReaderCore::read_values(Segment& s, uint32_t* count) {
       if (seg.version >= segment::kExemplarVersion)
         read_exemplars(seg, e.id, e.record, e.bound_count);
       if (seg.version >= segment::kSharedNativeVersion) {
-        if (!read_shared_native(e.shards, e.bound_count, e.native_words, line, to))
-          inconsistent[j] = 1;
+        outcome[j] = read_shared_native(e.shards, e.bound_count, e.native_words, line,
+                                        seg.last.data() + e.last, to);
         continue;
       }
       const uint32_t words = segment::shard_words(e.bound_count, e.native_words);
@@ -127,7 +152,7 @@ bool ReaderCore::read_values(Segment& s, uint32_t* count) {
               classic_total += (to[w] = segment::load_relaxed(&line[w]));
             agree = native_total == classic_total;
           }
-          if (!agree) inconsistent[j] = 1;
+          if (!agree) outcome[j] = ReadOutcome::kInconsistent;
         }
         to[words - 1] = segment::load_relaxed(&line[words - 1]);  // the sum
         to += words;
@@ -307,9 +332,10 @@ void ReaderCore::add_gauge(const Segment& s, const Segment::Entry& e, const uint
 namespace {
 // A counter's, an ages record's beginnings' (the sum of its lanes) or a
 // histogram's words (its shards' buckets and sums added up: the buckets,
-// the native buckets, the sum) into `out`; how many.
+// the native buckets, the sum) into `out`; how many. `native_as_last`:
+// its native words are left out (not read; those last read stand).
 uint32_t segment_totals(uint32_t version, const ReaderCore::Segment::Entry& e, const uint64_t* cur,
-                        uint64_t* out) {
+                        bool native_as_last, uint64_t* out) {
   if (e.kind == SeriesKind::kCounter) {
     out[0] = cur[0];
     return 1;
@@ -339,6 +365,7 @@ uint32_t segment_totals(uint32_t version, const ReaderCore::Segment::Entry& e, c
     sat_add_words(out, shard, classic);
     out[words - 1] += shard[classic];  // the sum wraps, as writers' adds do
   }
+  if (native_as_last) return words;  // not read: `last`'s stay
   const uint64_t* native = cur + e.shards * (classic + 1u);
   std::copy(native, native + e.native_words, out + classic);
   return words;
@@ -347,11 +374,17 @@ uint32_t segment_totals(uint32_t version, const ReaderCore::Segment::Entry& e, c
 
 // A counter's or histogram's words read now, `folded`, into `acc`. Below
 // what was read before, it was reset: what was read before is folded into
-// the totals first.
+// the totals first. `native_as_last`: a histogram's native words in
+// `folded` were not read; those of `last` stand.
 void ReaderCore::add_total(Segment& s, const Segment::Entry& e, const uint64_t* folded,
-                           uint32_t words, Accumulator& acc, bool into_retired, int64_t now) {
+                           uint32_t words, bool native_as_last, Accumulator& acc, bool into_retired,
+                           int64_t now) {
   uint64_t* last = s.last.data() + e.last;
-  if (any_below(folded, last, e.kind == SeriesKind::kHistogram ? words - 1 : words)) {
+  const bool histogram = e.kind == SeriesKind::kHistogram;
+  // The counts read now: a counter's word; a histogram's buckets (not its
+  // sum, which may wrap), classic only when its native ones stand.
+  const uint32_t counts = !histogram ? words : native_as_last ? e.bound_count + 1u : words - 1;
+  if (any_below(folded, last, counts)) {
     Accumulator& ret = retired_[e.id];
     add_words(ret.buckets, ret.counter, ret.sum, e.kind, last, e.bound_count, e.native_words);
     ret.note_created(s.created_ns);
@@ -360,9 +393,10 @@ void ReaderCore::add_total(Segment& s, const Segment::Entry& e, const uint64_t* 
     totals_dirty_ = true;
     series_.last_change(e.id) = now;
   }
-  std::copy(folded, folded + words, last);
-  if (into_retired || e.kind != SeriesKind::kHistogram)
-    add_words(acc.buckets, acc.counter, acc.sum, e.kind, folded, e.bound_count, e.native_words);
+  std::copy(folded, folded + counts, last);
+  if (histogram) last[words - 1] = folded[words - 1];
+  if (into_retired || !histogram)
+    add_words(acc.buckets, acc.counter, acc.sum, e.kind, last, e.bound_count, e.native_words);
   else
     add_live_histogram(acc, last, words);
   acc.note_created(s.created_ns);
@@ -402,15 +436,17 @@ void ReaderCore::read_segment(Segment& s, bool gauges) {
     }
     if (ages && gauges && state == segment::kRecordLive) add_in_progress(e, cur, acc, now);
     uint64_t folded[segment::kMaxBounds + 2 + native::kWords];
-    const uint32_t words = segment_totals(s.version, e, cur, folded);
+    const ReadOutcome outcome = scratch_outcomes_[j];
+    const bool native_as_last = outcome == ReadOutcome::kNativeAsLast;
+    const uint32_t words = segment_totals(s.version, e, cur, native_as_last, folded);
     // A histogram whose buckets could not be read at one moment (a writer
     // observing flat out) keeps its last values, which add up, this time.
-    if (scratch_inconsistent_[j]) {
+    if (outcome == ReadOutcome::kInconsistent) {
       const uint64_t* last = s.last.data() + e.last;
       std::copy(last, last + words, folded);
       ++snapshot_.stats.inconsistent_reads_total;
     }
-    add_total(s, e, folded, words, acc, /*into_retired=*/!gauges, now);
+    add_total(s, e, folded, words, native_as_last, acc, /*into_retired=*/!gauges, now);
   }
   if (gauges) close_segment_limits();
 }
