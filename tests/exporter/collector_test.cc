@@ -3,6 +3,7 @@
 // reads its own configuration section, starts and stops with the exporter;
 // what the exposition serves is exactly the contract table.
 #include <crypt.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -381,6 +382,26 @@ TEST(Exposition, AgesOfALimitThatIsClosedOrWhoseWriterExitedGoWhileItsAdmissions
   EXPECT_TRUE(exited[0].ends_with(" 1")) << exited[0];
   exit_now.open();
   testing::wait_exit(closer);
+}
+
+// process_open_fds, as the process collector emits it now.
+double open_fds_now(Collector& process) {
+  double fds = -1;
+  process.collect([&](const Family& f) {
+    if (f.name == "process_open_fds") fds = f.metric.at(0).gauge.value;
+  });
+  return fds;
+}
+
+TEST(ProcessCollector, OpenFdsCountsEachDescriptorTheProcessOpensAndClosesOnce) {
+  auto process = make_collector("process", {nullptr});
+  const double before = open_fds_now(*process);
+  ASSERT_GT(before, 0);
+  std::vector<int> fds;
+  for (int i = 0; i < 50; ++i) fds.push_back(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  EXPECT_EQ(open_fds_now(*process), before + 50);
+  for (int fd : fds) ::close(fd);
+  EXPECT_EQ(open_fds_now(*process), before);
 }
 
 TEST(App, ARefusedReloadChangesNothingNotEvenTheBasicAuthUsers) {
