@@ -35,6 +35,7 @@
 #include "exposition/text.h"
 #include "gym/contract.h"
 #include "gym/metered_semaphore.h"
+#include "gym/registry_reader.h"
 #include "gym/resources_operation.h"
 #include "gym/segment_writer.h"
 #include "http/server.h"
@@ -264,6 +265,40 @@ void format_protobuf(benchmark::State& state) {
 void format_protobufgzip(benchmark::State& state) {
   format(state, gym::exporter::ProtobufEncoder(), true);
 }
+// Where a plain scrape of those 20,000 series goes: the registry reader's
+// snapshot alone, the registry collector (snapshot and its model's values),
+// and the whole text exposition rendered in pieces as a scrape is served.
+void part_snapshot(benchmark::State& state) {
+  raise_fd_limit();
+  GymFixture& f = fixture<GymFixture>(20000 / kSeriesPerWriter);
+  gym::RegistryReader reader(f.dir);
+  reader.snapshot();
+  for (auto _ : state) benchmark::DoNotOptimize(reader.snapshot().series.data());
+}
+void part_collect(benchmark::State& state) {
+  raise_fd_limit();
+  GymFixture& f = fixture<GymFixture>(20000 / kSeriesPerWriter);
+  const gym::exporter::CollectorContext context{
+      std::make_shared<gym::exporter::SharedRegistry>(f.dir)};
+  auto registry = gym::exporter::make_collector("registry", context);
+  size_t families = 0;
+  registry->collect([&](const gym::exporter::Family&) { ++families; });
+  for (auto _ : state) registry->collect([&](const gym::exporter::Family&) { ++families; });
+  benchmark::DoNotOptimize(families);
+}
+void part_streamed(benchmark::State& state) {
+  raise_fd_limit();
+  GymFixture& f = fixture<GymFixture>(20000 / kSeriesPerWriter);
+  const gym::exporter::TextEncoder text;
+  size_t bytes = 0;
+  for (auto _ : state)
+    bytes = f.exposition->render(
+        text, {}, [](std::string_view piece) { benchmark::DoNotOptimize(piece.data()); });
+  state.counters["bytes"] = double(bytes);
+}
+BENCHMARK(part_snapshot)->Unit(benchmark::kMillisecond);
+BENCHMARK(part_collect)->Unit(benchmark::kMillisecond);
+BENCHMARK(part_streamed)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_text)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_protobuf)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_protobufgzip)->Unit(benchmark::kMillisecond);
