@@ -343,13 +343,11 @@ void RegistryCollector::select_served(const Snapshot& snap) {
   scratch_infos_.clear();
   scratch_index_.clear();
   unknown_series_ = 0;
-  const std::string* run_family = nullptr;
   bool served = false;
   bool identity = false;
   for (size_t i = 0; i < snap.series.size(); ++i) {
     const SeriesInfo* info = snap.series[i].info;
-    if (run_family == nullptr || *run_family != info->family) {
-      run_family = &info->family;
+    if (i == 0 || snap.series[i].family != snap.series[i - 1].family) {
       served = served_family(info->family);
       identity = info->family == family::kServerIdentity;
     }

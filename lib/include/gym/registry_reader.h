@@ -75,6 +75,10 @@ struct Exemplar {
 
 struct SeriesSample {
   const SeriesInfo* info = nullptr;
+  // The reader's number for the series' family, the same for every series
+  // of one family for the reader's life: where a family's run of series
+  // begins, compared without comparing names.
+  uint32_t family = 0;
   uint64_t counter = 0;  // counters
   int64_t gauge = 0;     // gauges; ages: how many are in progress
   // Ages: the oldest start in progress (segment::stamp_now_ns() clock), 0

@@ -237,6 +237,7 @@ void ReaderCore::build_output() {
     SeriesSample& out = snapshot_.series[n++];
     const SeriesTable::Shape shape = series_.shape(id);
     out.info = series_.info(id);
+    out.family = shape.family;
     add_limit_spread(id, n - 1);
     out.counter = sat_add(live.counter, ret.counter);
     out.gauge = live.gauge;

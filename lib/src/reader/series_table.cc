@@ -22,13 +22,18 @@ bool SeriesTable::fits_its_family(const SeriesInfo& info) const {
 }
 
 uint32_t SeriesTable::add(std::string key, std::unique_ptr<SeriesInfo> info, int64_t now_ns) {
-  if (!families_.contains(info->family))
-    families_.emplace(info->family, FamilyShape{info->kind, info->bounds, info->unit_divisor,
-                                                info->native_words});
+  auto family = families_.find(info->family);
+  if (family == families_.end())
+    family = families_
+                 .emplace(info->family,
+                          FamilyShape{info->kind, info->bounds, info->unit_divisor,
+                                      info->native_words, static_cast<uint32_t>(families_.size())})
+                 .first;
   bool is_identity = false;
   if (info->family == family::kServerIdentity)
     for (const auto& [k, v] : info->labels) is_identity |= k == label::kServerName && !v.empty();
-  const Shape shape{info->kind, static_cast<uint16_t>(info->bounds.size() + 1), info->native_words};
+  const Shape shape{info->kind, static_cast<uint16_t>(info->bounds.size() + 1), info->native_words,
+                    family->second.number};
   uint32_t id;
   if (!free_ids_.empty()) {
     id = free_ids_.back();

@@ -42,6 +42,7 @@ class SeriesTable {
     segment::SeriesKind kind;
     uint16_t buckets;  // histograms: the classic ones (bounds and +Inf)
     uint16_t native_words;
+    uint32_t family;  // its family's number (SeriesSample::family)
   };
   const Shape& shape(uint32_t id) const { return shapes_[id]; }
   // A declared server's identity series (gym_server_identity with a server
@@ -62,6 +63,7 @@ class SeriesTable {
     std::vector<int64_t> bounds;
     double unit_divisor;
     uint16_t native_words;
+    uint32_t number;  // in the order families were first seen
   };
   std::unordered_map<std::string, uint32_t> ids_;  // identity key -> id
   std::vector<std::unique_ptr<SeriesInfo>> infos_;
