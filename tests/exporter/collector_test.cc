@@ -155,6 +155,40 @@ TEST(Exposition, NameFilterServesTheFamiliesAskedForAHistogramAlsoByItsSampleNam
       << "sample suffixes only for histograms";
 }
 
+// Families of the registry that the contract table does not have, before
+// and after a served one in the snapshot's order: their series are counted
+// as unknown (a server's identity is not: the server trees read it), never
+// served, and no contract violation.
+TEST(Exposition, SeriesOfFamiliesNotInTheTableAreCountedAsUnknownAndNotServed) {
+  TempDir tmp;
+  SegmentWriter w(tmp.path());
+  const std::vector<Label> op = {{"nemo_gym_resources_operation", "verify"},
+                                 {"nemo_gym_resources_executor", "inline"}};
+  Gauge queued = w.gauge("gym_resources_operation_queued", op);  // lives while read
+  queued.add(1);
+  w.counter("aaa_custom_total", {}).add(1);
+  for (const char* v : {"a", "b", "c"}) {
+    const std::vector<Label> l = {{"k", v}};
+    w.counter("zzz_custom_total", l).add(1);
+  }
+  const std::vector<Label> server = {{"server_name", "verifier"},
+                                     {"server_type", "resources_servers"}};
+  Gauge identity = w.gauge("gym_server_identity", server);  // lives while read
+  identity.set(1);
+  std::vector<std::string> logged;
+  std::vector<std::unique_ptr<Collector>> c;
+  c.push_back(make_collector("registry", {std::make_shared<SharedRegistry>(tmp.path()),
+                                          [&](const std::string& m) { logged.push_back(m); }}));
+  Exposition e(std::move(c));
+  const std::string text = e.render(TextEncoder());
+  EXPECT_NE(text.find("gym_resources_operation_queued{"), std::string::npos) << text;
+  EXPECT_EQ(text.find("aaa_custom"), std::string::npos) << text;
+  EXPECT_EQ(text.find("zzz_custom"), std::string::npos) << text;
+  EXPECT_NE(text.find("\ngym_exporter_registry_unknown_series 4\n"), std::string::npos) << text;
+  EXPECT_EQ(e.violations(), 0u);
+  EXPECT_EQ(logged.size(), 2u) << "each unknown family logged once";
+}
+
 // ------------------------------------------------------------- the App
 
 std::string bcrypt(const std::string& password) {
