@@ -22,7 +22,6 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "contract/families.h"
@@ -50,18 +49,6 @@ struct FamilyExtras {
   // exemplar_divisor are in the family's unit. Views, as `native`.
   std::vector<std::span<const Exemplar>> exemplars;
   double exemplar_divisor = 1;
-  // Each sample's labels as the text formats write them with the legacy
-  // names (exposition/text.h: append_label_text), rendered once by a
-  // collector that keeps its model across scrapes, side by side in one
-  // string: sample i's end at label_ends[i], start where the one before
-  // ends. Empty when the collector keeps none. An encoder that renames
-  // labels (another escaping scheme) ignores them.
-  std::string label_text;
-  std::vector<uint32_t> label_ends;
-  std::string_view labels_of(size_t i) const {
-    const uint32_t from = i == 0 ? 0 : label_ends[i - 1];
-    return std::string_view(label_text).substr(from, label_ends[i] - from);
-  }
 };
 
 // Receives one family at a time, with its extras when it has any; neither

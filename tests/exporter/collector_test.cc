@@ -189,66 +189,6 @@ TEST(Exposition, SeriesOfFamiliesNotInTheTableAreCountedAsUnknownAndNotServed) {
   EXPECT_EQ(logged.size(), 2u) << "each unknown family logged once";
 }
 
-// The registry collector renders each series' labels once, when its model
-// is built, for every scrape after: they are the labels an encoder renders
-// itself, escapes included, in both text formats; a series registered later
-// has its own. (An encoder that renames labels does not take them:
-// EachEscapingSchemeNamesTheRegistrysFamiliesAndLabelsAndTheExportersOwn.)
-TEST(Exposition, LabelsRenderedOnceAreWhatEachTextEncoderRendersItself) {
-  TempDir tmp;
-  SegmentWriter w(tmp.path());
-  std::vector<Gauge> gauges;  // live while read
-  auto add = [&](const std::string& op) {
-    const std::vector<Label> l = {{"nemo_gym_resources_operation", op},
-                                  {"nemo_gym_resources_executor", "inline"}};
-    gauges.push_back(w.gauge("gym_resources_operation_queued", l));
-    gauges.back().add(1);
-  };
-  add("verify");
-  add("a \"quoted\" \\ back\nslash, é");
-  w.histogram("gym_resources_operation_queue_duration_seconds",
-              std::vector<Label>{{"nemo_gym_resources_operation", "ve\"ri\\fy"},
-                                 {"nemo_gym_resources_executor", "inline"}},
-              kOperationBoundsNs, 1e9)
-      .observe(2000000);
-  auto registry = make_collector("registry", {std::make_shared<SharedRegistry>(tmp.path())});
-  auto check = [&](const char* when, size_t queued) {
-    size_t kept = 0;
-    registry->collect(Emit::full([&](const Family& f, const FamilyExtras* extras) {
-      if (extras == nullptr || extras->label_ends.empty()) return;
-      ASSERT_EQ(extras->label_ends.size(), f.metric.size()) << when << ": " << f.name;
-      kept += f.metric.size();
-      FamilyExtras without = *extras;
-      without.label_text.clear();
-      without.label_ends.clear();
-      const TextEncoder text;
-      const OpenMetricsEncoder open_metrics;
-      const TextEncoder text_1_0(Escaping::kUnderscores);
-      const Encoder* const encoders[] = {&text, &open_metrics, &text_1_0};
-      for (const Encoder* e : encoders) {
-        std::string once, again;
-        e->family(f, extras, once);
-        e->family(f, &without, again);
-        EXPECT_EQ(once, again) << when << ": " << f.name << " in " << e->name();
-      }
-      if (f.name == "gym_resources_operation_queued") {
-        EXPECT_EQ(f.metric.size(), queued) << when;
-        std::string rendered;
-        text.family(f, extras, rendered);
-        EXPECT_NE(rendered.find("nemo_gym_resources_operation=\"a \\\"quoted\\\" \\\\ "
-                                "back\\nslash, é\""),
-                  std::string::npos)
-            << rendered;
-      }
-    }));
-    EXPECT_EQ(kept, queued + 1) << when;
-  };
-  check("first scrape", 2);
-  check("second scrape", 2);
-  add("later");
-  check("after a series was registered", 3);
-}
-
 // ------------------------------------------------------------- the App
 
 std::string bcrypt(const std::string& password) {

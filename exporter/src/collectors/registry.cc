@@ -10,7 +10,6 @@
 #include "collector.h"
 #include "contract/families.h"
 #include "contract/table.h"
-#include "exposition/text.h"
 #include "gym/contract.h"
 #include "logging.h"
 
@@ -141,7 +140,7 @@ void RegistryCollector::add_served_families() {
       size_t n = 0;
       for (size_t j = i; j < served_.size() && served_[j]->family == info.family; ++j) ++n;
       model_.back().metric.reserve(n);
-      extras_.emplace_back().label_ends.reserve(n);
+      extras_.emplace_back();
       absent_.emplace_back(info.kind == segment::SeriesKind::kAges ? n : 0, char(0));
       if (info.native_words != 0) extras_.back().native.resize(n);
       if (info.kind == segment::SeriesKind::kHistogram) {
@@ -158,8 +157,6 @@ void RegistryCollector::add_served_families() {
     double* created = k < x.created.size() ? &x.created[k] : nullptr;
     char* absent = k < absent_.back().size() ? &absent_.back()[k] : nullptr;
     ClientMetric& m = add_metric(model_.back(), info.labels);
-    append_label_text(x.label_text, m);  // labels never change: rendered once
-    x.label_ends.push_back(static_cast<uint32_t>(x.label_text.size()));
     if (info.kind == segment::SeriesKind::kHistogram) {
       for (size_t b = 0; b <= info.bounds.size(); ++b) {
         ClientMetric::Bucket bucket;
@@ -171,7 +168,6 @@ void RegistryCollector::add_served_families() {
     }
     slots_.push_back({&m, i, native, exemplars, created, absent});
   }
-  for (FamilyExtras& x : extras_) x.label_text.shrink_to_fit();  // kept until the next rebuild
 }
 
 // The families made of a limit's parts: active = limit - free, admissions
@@ -331,7 +327,8 @@ void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
       if (!present.metric.empty()) emit(present);
       continue;
     }
-    emit(model_[k], &extras_[k]);
+    emit(model_[k],
+         extras_[k].native.empty() && extras_[k].created.empty() ? nullptr : &extras_[k]);
   }
   if (!active_.metric.empty()) emit(active_);
   if (!admissions_.metric.empty()) emit(admissions_, &admissions_extras_);

@@ -99,9 +99,8 @@ void append_name(std::string& out, const std::string& name, bool metric) {
   out += '"';
 }
 
-}  // namespace
-
-void append_label_text(std::string& out, const ClientMetric& m) {
+// `{a="x",b="y"` without the closing brace; empty when there are no labels.
+void append_labels(std::string& out, const ClientMetric& m) {
   bool first = true;
   for (const auto& l : m.label) {
     out += first ? '{' : ',';
@@ -113,12 +112,10 @@ void append_label_text(std::string& out, const ClientMetric& m) {
   }
 }
 
-namespace {
-
-// One sample line; `labels` is the metric's label text (append_label_text),
+// One sample line; `labels` is the metric's label text (append_labels),
 // rendered once for all of its samples.
 void append_sample(std::string& out, const std::string& name, const char* suffix,
-                   const ClientMetric& m, std::string_view labels, const char* extra_name,
+                   const ClientMetric& m, const std::string& labels, const char* extra_name,
                    const std::string& extra_value, double value, bool integer, uint64_t int_value,
                    bool open_metrics, bool quoted_name = false) {
   size_t before;
@@ -136,7 +133,7 @@ void append_sample(std::string& out, const std::string& name, const char* suffix
     before = out.size() - 1;  // a brace is open
     if (!labels.empty()) {
       out += ',';
-      out.append(labels.substr(1));
+      out.append(labels, 1);
     }
   }
   if (extra_name != nullptr) {
@@ -189,9 +186,8 @@ struct Samples {
   std::string& out;
   const std::string& base;
   bool om;
-  bool quoted;              // a name outside the legacy rules: {"name",...}
-  std::string_view labels;  // the current metric's: kept, or own_labels
-  std::string own_labels;
+  bool quoted;  // a name outside the legacy rules: {"name",...}
+  std::string labels;
   std::string scratch;
 
   void value(const ClientMetric& m, const char* suffix, double v) {
@@ -309,12 +305,7 @@ void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le, const Ex
     std::string& prefix = w.scratch;
     prefix.assign(w.base);
     prefix += "_bucket";
-    if (w.labels.empty()) {
-      prefix += '{';
-    } else {
-      prefix += w.labels;
-      prefix += ',';
-    }
+    prefix += w.labels.empty() ? "{" : w.labels + ",";
     prefix += "le=\"";
     for (size_t i = 0; i < h.bucket.size(); ++i) {
       w.out += prefix;
@@ -338,14 +329,13 @@ void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le, const Ex
 // counter's or histogram's _created sample where known (`extras`).
 // `spec`: the family's row, for its unit (null: none).
 // Samples [from, to) of the family's, its metadata first when from is 0.
-// `kept`: extras whose label text, rendered before, is used, or null.
 void write_any(const MetricFamily& f, const FamilySpec* spec, const FamilyExtras* extras,
-               std::string& out, bool om, size_t from, size_t to, const FamilyExtras* kept) {
+               std::string& out, bool om, size_t from = 0, size_t to = SIZE_MAX) {
   std::string_view family = f.name;
   if (om && f.type == MetricType::Counter && family.ends_with("_total")) family.remove_suffix(6);
   const std::string base(family);
   if (from == 0) write_metadata(f, spec, family, base, out, om);
-  Samples w{out, base, om, !legacy_name(base, true), {}, {}, {}};
+  Samples w{out, base, om, !legacy_name(base, true), {}, {}};
   const char* const total = om && f.type == MetricType::Counter ? "_total" : "";
   auto created = [&](const ClientMetric& m, size_t i) {
     if (om && extras != nullptr && i < extras->created.size() && extras->created[i] > 0)
@@ -354,13 +344,8 @@ void write_any(const MetricFamily& f, const FamilySpec* spec, const FamilyExtras
   BoundTexts le;
   for (size_t i = from; i < std::min(to, f.metric.size()); ++i) {
     const ClientMetric& m = f.metric[i];
-    if (kept != nullptr && i < kept->label_ends.size()) {
-      w.labels = kept->labels_of(i);
-    } else {
-      w.own_labels.clear();
-      append_label_text(w.own_labels, m);
-      w.labels = w.own_labels;
-    }
+    w.labels.clear();
+    append_labels(w.labels, m);
     switch (f.type) {
       case MetricType::Counter:
         w.value(m, total, m.counter.value);
@@ -394,14 +379,13 @@ void write_text(const std::vector<MetricFamily>& families, std::string& out) {
   for (const MetricFamily& f : families) write_family(f, out);
 }
 
-void write_family(const MetricFamily& f, std::string& out, size_t from, size_t to,
-                  const FamilyExtras* extras) {
-  write_any(f, nullptr, nullptr, out, false, from, to, extras);
+void write_family(const MetricFamily& f, std::string& out, size_t from, size_t to) {
+  write_any(f, nullptr, nullptr, out, false, from, to);
 }
 
 void write_family_openmetrics(const Family& f, const FamilyExtras* extras, std::string& out,
-                              size_t from, size_t to, bool kept_labels) {
-  write_any(f, f.spec, extras, out, true, from, to, kept_labels ? extras : nullptr);
+                              size_t from, size_t to) {
+  write_any(f, f.spec, extras, out, true, from, to);
 }
 
 }  // namespace gym::exporter

@@ -18,15 +18,10 @@
 
 namespace gym::exporter {
 
-// A sample's labels as both text formats write them with the legacy names:
-// `{a="x",b="y"` without the closing brace; nothing without labels.
-void append_label_text(std::string& out, const prometheus::ClientMetric& m);
-
 // Appends one family to `out`: its samples [from, to), its metadata first
-// when from is 0 (a family written in parts). `extras`: where not null, its
-// label_text (when it has them) instead of rendering each sample's labels.
+// when from is 0 (a family written in parts).
 void write_family(const prometheus::MetricFamily& family, std::string& out, size_t from = 0,
-                  size_t to = SIZE_MAX, const FamilyExtras* extras = nullptr);
+                  size_t to = SIZE_MAX);
 // Appends `families` to `out`.
 void write_text(const std::vector<prometheus::MetricFamily>& families, std::string& out);
 
@@ -43,30 +38,25 @@ class TextEncoder : public Encoder {
   std::string_view content_type() const override { return content_type_; }
   Escaping escaping() const override { return escaping_; }
   std::string_view name() const override { return "text"; }
-  void family(const Family& f, const FamilyExtras* extras, std::string& out) const override {
-    write_family(f, out, 0, SIZE_MAX, kept(extras));
+  void family(const Family& f, const FamilyExtras*, std::string& out) const override {
+    write_family(f, out);
   }
   bool splits() const override { return true; }
-  void family_part(const Family& f, const FamilyExtras* extras, size_t from, size_t to,
+  void family_part(const Family& f, const FamilyExtras*, size_t from, size_t to,
                    std::string& out) const override {
-    write_family(f, out, from, to, kept(extras));
+    write_family(f, out, from, to);
   }
 
  private:
   Escaping escaping_;
   std::string content_type_;
-  // The extras whose label text is this encoder's (its names the legacy ones).
-  const FamilyExtras* kept(const FamilyExtras* extras) const {
-    return escaping_ == Escaping::kUnderscores ? extras : nullptr;
-  }
 };
 
 // Appends one family in OpenMetrics 1.0.0 text, with _created samples where
 // `extras` (may be null) knows them: its samples [from, to), its metadata
 // first when from is 0.
-// `kept_labels`: the extras' label_text may be used (the legacy names).
 void write_family_openmetrics(const Family& family, const FamilyExtras* extras, std::string& out,
-                              size_t from = 0, size_t to = SIZE_MAX, bool kept_labels = false);
+                              size_t from = 0, size_t to = SIZE_MAX);
 
 class OpenMetricsEncoder : public Encoder {
  public:
@@ -79,12 +69,12 @@ class OpenMetricsEncoder : public Encoder {
   Escaping escaping() const override { return escaping_; }
   std::string_view name() const override { return "openmetrics"; }
   void family(const Family& f, const FamilyExtras* extras, std::string& out) const override {
-    write_family_openmetrics(f, extras, out, 0, SIZE_MAX, escaping_ == Escaping::kUnderscores);
+    write_family_openmetrics(f, extras, out);
   }
   bool splits() const override { return true; }
   void family_part(const Family& f, const FamilyExtras* extras, size_t from, size_t to,
                    std::string& out) const override {
-    write_family_openmetrics(f, extras, out, from, to, escaping_ == Escaping::kUnderscores);
+    write_family_openmetrics(f, extras, out, from, to);
   }
   void finish(std::string& out) const override { out += "# EOF\n"; }
 
