@@ -235,9 +235,9 @@ void ReaderCore::build_output() {
     if (!live.present && !ret.present) continue;
     if (snapshot_.series.size() <= n) snapshot_.series.emplace_back();
     SeriesSample& out = snapshot_.series[n++];
-    const SeriesTable::Shape shape = series_.shape(id);
     out.info = series_.info(id);
-    out.family = shape.family;
+    out.family = series_.family(id);
+    const SeriesTable::FamilyShape& shape = series_.family_shape(out.family);
     add_limit_spread(id, n - 1);
     out.counter = sat_add(live.counter, ret.counter);
     out.gauge = live.gauge;
@@ -252,7 +252,7 @@ void ReaderCore::build_output() {
       out.created_unix_ns = a == 0 ? b : b == 0 ? a : std::min(a, b);
     }
     if (shape.kind == SeriesKind::kHistogram) {
-      const size_t buckets = shape.buckets;
+      const size_t buckets = shape.bounds.size() + 1;
       // The live words: one segment's, viewed, or those added up of several.
       const uint64_t* own = live.view != nullptr ? live.view
                             : live.added >= 2    ? live.buckets.data()

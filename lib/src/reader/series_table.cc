@@ -23,17 +23,18 @@ bool SeriesTable::fits_its_family(const SeriesInfo& info) const {
 
 uint32_t SeriesTable::add(std::string key, std::unique_ptr<SeriesInfo> info, int64_t now_ns) {
   auto family = families_.find(info->family);
-  if (family == families_.end())
+  if (family == families_.end()) {
     family = families_
                  .emplace(info->family,
                           FamilyShape{info->kind, info->bounds, info->unit_divisor,
                                       info->native_words, static_cast<uint32_t>(families_.size())})
                  .first;
+    by_number_.push_back(&family->second);
+  }
+  const uint32_t number = family->second.number;
   bool is_identity = false;
   if (info->family == family::kServerIdentity)
     for (const auto& [k, v] : info->labels) is_identity |= k == label::kServerName && !v.empty();
-  const Shape shape{info->kind, static_cast<uint16_t>(info->bounds.size() + 1), info->native_words,
-                    family->second.number};
   uint32_t id;
   if (!free_ids_.empty()) {
     id = free_ids_.back();
@@ -42,13 +43,13 @@ uint32_t SeriesTable::add(std::string key, std::unique_ptr<SeriesInfo> info, int
   } else {
     id = static_cast<uint32_t>(infos_.size());
     infos_.push_back(std::move(info));
-    shapes_.push_back(shape);
+    family_of_.push_back(0);
     keys_.push_back(nullptr);
     refs_.push_back(0);
     last_change_.push_back(0);
     identity_.push_back(0);
   }
-  shapes_[id] = shape;
+  family_of_[id] = number;
   refs_[id] = 0;
   last_change_[id] = now_ns;
   identity_[id] = is_identity;

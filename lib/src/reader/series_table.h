@@ -35,16 +35,21 @@ class SeriesTable {
   size_t live() const { return live_; }
   // The series of `id`, or nullptr when the id is free.
   const SeriesInfo* info(uint32_t id) const { return infos_[id].get(); }
-  // What a snapshot needs of a series on every read, kept beside the others
-  // of its kind (its SeriesInfo, a block of its own, is read only when the
-  // series is new or the order changes).
-  struct Shape {
+  // What every series of a family shares (fits_its_family), and the
+  // family's number (SeriesSample::family), in the order families were
+  // first seen.
+  struct FamilyShape {
     segment::SeriesKind kind;
-    uint16_t buckets;  // histograms: the classic ones (bounds and +Inf)
+    std::vector<int64_t> bounds;
+    double unit_divisor;
     uint16_t native_words;
-    uint32_t family;  // its family's number (SeriesSample::family)
+    uint32_t number;
   };
-  const Shape& shape(uint32_t id) const { return shapes_[id]; }
+  // What a snapshot reads of a series on every read, kept apart from its
+  // SeriesInfo (a block of its own, read only when the series is new or
+  // the order changes): its family's number, and by it the family's shape.
+  uint32_t family(uint32_t id) const { return family_of_[id]; }
+  const FamilyShape& family_shape(uint32_t number) const { return *by_number_[number]; }
   // A declared server's identity series (gym_server_identity with a server
   // name): marked once, when interned.
   bool identity(uint32_t id) const { return identity_[id] != 0; }
@@ -58,16 +63,9 @@ class SeriesTable {
   const std::vector<uint32_t>& order(bool& changed);
 
  private:
-  struct FamilyShape {
-    segment::SeriesKind kind;
-    std::vector<int64_t> bounds;
-    double unit_divisor;
-    uint16_t native_words;
-    uint32_t number;  // in the order families were first seen
-  };
   std::unordered_map<std::string, uint32_t> ids_;  // identity key -> id
   std::vector<std::unique_ptr<SeriesInfo>> infos_;
-  std::vector<Shape> shapes_;
+  std::vector<uint32_t> family_of_;       // id -> its family's number
   std::vector<const std::string*> keys_;  // id -> its key in ids_ (a node's: it stays put)
   std::vector<uint32_t> refs_;
   std::vector<int64_t> last_change_;
@@ -75,6 +73,7 @@ class SeriesTable {
   std::vector<uint32_t> free_ids_;
   size_t live_ = 0;
   std::unordered_map<std::string, FamilyShape> families_;
+  std::vector<const FamilyShape*> by_number_;  // nodes of families_: they stay put
   std::vector<uint32_t> order_;
   bool order_dirty_ = false;
 };
