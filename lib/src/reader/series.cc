@@ -66,21 +66,11 @@ const char* bad_text(const Record& rec, RecordText& text) {
   return nullptr;
 }
 
-// What makes two records one series: kind, text, buckets, divisor.
-std::string identity_key(const Record& rec) {
-  std::string key;
-  key.push_back(static_cast<char>(rec.kind));
-  key.append(rec.text, rec.text_bytes);
-  key.append(reinterpret_cast<const char*>(rec.bounds), sizeof(int64_t) * rec.bound_count);
-  key.append(reinterpret_cast<const char*>(&rec.unit_divisor), sizeof rec.unit_divisor);
-  key.append(reinterpret_cast<const char*>(&rec.native_words), sizeof rec.native_words);
-  return key;
-}
-
 std::unique_ptr<SeriesInfo> series_info(const Record& rec, const RecordText& text) {
   auto info = std::make_unique<SeriesInfo>();
   info->kind = static_cast<SeriesKind>(rec.kind);
   info->family = std::string(text.parts[0]);
+  info->labels.reserve(rec.label_count);
   for (size_t i = 0; i < rec.label_count; ++i)
     info->labels.emplace_back(std::string(text.label_name(i)), std::string(text.label_value(i)));
   info->bounds.assign(rec.bounds, rec.bounds + rec.bound_count);
@@ -101,15 +91,16 @@ int32_t ReaderCore::intern(const Record& rec, std::string* why) {
     *why = bad;
     return kInvalid;
   }
-  std::string key = identity_key(rec);
-  if (std::optional<uint32_t> id = series_.find(key)) return static_cast<int32_t>(*id);
+  const uint64_t hash = identity_hash(rec, series_.seed());
+  const auto same = [&](const SeriesInfo& info) { return same_identity(info, rec); };
+  if (std::optional<uint32_t> id = series_.find(hash, same)) return static_cast<int32_t>(*id);
   std::unique_ptr<SeriesInfo> info = series_info(rec, text);
   if (!series_.fits_its_family(*info)) {
     *why = "conflicts with the kind or buckets of its family";
     return kInvalid;
   }
   if (series_.live() >= options_.max_series) return kOverLimit;
-  const uint32_t id = series_.add(std::move(key), std::move(info), now_ns());
+  const uint32_t id = series_.add(hash, std::move(info), now_ns());
   if (id == retired_.size()) {
     retired_.emplace_back();
     current_.emplace_back();

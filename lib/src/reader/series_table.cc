@@ -1,16 +1,71 @@
 // The reader's series table (series_table.h).
 #include "reader/series_table.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cstring>
+#include <iterator>
+#include <string_view>
 
 #include "gym/contract.h"
 
 namespace gym::reader_internal {
 
-std::optional<uint32_t> SeriesTable::find(const std::string& key) const {
-  auto it = ids_.find(key);
-  if (it == ids_.end()) return std::nullopt;
-  return it->second;
+namespace {
+// Multiplies and folds the product's halves (as wyhash's mix does).
+uint64_t mix(uint64_t a, uint64_t b) {
+  const unsigned __int128 m = static_cast<unsigned __int128>(a) * b;
+  return static_cast<uint64_t>(m) ^ static_cast<uint64_t>(m >> 64);
+}
+constexpr uint64_t kOdd = 0x9e3779b97f4a7c15;  // 2^64 / the golden ratio, odd
+}  // namespace
+
+void IdentityHash::add(const void* bytes, size_t n) {
+  const auto* p = static_cast<const unsigned char*>(bytes);
+  for (; n >= 8; n -= 8, p += 8) {
+    uint64_t w;
+    std::memcpy(&w, p, 8);
+    h = mix(h ^ w, kOdd);
+  }
+  uint64_t tail = 0;  // the last bytes and how many: "ab" + "c" is not "a" + "bc"
+  std::memcpy(&tail, p, n);
+  h = mix(h ^ tail ^ (uint64_t{n} << 56), kOdd ^ 0xff);
+}
+
+uint64_t identity_hash(const segment::Record& rec, uint64_t seed) {
+  IdentityHash h{seed};
+  h.add(&rec.kind, sizeof rec.kind);
+  h.add(rec.text, std::min<size_t>(rec.text_bytes, sizeof rec.text));
+  h.add(rec.bounds, sizeof(int64_t) * std::min<size_t>(rec.bound_count, std::size(rec.bounds)));
+  h.add(&rec.unit_divisor, sizeof rec.unit_divisor);
+  h.add(&rec.native_words, sizeof rec.native_words);
+  return h.h;
+}
+
+bool same_identity(const SeriesInfo& info, const segment::Record& rec) {
+  if (info.kind != static_cast<segment::SeriesKind>(rec.kind) ||
+      info.labels.size() != rec.label_count || info.bounds.size() != rec.bound_count ||
+      std::memcmp(&info.unit_divisor, &rec.unit_divisor, sizeof rec.unit_divisor) != 0 ||
+      info.native_words != rec.native_words ||
+      !std::equal(info.bounds.begin(), info.bounds.end(), rec.bounds))
+    return false;
+  std::string_view text(rec.text, std::min<size_t>(rec.text_bytes, sizeof rec.text));
+  const auto next_is = [&text](std::string_view part) {
+    const size_t end = text.find('\0');
+    if (end == std::string_view::npos || text.substr(0, end) != part) return false;
+    text.remove_prefix(end + 1);
+    return true;
+  };
+  if (!next_is(info.family)) return false;
+  for (const auto& [name, value] : info.labels)
+    if (!next_is(name) || !next_is(value)) return false;
+  return text.empty();
+}
+
+SeriesTable::SeriesTable() {
+  if (::getrandom(&seed_, sizeof seed_, GRND_NONBLOCK) != ssize_t{sizeof seed_})
+    seed_ = reinterpret_cast<uintptr_t>(this) ^ kOdd;
 }
 
 bool SeriesTable::fits_its_family(const SeriesInfo& info) const {
@@ -21,7 +76,7 @@ bool SeriesTable::fits_its_family(const SeriesInfo& info) const {
          f.native_words == info.native_words;
 }
 
-uint32_t SeriesTable::add(std::string key, std::unique_ptr<SeriesInfo> info, int64_t now_ns) {
+uint32_t SeriesTable::add(uint64_t hash, std::unique_ptr<SeriesInfo> info, int64_t now_ns) {
   auto family = families_.find(info->family);
   if (family == families_.end()) {
     family = families_
@@ -44,7 +99,7 @@ uint32_t SeriesTable::add(std::string key, std::unique_ptr<SeriesInfo> info, int
     id = static_cast<uint32_t>(infos_.size());
     infos_.push_back(std::move(info));
     family_of_.push_back(0);
-    keys_.push_back(nullptr);
+    hashes_.push_back(0);
     refs_.push_back(0);
     last_change_.push_back(0);
     identity_.push_back(0);
@@ -53,15 +108,20 @@ uint32_t SeriesTable::add(std::string key, std::unique_ptr<SeriesInfo> info, int
   refs_[id] = 0;
   last_change_[id] = now_ns;
   identity_[id] = is_identity;
-  keys_[id] = &ids_.emplace(std::move(key), id).first->first;
+  hashes_[id] = hash;
+  ids_.emplace(hash, id);
   ++live_;
   order_dirty_ = true;
   return id;
 }
 
 void SeriesTable::forget(uint32_t id) {
-  ids_.erase(ids_.find(*keys_[id]));
-  keys_[id] = nullptr;
+  const auto [from, to] = ids_.equal_range(hashes_[id]);
+  for (auto it = from; it != to; ++it)
+    if (it->second == id) {
+      ids_.erase(it);
+      break;
+    }
   infos_[id].reset();
   identity_[id] = 0;
   free_ids_.push_back(id);
