@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <prometheus/text_serializer.h>
 
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <map>
@@ -120,6 +121,38 @@ TEST(TextFormat, MatchesPrometheusCppOnOddValuesAndTypes) {
   families[3].name = "empty_family";  // no samples: its TYPE line only
   families[3].type = prometheus::MetricType::Counter;
   expect_same_as_reference(families);
+}
+
+// A value's text is the shortest that reads back as it, std::to_chars's,
+// byte for byte: whole numbers (written as integers where that is the same
+// text) and others, at the edges of where the integer form is the same.
+TEST(TextFormat, WritesEachValueAsTheShortestTextThatReadsBackAsIt) {
+  std::vector<double> values = {0.0, -0.0, 1, 7, 9, 10, 11, 99, 100, 101, 1000000, 1000001,
+                                123456789, 1234567890, 0.5, 1.5, 2.25, -1, -17, 1e15 + 1,
+                                1e16 + 2, 0x1p53 - 1, 0x1p53, 0x1p53 + 2, 0x1p60, 1e21 + 1e6};
+  for (uint64_t n = 1; n < 1000000000000ull; n = n * 7 + 3) values.push_back(double(n));
+  prometheus::MetricFamily f;
+  f.name = "values";
+  f.type = prometheus::MetricType::Gauge;
+  for (double v : values) {
+    prometheus::ClientMetric m;
+    m.gauge.value = v;
+    f.metric.push_back(m);
+  }
+  std::string out;
+  write_family(f, out);
+  std::istringstream in(out);
+  std::string line;
+  size_t i = 0;
+  while (std::getline(in, line)) {
+    if (line.starts_with("#")) continue;
+    ASSERT_LT(i, values.size());
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, values[i]);
+    EXPECT_EQ(line, "values " + std::string(buf, r.ptr)) << "value " << i;
+    ++i;
+  }
+  EXPECT_EQ(i, values.size());
 }
 
 // Where we differ from the reference on purpose: prometheus-cpp 1.0.1 writes
