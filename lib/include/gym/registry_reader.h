@@ -79,15 +79,16 @@ struct SeriesSample {
   // of one family for the reader's life: where a family's run of series
   // begins, compared without comparing names.
   uint32_t family = 0;
+  // Ages: a live record (a limit or operation that still exists) reported
+  // what is in progress. Without one only the count of beginnings (folded
+  // from records that are gone) remains, and there is no age to report.
+  // (Beside `family`: they share a word.)
+  bool in_progress = false;
   uint64_t counter = 0;  // counters
   int64_t gauge = 0;     // gauges; ages: how many are in progress
   // Ages: the oldest start in progress (segment::stamp_now_ns() clock), 0
   // when none has a slot.
   int64_t oldest_start = 0;
-  // Ages: a live record (a limit or operation that still exists) reported
-  // what is in progress. Without one only the count of beginnings (folded
-  // from records that are gone) remains, and there is no age to report.
-  bool in_progress = false;
   // Histograms: cumulative counts per bound, then +Inf (which is the count).
   std::vector<uint64_t> cumulative_buckets;
   int64_t sum = 0;  // histograms, raw units

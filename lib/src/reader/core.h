@@ -327,7 +327,19 @@ class ReaderCore {
   // By id: histograms' exemplars, one per classic bucket (empty: none yet).
   std::vector<std::vector<Exemplar>> exemplars_;
   void read_exemplars(const Segment& s, uint32_t id, uint32_t record, uint32_t bound_count);
-  std::vector<Accumulator> retired_;  // by id: folded counters, histograms
+  // By id: folded counters and histograms (of writers gone, resets), made
+  // when a series first has some (most never do: a pointer, not 80 bytes).
+  std::vector<std::unique_ptr<Accumulator>> retired_;
+  Accumulator& retired(uint32_t id) {
+    std::unique_ptr<Accumulator>& acc = retired_[id];
+    if (!acc) acc = std::make_unique<Accumulator>();
+    return *acc;
+  }
+  // Its folded totals, or none (an empty accumulator).
+  const Accumulator& retired_or_none(uint32_t id) const {
+    static const Accumulator kNone;
+    return retired_[id] ? *retired_[id] : kNone;
+  }
   std::vector<Accumulator> current_;  // by id: this snapshot
   // Native counts of series with both a live and a folded part, added up
   // for the snapshot (SeriesSample::native views them).

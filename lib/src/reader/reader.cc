@@ -84,7 +84,7 @@ bool ReaderCore::try_lock(std::string* why) {
   }
   lock_fd_ = fd;
   // Take over from read-only state: the totals are the file's now.
-  for (auto& acc : retired_) acc = Accumulator{};
+  for (auto& acc : retired_) acc.reset();
   folded_by_owner_.clear();
   folded_pending_.clear();  // folded while reading only: read again, into the file's totals
   load_totals(/*adopt_folded=*/true);
@@ -144,7 +144,7 @@ void ReaderCore::follow_holders_totals() {
   if (::fstatat(dir_fd_, kTotalsFile, &st, AT_SYMLINK_NOFOLLOW) == 0)
     seen = {st.st_ino, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, st.st_size};
   if (seen == totals_seen_) return;
-  for (auto& acc : retired_) acc = Accumulator{};
+  for (auto& acc : retired_) acc.reset();
   retired_dropped_ = 0;
   folded_by_owner_.clear();
   folded_pending_.clear();
@@ -231,7 +231,7 @@ void ReaderCore::build_output() {
   size_t merged = 0;  // native counts of both parts added up in merged_ so far
   for (uint32_t id : order) {
     const Accumulator& live = current_[id];
-    const Accumulator& ret = retired_[id];
+    const Accumulator& ret = retired_or_none(id);
     if (!live.present && !ret.present) continue;
     if (snapshot_.series.size() <= n) snapshot_.series.emplace_back();
     SeriesSample& out = snapshot_.series[n++];

@@ -105,7 +105,7 @@ int32_t ReaderCore::intern(const Record& rec, std::string* why) {
     retired_.emplace_back();
     current_.emplace_back();
   }
-  retired_[id] = Accumulator{};
+  retired_[id].reset();
   const size_t labels_at = std::min<size_t>(text.parts[0].size() + 1, rec.text_bytes);
   note_limit_part(id, text.parts[0],
                   std::string_view(rec.text + labels_at, rec.text_bytes - labels_at));
@@ -231,7 +231,7 @@ void ReaderCore::expire_series(int64_t now) {
     if (now - series_.last_change(id) <= ttl_ns) continue;
     series_.forget(id);
     if (id < limit_part_.size()) limit_part_[id] = 0;
-    retired_[id] = Accumulator{};
+    retired_[id].reset();
     if (id < exemplars_.size()) exemplars_[id].clear();
     ++snapshot_.stats.expired_series_total;
     totals_dirty_ = true;

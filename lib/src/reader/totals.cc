@@ -85,7 +85,7 @@ void ReaderCore::load_totals(bool adopt_folded) {
     const Record rec = record_of(s);
     const int32_t id = intern(rec, &bad);
     if (id < 0) continue;
-    Accumulator& acc = retired_[size_t(id)];
+    Accumulator& acc = retired(uint32_t(id));
     acc.present = true;
     acc.counter = sat_add(acc.counter, s.counter);
     acc.sum = segment::wrapping_add(acc.sum, s.sum);
@@ -124,8 +124,8 @@ void ReaderCore::persist_totals() {
   t.dropped_series = retired_dropped_;
   for (const auto& [name, ino] : folded_pending_) t.folded.push_back(name);
   for (size_t id = 0; id < series_.size(); ++id) {
-    const Accumulator& acc = retired_[id];
-    if (!series_.info(id) || !acc.present) continue;
+    if (!series_.info(id) || !retired_[id] || !retired_[id]->present) continue;
+    const Accumulator& acc = *retired_[id];
     const SeriesInfo& info = *series_.info(id);
     detail::TotalsSeries s;
     s.kind = static_cast<uint8_t>(info.kind);

@@ -252,7 +252,7 @@ void ReaderCore::fold_last(Segment& s) {
   const int64_t now = now_ns();
   for (const Segment::Entry& e : s.entries) {
     if (e.kind == SeriesKind::kGauge) continue;
-    Accumulator& acc = retired_[e.id];
+    Accumulator& acc = retired(e.id);
     add_words(acc.buckets, acc.counter, acc.sum, e.kind, s.last.data() + e.last, e.bound_count,
               e.native_words);
     acc.note_created(s.created_ns);
@@ -278,7 +278,7 @@ void ReaderCore::damage(Segment& s, const std::string& why) {
 void ReaderCore::release_ages(Segment& s, const Segment::Entry& e, int64_t now) {
   uint64_t* last = s.last.data() + e.last;
   if (*last == 0) return;
-  Accumulator& ret = retired_[e.id];
+  Accumulator& ret = retired(e.id);
   ret.counter = sat_add(ret.counter, *last);
   ret.note_created(s.created_ns);
   ret.present = true;
@@ -385,7 +385,7 @@ void ReaderCore::add_total(Segment& s, const Segment::Entry& e, const uint64_t* 
   // sum, which may wrap), classic only when its native ones stand.
   const uint32_t counts = !histogram ? words : native_as_last ? e.bound_count + 1u : words - 1;
   if (any_below(folded, last, counts)) {
-    Accumulator& ret = retired_[e.id];
+    Accumulator& ret = retired(e.id);
     add_words(ret.buckets, ret.counter, ret.sum, e.kind, last, e.bound_count, e.native_words);
     ret.note_created(s.created_ns);
     ret.present = true;
@@ -429,7 +429,7 @@ void ReaderCore::read_segment(Segment& s, bool gauges) {
       continue;
     }
     if (!ages && state != segment::kRecordLive) continue;
-    Accumulator& acc = gauges ? current_[e.id] : retired_[e.id];
+    Accumulator& acc = gauges ? current_[e.id] : retired(e.id);
     if (e.kind == SeriesKind::kGauge) {
       if (gauges) add_gauge(s, e, cur, acc, now, declared);
       continue;
