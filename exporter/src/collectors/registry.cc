@@ -35,7 +35,7 @@ class RegistryCollector : public Collector {
   void emit_stats(const Snapshot& snap, const Emit& emit);
   // Whether the registry's family is served; counts and logs (once) those
   // that are not in the contract table.
-  bool served_family(const std::string& family);
+  bool served_family(std::string_view family);
 
   std::shared_ptr<SharedRegistry> registry_;
   Log log_;
@@ -50,19 +50,20 @@ class RegistryCollector : public Collector {
   // set of series changes, otherwise only its values are updated.
   std::vector<const SeriesInfo*> served_;  // in snapshot order
   uint64_t served_epoch_ = UINT64_MAX;     // the snapshot epoch served_ is from
-  std::vector<size_t> served_index_;       // index in snapshot.series
+  std::vector<uint32_t> served_index_;     // index in snapshot.series
   Families model_;
   std::vector<FamilyExtras> extras_;  // by family of model_: native buckets, created times
   // By family of model_ and metric: left out of this scrape (an age whose
   // limit or operation no longer exists: only its admissions remain).
   std::vector<std::vector<char>> absent_;
+  // Where a served series' values go: its metric, and its place in its
+  // family's extras and absent_ (those it has: native buckets and
+  // exemplars, the snapshot's; its created time; whether an age is left out).
   struct Slot {
     ClientMetric* metric;
-    size_t served;                         // index into served_
-    std::span<const uint64_t>* native;     // its native buckets (the snapshot's), or null
-    std::span<const Exemplar>* exemplars;  // histograms: its exemplars (the snapshot's)
-    double* created;                       // its created time, or null (gauges)
-    char* absent;                          // ages: whether it is left out now, or null
+    uint32_t served;  // index into served_
+    uint32_t family;  // index into model_, extras_, absent_
+    uint32_t k;       // its metric's index in the family
   };
   std::vector<Slot> slots_;
   // Per limit, indexes into served_ (-1: none) of what limit_slots()
@@ -90,16 +91,17 @@ class RegistryCollector : public Collector {
   Family processes_, stranded_;
   std::vector<SpreadSlot> spread_slots_;
   std::vector<const LimitSpread*> spread_by_series_;  // by snapshot index
-  std::vector<size_t> scratch_index_;
+  std::vector<uint32_t> scratch_index_;
   std::vector<const SeriesInfo*> scratch_infos_;
 };
 
-bool RegistryCollector::served_family(const std::string& family) {
+bool RegistryCollector::served_family(std::string_view family) {
   const FamilySpec* row = find_family(family);
   if (row != nullptr && row->source == Source::kRegistry) return true;
   if (family == family::kServerIdentity) return false;  // read by the server trees
-  if (unknown_logged_.insert(family).second)
-    log_("family " + family + " is not in the contract table: its series are not served");
+  if (unknown_logged_.insert(std::string(family)).second)
+    log_("family " + std::string(family) +
+         " is not in the contract table: its series are not served");
   return false;
 }
 
@@ -124,7 +126,7 @@ void RegistryCollector::rebuild() {
 void RegistryCollector::add_served_families() {
   // Each family's metrics reserved before any is taken, so that their
   // pointers stay put (model_, a deque, never moves a family).
-  const std::string* family = nullptr;
+  const std::string_view* family = nullptr;
   size_t families = 0;
   for (const SeriesInfo* info : served_) {
     if (family == nullptr || *family != info->family) ++families;
@@ -150,14 +152,10 @@ void RegistryCollector::add_served_families() {
       if (info.kind != segment::SeriesKind::kGauge && info.kind != segment::SeriesKind::kAges)
         extras_.back().created.resize(n);
     }
-    const size_t k = model_.back().metric.size();
-    FamilyExtras& x = extras_.back();
-    std::span<const uint64_t>* native = k < x.native.size() ? &x.native[k] : nullptr;
-    std::span<const Exemplar>* exemplars = k < x.exemplars.size() ? &x.exemplars[k] : nullptr;
-    double* created = k < x.created.size() ? &x.created[k] : nullptr;
-    char* absent = k < absent_.back().size() ? &absent_.back()[k] : nullptr;
+    const auto k = static_cast<uint32_t>(model_.back().metric.size());
     ClientMetric& m = add_metric(model_.back(), info.labels);
     if (info.kind == segment::SeriesKind::kHistogram) {
+      m.histogram.bucket.reserve(info.bounds.size() + 1);
       for (size_t b = 0; b <= info.bounds.size(); ++b) {
         ClientMetric::Bucket bucket;
         bucket.upper_bound = b < info.bounds.size()
@@ -166,7 +164,7 @@ void RegistryCollector::add_served_families() {
         m.histogram.bucket.push_back(bucket);
       }
     }
-    slots_.push_back({&m, i, native, exemplars, created, absent});
+    slots_.push_back({&m, static_cast<uint32_t>(i), static_cast<uint32_t>(model_.size() - 1), k});
   }
 }
 
@@ -210,10 +208,12 @@ void RegistryCollector::add_limit_families() {
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {
-  for (auto& [metric, i, native, exemplars, created, absent] : slots_) {
+  for (const auto& [metric, i, f, k] : slots_) {
     const SeriesSample& s = snap.series[served_index_[i]];
-    if (absent != nullptr) *absent = s.in_progress ? 0 : 1;
-    if (created != nullptr) *created = double(s.created_unix_ns) / 1e9;
+    FamilyExtras& x = extras_[f];
+    if (std::vector<char>& absent = absent_[f]; k < absent.size())
+      absent[k] = s.in_progress ? 0 : 1;
+    if (k < x.created.size()) x.created[k] = double(s.created_unix_ns) / 1e9;
     switch (s.info->kind) {
       case segment::SeriesKind::kCounter:
         metric->counter.value = static_cast<double>(s.counter);
@@ -230,8 +230,8 @@ void RegistryCollector::update_values(const Snapshot& snap) {
         metric->histogram.sample_sum = static_cast<double>(s.sum) / s.info->unit_divisor;
         for (size_t b = 0; b < s.cumulative_buckets.size(); ++b)
           metric->histogram.bucket[b].cumulative_count = s.cumulative_buckets[b];
-        if (native != nullptr) *native = s.native;
-        if (exemplars != nullptr) *exemplars = s.exemplars;
+        if (k < x.native.size()) x.native[k] = s.native;
+        if (k < x.exemplars.size()) x.exemplars[k] = s.exemplars;
         break;
     }
   }
@@ -356,7 +356,7 @@ void RegistryCollector::select_served(const Snapshot& snap) {
       continue;
     }
     scratch_infos_.push_back(info);
-    scratch_index_.push_back(i);
+    scratch_index_.push_back(static_cast<uint32_t>(i));
   }
   served_index_.swap(scratch_index_);
 }

@@ -30,6 +30,7 @@ Family& add_family(Families& out, Row row) {
 
 ClientMetric& add_metric(MetricFamily& f, const LabelPairs& labels) {
   ClientMetric m;
+  m.label.reserve(labels.size());
   for (const auto& [k, v] : labels) m.label.push_back({k, v});
   f.metric.push_back(std::move(m));
   return f.metric.back();

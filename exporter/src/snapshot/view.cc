@@ -83,7 +83,7 @@ void ViewBuilder::reshape(const Snapshot& snap) {
       {family::kOperationActive, Field::kActive},
       {family::kOperationQueueDuration, Field::kQueueDuration},
       {family::kOperationDuration, Field::kDuration}};
-  const std::string* run = nullptr;  // the snapshot groups families
+  const std::string_view* run = nullptr;  // the snapshot groups families
   Field field = Field::kNone;
   for (size_t i = 0; i < snap.series.size(); ++i) {
     const SeriesInfo& info = *snap.series[i].info;

@@ -56,7 +56,9 @@ namespace gym {
 // What a series is: immutable once the reader has seen it.
 struct SeriesInfo {
   segment::SeriesKind kind;
-  std::string family;
+  // The family's name, kept once by the reader for all of its series
+  // (valid for the reader's life).
+  std::string_view family;
   std::vector<std::pair<std::string, std::string>> labels;  // sorted by name
   std::vector<int64_t> bounds;                              // raw, histograms only
   double unit_divisor = 1.0;                                // exposed value = raw / unit_divisor

@@ -69,7 +69,7 @@ const char* bad_text(const Record& rec, RecordText& text) {
 std::unique_ptr<SeriesInfo> series_info(const Record& rec, const RecordText& text) {
   auto info = std::make_unique<SeriesInfo>();
   info->kind = static_cast<SeriesKind>(rec.kind);
-  info->family = std::string(text.parts[0]);
+  info->family = text.parts[0];  // the record's copy: the table keeps it (add)
   info->labels.reserve(rec.label_count);
   for (size_t i = 0; i < rec.label_count; ++i)
     info->labels.emplace_back(std::string(text.label_name(i)), std::string(text.label_value(i)));

@@ -69,7 +69,7 @@ SeriesTable::SeriesTable() {
 }
 
 bool SeriesTable::fits_its_family(const SeriesInfo& info) const {
-  auto fam = families_.find(info.family);
+  auto fam = families_.find(std::string(info.family));
   if (fam == families_.end()) return true;
   const FamilyShape& f = fam->second;
   return f.kind == info.kind && f.bounds == info.bounds && f.unit_divisor == info.unit_divisor &&
@@ -77,16 +77,17 @@ bool SeriesTable::fits_its_family(const SeriesInfo& info) const {
 }
 
 uint32_t SeriesTable::add(uint64_t hash, std::unique_ptr<SeriesInfo> info, int64_t now_ns) {
-  auto family = families_.find(info->family);
+  auto family = families_.find(std::string(info->family));
   if (family == families_.end()) {
     family = families_
-                 .emplace(info->family,
+                 .emplace(std::string(info->family),
                           FamilyShape{info->kind, info->bounds, info->unit_divisor,
                                       info->native_words, static_cast<uint32_t>(families_.size())})
                  .first;
     by_number_.push_back(&family->second);
   }
   const uint32_t number = family->second.number;
+  info->family = family->first;  // a node's key: it stays put
   bool is_identity = false;
   if (info->family == family::kServerIdentity)
     for (const auto& [k, v] : info->labels) is_identity |= k == label::kServerName && !v.empty();

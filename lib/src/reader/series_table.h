@@ -54,7 +54,8 @@ class SeriesTable {
   // other buckets, another divisor or other native words.
   bool fits_its_family(const SeriesInfo& info) const;
   // Interns a series not found, with its identity's hash; its family's
-  // shape is known from then on. Returns its id: a freed one, or size() - 1
+  // shape is known from then on, and its name kept here once (info->family
+  // views it from then on). Returns its id: a freed one, or size() - 1
   // when the table grew.
   uint32_t add(uint64_t hash, std::unique_ptr<SeriesInfo> info, int64_t now_ns);
   // Forgets a series; its id is free for the next.
