@@ -127,9 +127,10 @@ TEST(TextFormat, MatchesPrometheusCppOnOddValuesAndTypes) {
 // byte for byte: whole numbers (written as integers where that is the same
 // text) and others, at the edges of where the integer form is the same.
 TEST(TextFormat, WritesEachValueAsTheShortestTextThatReadsBackAsIt) {
-  std::vector<double> values = {0.0, -0.0, 1, 7, 9, 10, 11, 99, 100, 101, 1000000, 1000001,
-                                123456789, 1234567890, 0.5, 1.5, 2.25, -1, -17, 1e15 + 1,
-                                1e16 + 2, 0x1p53 - 1, 0x1p53, 0x1p53 + 2, 0x1p60, 1e21 + 1e6};
+  std::vector<double> values = {
+      0.0, -0.0,     1,        7,          9,          10,         11,     99,        100,
+      101, 1000000,  1000001,  123456789,  1234567890, 0.5,        1.5,    2.25,      -1,
+      -17, 1e15 + 1, 1e16 + 2, 0x1p53 - 1, 0x1p53,     0x1p53 + 2, 0x1p60, 1e21 + 1e6};
   for (uint64_t n = 1; n < 1000000000000ull; n = n * 7 + 3) values.push_back(double(n));
   prometheus::MetricFamily f;
   f.name = "values";
