@@ -389,11 +389,12 @@ void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le, const Ex
     prefix += "_bucket";
     prefix += w.labels.empty() ? "{" : w.labels + ",";
     prefix += "le=\"";
-    if (ex.of.empty()) {  // no exemplar to add: the lines written in place
-      // A line at a time: room for all of a histogram's lines at once is
-      // a fill of over 2 KiB, which costs more than the appends it saves.
-      const size_t room = prefix.size() + 4 + 20;
-      for (size_t i = 0; i < h.bucket.size(); ++i) {
+    // Each line written in place, one at a time: room for all of a
+    // histogram's lines at once is a fill of over 2 KiB, which costs more
+    // than the appends it saves. A bucket's exemplar goes after its line.
+    const size_t room = prefix.size() + 4 + 20;
+    for (size_t i = 0; i < h.bucket.size(); ++i) {
+      {
         InPlace line(w.out, room + bounds[i].size());
         line.put(prefix);
         line.put(bounds[i]);
@@ -401,15 +402,7 @@ void write_histogram(Samples& w, const ClientMetric& m, BoundTexts& le, const Ex
         line.uint(h.bucket[i].cumulative_count);
         line.put('\n');
       }
-    } else {
-      for (size_t i = 0; i < h.bucket.size(); ++i) {
-        w.out += prefix;
-        w.out += bounds[i];
-        w.out += "\"} ";
-        append_uint(w.out, h.bucket[i].cumulative_count);
-        w.out += '\n';
-        ex.after(w.out, i);
-      }
+      ex.after(w.out, i);
     }
   }
   if (w.om) {

@@ -124,8 +124,8 @@ void ReaderCore::persist_totals() {
   t.dropped_series = retired_dropped_;
   for (const auto& [name, ino] : folded_pending_) t.folded.push_back(name);
   for (size_t id = 0; id < series_.size(); ++id) {
-    if (!series_.info(id) || !retired_[id] || !retired_[id]->present) continue;
-    const Accumulator& acc = *retired_[id];
+    const Accumulator& acc = retired_or_none(uint32_t(id));
+    if (!series_.info(id) || !acc.present) continue;
     const SeriesInfo& info = *series_.info(id);
     detail::TotalsSeries s;
     s.kind = static_cast<uint8_t>(info.kind);

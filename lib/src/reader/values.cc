@@ -429,11 +429,11 @@ void ReaderCore::read_segment(Segment& s, bool gauges) {
       continue;
     }
     if (!ages && state != segment::kRecordLive) continue;
-    Accumulator& acc = gauges ? current_[e.id] : retired(e.id);
-    if (e.kind == SeriesKind::kGauge) {
-      if (gauges) add_gauge(s, e, cur, acc, now, declared);
+    if (e.kind == SeriesKind::kGauge) {  // a gauge is not folded: none made for it
+      if (gauges) add_gauge(s, e, cur, current_[e.id], now, declared);
       continue;
     }
+    Accumulator& acc = gauges ? current_[e.id] : retired(e.id);
     if (ages && gauges && state == segment::kRecordLive) add_in_progress(e, cur, acc, now);
     uint64_t folded[segment::kMaxBounds + 2 + native::kWords];
     const ReadOutcome outcome = scratch_outcomes_[j];
