@@ -204,7 +204,14 @@ TEST(Ages, AWaiterAgesWhileBlockedAndEveryWaitIsInTheHistogramByOutcome) {
   EXPECT_GE(waited, 0.2);
   waiter.join();  // timed out
   std::thread second([&] { sem.acquire(); });
-  std::this_thread::sleep_for(50ms);
+  // Released once the second caller is seen waiting, not after a fixed
+  // time (on a busy machine it may not have reached its wait in 50 ms).
+  for (int i = 0; i < 500; ++i) {
+    const SeriesSample* s =
+        find_series(reader.snapshot(), "gym_concurrency_oldest_wait_seconds", kStuck);
+    if (s != nullptr && s->gauge > 0) break;
+    std::this_thread::sleep_for(10ms);
+  }
   sem.release();
   second.join();  // admitted after a wait
   const Snapshot& snap = reader.snapshot();
