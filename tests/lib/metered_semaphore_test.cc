@@ -234,6 +234,58 @@ TEST(MeteredSemaphore, ContendingThreadsNeverExceedTheLimit) {
   EXPECT_EQ(sem.queued(), 0);
 }
 
+// A caller that finds no slot gives back what its subtract took (and wakes a
+// waiter that looked meanwhile): waiters racing callers that probe with
+// try_acquire() are each admitted, never more than the limit at once, and
+// the count ends where it began.
+TEST(MeteredSemaphore, CallersFindingNoSlotGiveItBackAndEveryWaiterIsAdmitted) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  MeteredSemaphore sem(1, Component::kAgentServer, "rollouts", {}, 2s, writer);
+  std::atomic<bool> done{false};
+  std::atomic<int> timeouts{0};
+  std::atomic<int> inside{0};
+  std::atomic<int> most{0};
+  auto hold = [&] {
+    const int now = ++inside;
+    for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+    }
+    --inside;
+  };
+  std::vector<std::thread> probers;
+  for (int t = 0; t < 2; ++t)
+    probers.emplace_back([&] {
+      while (!done.load())
+        if (sem.try_acquire()) {
+          hold();
+          sem.release();
+        }
+    });
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 3; ++t) {
+    workers.emplace_back([&] {
+      for (int i = 0; i < 50000 && timeouts.load() == 0; ++i) {
+        try {
+          SemaphoreGuard guard(sem);
+          hold();
+        } catch (const AdmissionTimeout&) {
+          ++timeouts;
+        }
+      }
+    });
+  }
+  for (auto& w : workers) w.join();
+  done = true;
+  for (auto& p : probers) p.join();
+  EXPECT_EQ(timeouts.load(), 0) << "a waiter was not admitted within 2 s";
+  EXPECT_EQ(most.load(), 1);
+  EXPECT_EQ(sem.active(), 0);
+  EXPECT_EQ(sem.queued(), 0);
+  EXPECT_TRUE(sem.try_acquire());
+  EXPECT_FALSE(sem.try_acquire());
+  sem.release();
+}
+
 TEST(MeteredSemaphore, WithoutARegistryItIsAPlainSemaphore) {
   TempDir tmp;
   SegmentWriter writer(tmp.sub("missing/parent"));

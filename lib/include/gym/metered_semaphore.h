@@ -4,12 +4,14 @@
 // gym_concurrency_* families) through the registry.
 //
 // Thread-safety: no concurrent call to any API of this type causes a data
-// race. An uncontended acquire is one atomic compare-exchange on the
-// free-slot count (in process memory, so that no other process can change
-// what the semaphore admits) and one claiming a slot of the holds' ages record
-// (which also counts the admission) with a coarse clock read; a release is
-// one compare-exchange on each. Only
-// waiters touch the queue count and the mutex.
+// race. An uncontended acquire is one atomic subtract on the free-slot count
+// (in process memory, so that no other process can change what the semaphore
+// admits) and a compare-exchange claiming a slot of the holds' ages record
+// (which also counts the admission) with a coarse clock read; a release is an
+// atomic add and a compare-exchange. Only waiters touch the queue count and
+// the mutex. A try_acquire() that meets another caller's subtract finding no
+// slot may fail although a slot was just returned (the semaphore is at its
+// limit then); acquire() then waits, and is woken.
 //
 // Holds' ages: a hold is remembered by the thread that took it (the last
 // few per thread), so that release() on that thread ends that hold. A
@@ -22,6 +24,7 @@
 // MeteredSemaphore's public members and SemaphoreGuard.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -80,15 +83,18 @@ class MeteredSemaphore {
   int64_t acquire_ticket(const TraceContext& trace, std::stop_token stop = {});
 
   int64_t limit() const { return meter_.limit(); }
+  // Slots held now (a caller taking or giving one back may move the count
+  // past its range for an instant: read within [0, limit]).
   int64_t active() const {
-    return meter_.limit() - __atomic_load_n(meter_.available(), __ATOMIC_RELAXED);
+    const int64_t free = __atomic_load_n(meter_.available(), __ATOMIC_RELAXED);
+    return meter_.limit() - std::clamp<int64_t>(free, 0, meter_.limit());
   }
   int64_t queued() const { return meter_.queued(); }
   std::optional<Duration> admission_timeout() const { return admission_timeout_; }
   const std::vector<std::pair<std::string, std::string>>& labels() const { return meter_.labels(); }
 
  private:
-  bool take_free() noexcept;
+  bool take_free(bool locked) noexcept;
   int64_t acquire_ticket(std::stop_token stop, const TraceContext* trace);
   void return_slot();
   LimitMeter meter_;

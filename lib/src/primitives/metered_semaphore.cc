@@ -47,17 +47,30 @@ MeteredSemaphore::MeteredSemaphore(int64_t limit, Component component, std::stri
              component, limit_name, server_name, admission_timeout.has_value(), writer),
       admission_timeout_(admission_timeout) {}
 
-bool MeteredSemaphore::take_free() noexcept {
+// Takes a free slot with one atomic subtract: two threads taking and
+// returning slots made a compare-exchange loop fail and retry, each retry a
+// trip of the count's cache line between them. A subtract that finds no slot
+// (or a count above the limit: a refused release not yet undone, below) adds
+// it back. For that instant the count reads one lower, so another caller may
+// find no slot where one was free; it then waits, and the add-back wakes a
+// waiter as a release does. `locked`: the caller holds mu_ (a waiter).
+bool MeteredSemaphore::take_free(bool locked) noexcept {
   int64_t* a = meter_.available();
-  int64_t v = __atomic_load_n(a, __ATOMIC_RELAXED);
-  while (v > 0)
-    if (__atomic_compare_exchange_n(a, &v, v - 1, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED))
-      return true;
+  const int64_t before = __atomic_fetch_sub(a, 1, __ATOMIC_SEQ_CST);
+  if (before > 0 && before <= meter_.limit()) return true;
+  __atomic_fetch_add(a, 1, __ATOMIC_SEQ_CST);
+  // As in release_ticket: we published the slot before this look at waiting_.
+  if (locked) {
+    if (waiters_ > 1) cv_.notify_one();  // another waiter than the caller
+  } else if (__atomic_load_n(&waiting_, __ATOMIC_SEQ_CST) > 0) {
+    { std::lock_guard<std::mutex> lock(mu_); }
+    cv_.notify_one();
+  }
   return false;
 }
 
 bool MeteredSemaphore::try_acquire() noexcept {
-  if (!take_free()) return false;
+  if (!take_free(/*locked=*/false)) return false;
   push_held(this, meter_.admitted_at_once());
   return true;
 }
@@ -79,7 +92,7 @@ int64_t MeteredSemaphore::acquire_ticket(const TraceContext& trace, std::stop_to
 }
 
 int64_t MeteredSemaphore::acquire_ticket(std::stop_token stop, const TraceContext* trace) {
-  if (take_free()) return meter_.admitted_at_once();
+  if (take_free(/*locked=*/false)) return meter_.admitted_at_once();
   const auto deadline = admission_timeout_ ? std::chrono::steady_clock::now() + *admission_timeout_
                                            : std::chrono::steady_clock::time_point::max();
   std::unique_lock<std::mutex> lock(mu_);
@@ -91,7 +104,7 @@ int64_t MeteredSemaphore::acquire_ticket(std::stop_token stop, const TraceContex
     __atomic_store_n(&waiting_, waiters_, __ATOMIC_SEQ_CST);
   };
   for (;;) {
-    if (take_free()) {
+    if (take_free(/*locked=*/true)) {
       leave();
       return meter_.wait_admitted(wait, trace).value_or(0);
     }
@@ -116,14 +129,14 @@ int64_t MeteredSemaphore::acquire_ticket(std::stop_token stop, const TraceContex
   }
 }
 
-// Puts a slot back as free; throws, changing nothing, when none is held.
+// Puts a slot back as free with one atomic add (see take_free); throws,
+// changing nothing, when none is held: an add past the limit is taken back,
+// and a caller that meets the count above the limit in between takes no slot.
 void MeteredSemaphore::return_slot() {
   int64_t* a = meter_.available();
-  int64_t v = __atomic_load_n(a, __ATOMIC_RELAXED);
-  do {
-    if (v >= meter_.limit())
-      throw std::logic_error("release of " + meter_.labels()[1].second + " without a slot held");
-  } while (!__atomic_compare_exchange_n(a, &v, v + 1, true, __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
+  if (__atomic_fetch_add(a, 1, __ATOMIC_SEQ_CST) < meter_.limit()) return;
+  __atomic_fetch_sub(a, 1, __ATOMIC_SEQ_CST);
+  throw std::logic_error("release of " + meter_.labels()[1].second + " without a slot held");
 }
 
 void MeteredSemaphore::release() {
