@@ -48,9 +48,9 @@ const SeriesSample* find_with(const Snapshot& snap, std::string_view family,
   for (const auto& s : snap.series) {
     if (s.info->family != family) continue;
     bool all = true;
-    for (const auto& w : want)
-      all =
-          all && std::find(s.info->labels.begin(), s.info->labels.end(), w) != s.info->labels.end();
+    for (const auto& [name, value] : want)
+      all = all && std::find(s.info->labels.begin(), s.info->labels.end(),
+                             SeriesLabels::value_type(name, value)) != s.info->labels.end();
     if (all) return &s;
   }
   return nullptr;

@@ -137,9 +137,9 @@ TEST(RegistryMultiprocess, WritersKilledAtRandomMomentsNeverBreakASnapshot) {
     for (const SeriesSample& s : snap.series) {
       if (s.info->family == "kill_registered_total") {
         ASSERT_EQ(s.info->labels.size(), 2u) << "never half-registered";
-        const int n = std::stoi(s.info->labels[1].second);
+        const int n = std::stoi(std::string(s.info->labels[1].second));
         EXPECT_EQ(s.info->labels[0].second, std::to_string(n * 3));
-        uint64_t& last = last_registered[s.info->labels[1].second];
+        uint64_t& last = last_registered[std::string(s.info->labels[1].second)];
         EXPECT_GE(s.counter, last);
         last = s.counter;
       }

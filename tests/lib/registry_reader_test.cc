@@ -239,7 +239,7 @@ TEST(RegistryReader, RegistrationRacingASnapshotNeverShowsAHalfRegisteredSeries)
       ASSERT_EQ(s.info->family, "raced_total");
       ASSERT_EQ(s.info->labels.size(), 2u);
       ASSERT_EQ(s.info->labels[0].first, "check");
-      const int n = std::stoi(s.info->labels[1].second);
+      const int n = std::stoi(std::string(s.info->labels[1].second));
       ASSERT_EQ(s.info->labels[0].second, std::to_string(n * 7));
       ASSERT_TRUE(s.counter == 0 || s.counter == uint64_t(n));
       ++seen;

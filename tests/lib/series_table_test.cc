@@ -38,13 +38,15 @@ std::unique_ptr<SeriesInfo> info_of(const segment::Record& rec) {
   const char* p = rec.text;
   info->family = p;
   p += info->family.size() + 1;
+  std::vector<std::pair<std::string, std::string>> labels;
   for (size_t i = 0; i < rec.label_count; ++i) {
     std::string name = p;
     p += name.size() + 1;
     std::string value = p;
     p += value.size() + 1;
-    info->labels.emplace_back(std::move(name), std::move(value));
+    labels.emplace_back(std::move(name), std::move(value));
   }
+  info->labels = SeriesLabels::from(labels);
   info->bounds.assign(rec.bounds, rec.bounds + rec.bound_count);
   info->unit_divisor = rec.unit_divisor;
   info->native_words = rec.native_words;

@@ -153,7 +153,7 @@ void RegistryCollector::add_served_families() {
         extras_.back().created.resize(n);
     }
     const auto k = static_cast<uint32_t>(model_.back().metric.size());
-    ClientMetric& m = add_metric(model_.back(), info.labels);
+    ClientMetric& m = add_series_metric(model_.back(), info.labels);
     if (info.kind == segment::SeriesKind::kHistogram) {
       m.histogram.bucket.reserve(info.bounds.size() + 1);
       for (size_t b = 0; b <= info.bounds.size(); ++b) {
@@ -174,7 +174,7 @@ void RegistryCollector::add_limit_families() {
   struct Indexes {
     long limit = 0, available = 0, holds = 0;  // index + 1; 0: none
   };
-  std::map<std::vector<std::pair<std::string, std::string>>, Indexes> limits;
+  std::map<SeriesLabels, Indexes> limits;
   for (size_t i = 0; i < served_.size(); ++i) {
     const SeriesInfo& info = *served_[i];
     if (info.family == family::kConcurrencyLimit) limits[info.labels].limit = long(i) + 1;
@@ -187,7 +187,7 @@ void RegistryCollector::add_limit_families() {
   for (const auto& [labels, idx] : limits) {
     if (idx.limit == 0) continue;
     active_slots_.push_back(
-        {&add_metric(active_, labels), idx.limit - 1, idx.available - 1, idx.holds - 1});
+        {&add_series_metric(active_, labels), idx.limit - 1, idx.available - 1, idx.holds - 1});
   }
   Families two;
   admissions_ = std::move(add_family(two, family::kConcurrencyAdmissions));
@@ -195,7 +195,7 @@ void RegistryCollector::add_limit_families() {
   admissions_extras_ = FamilyExtras{};
   for (const auto& [labels, idx] : limits)
     if (idx.holds != 0)
-      admission_slots_.emplace_back(&add_metric(admissions_, labels), size_t(idx.holds - 1));
+      admission_slots_.emplace_back(&add_series_metric(admissions_, labels), size_t(idx.holds - 1));
   Families three;
   processes_ = std::move(add_family(three, family::kConcurrencyProcesses));
   stranded_ = std::move(add_family(three, family::kConcurrencyStrandedSlots));
@@ -203,8 +203,8 @@ void RegistryCollector::add_limit_families() {
   stranded_.metric.reserve(limits.size());
   for (const auto& [labels, idx] : limits)
     if (idx.limit != 0)
-      spread_slots_.push_back(
-          {&add_metric(processes_, labels), &add_metric(stranded_, labels), size_t(idx.limit - 1)});
+      spread_slots_.push_back({&add_series_metric(processes_, labels),
+                               &add_series_metric(stranded_, labels), size_t(idx.limit - 1)});
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {

@@ -28,12 +28,22 @@ Family& add_family(Families& out, Row row) {
   return f;
 }
 
-ClientMetric& add_metric(MetricFamily& f, const LabelPairs& labels) {
+namespace {
+template <class Pairs>
+ClientMetric& add_metric_of(MetricFamily& f, const Pairs& labels) {
   ClientMetric m;
   m.label.reserve(labels.size());
-  for (const auto& [k, v] : labels) m.label.push_back({k, v});
+  for (const auto& [k, v] : labels) m.label.push_back({std::string(k), std::string(v)});
   f.metric.push_back(std::move(m));
   return f.metric.back();
+}
+}  // namespace
+
+ClientMetric& add_metric(MetricFamily& f, const LabelPairs& labels) {
+  return add_metric_of(f, labels);
+}
+ClientMetric& add_series_metric(MetricFamily& f, const SeriesLabels& labels) {
+  return add_metric_of(f, labels);
 }
 
 void add_simple(Families& out, Row row, double value, const LabelPairs& labels) {

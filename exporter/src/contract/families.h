@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "contract/table.h"
+#include "gym/series_labels.h"
 
 namespace gym::exporter {
 
@@ -78,6 +79,9 @@ std::array<Family*, N> add_families(Families& out, const Row (&rows)[N]) {
 }
 // A sample with labels appended to a family.
 prometheus::ClientMetric& add_metric(prometheus::MetricFamily& f, const LabelPairs& labels);
+// The same, with a registry series' labels.
+prometheus::ClientMetric& add_series_metric(prometheus::MetricFamily& f,
+                                            const SeriesLabels& labels);
 // A one-sample counter or gauge family appended to `out`.
 void add_simple(Families& out, Row row, double value, const LabelPairs& labels = {});
 

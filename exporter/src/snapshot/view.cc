@@ -15,7 +15,7 @@ namespace {
 
 std::string label_of(const SeriesInfo& info, std::string_view name) {
   for (const auto& [k, v] : info.labels)
-    if (k == name) return v;
+    if (k == name) return std::string(v);
   return {};
 }
 

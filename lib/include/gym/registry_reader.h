@@ -49,6 +49,7 @@
 
 #include "gym/native_histogram.h"
 #include "gym/segment_format.h"
+#include "gym/series_labels.h"
 #include "gym/trace_context.h"
 
 namespace gym {
@@ -59,9 +60,9 @@ struct SeriesInfo {
   // The family's name, kept once by the reader for all of its series
   // (valid for the reader's life).
   std::string_view family;
-  std::vector<std::pair<std::string, std::string>> labels;  // sorted by name
-  std::vector<int64_t> bounds;                              // raw, histograms only
-  double unit_divisor = 1.0;                                // exposed value = raw / unit_divisor
+  SeriesLabels labels;          // sorted by name
+  std::vector<int64_t> bounds;  // raw, histograms only
+  double unit_divisor = 1.0;    // exposed value = raw / unit_divisor
   // Histograms that also count native buckets: native::kWords; else 0.
   uint16_t native_words = 0;
 };

@@ -70,9 +70,10 @@ std::unique_ptr<SeriesInfo> series_info(const Record& rec, const RecordText& tex
   auto info = std::make_unique<SeriesInfo>();
   info->kind = static_cast<SeriesKind>(rec.kind);
   info->family = text.parts[0];  // the record's copy: the table keeps it (add)
-  info->labels.reserve(rec.label_count);
-  for (size_t i = 0; i < rec.label_count; ++i)
-    info->labels.emplace_back(std::string(text.label_name(i)), std::string(text.label_value(i)));
+  // The record's text after the family's NUL: "name\0value\0" a label.
+  const size_t labels_at = text.parts[0].size() + 1;
+  info->labels = SeriesLabels::from_text(
+      std::string_view(rec.text + labels_at, rec.text_bytes - labels_at), rec.label_count);
   info->bounds.assign(rec.bounds, rec.bounds + rec.bound_count);
   info->unit_divisor = rec.unit_divisor;
   info->native_words = rec.native_words;

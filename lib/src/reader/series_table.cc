@@ -57,10 +57,7 @@ bool same_identity(const SeriesInfo& info, const segment::Record& rec) {
     text.remove_prefix(end + 1);
     return true;
   };
-  if (!next_is(info.family)) return false;
-  for (const auto& [name, value] : info.labels)
-    if (!next_is(name) || !next_is(value)) return false;
-  return text.empty();
+  return next_is(info.family) && text == info.labels.text();
 }
 
 SeriesTable::SeriesTable() {

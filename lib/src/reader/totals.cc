@@ -134,10 +134,7 @@ void ReaderCore::persist_totals() {
     s.native_words = info.native_words;
     s.text = info.family;
     s.text.push_back('\0');
-    for (const auto& [k, v] : info.labels) {
-      s.text.append(k).push_back('\0');
-      s.text.append(v).push_back('\0');
-    }
+    s.text.append(info.labels.text());  // "name\0value\0" a label
     s.last_change_ns = series_.last_change(id);
     s.counter = acc.counter;
     s.sum = acc.sum;
