@@ -83,8 +83,17 @@ class SeriesLabels {
     if (this != &other) *this = SeriesLabels(other);
     return *this;
   }
-  SeriesLabels(SeriesLabels&&) noexcept = default;
-  SeriesLabels& operator=(SeriesLabels&&) noexcept = default;
+  // A moved-from SeriesLabels has no labels.
+  SeriesLabels(SeriesLabels&& other) noexcept
+      : text_(std::move(other.text_)),
+        bytes_(std::exchange(other.bytes_, 0)),
+        count_(std::exchange(other.count_, 0)) {}
+  SeriesLabels& operator=(SeriesLabels&& other) noexcept {
+    text_ = std::move(other.text_);
+    bytes_ = std::exchange(other.bytes_, 0);
+    count_ = std::exchange(other.count_, 0);
+    return *this;
+  }
 
   size_t size() const { return count_; }
   bool empty() const { return count_ == 0; }
@@ -94,8 +103,6 @@ class SeriesLabels {
   value_type operator[](size_t i) const { return *std::next(begin(), std::ptrdiff_t(i)); }
   // "name\0value\0" for each label.
   std::string_view text() const { return {text_.get(), bytes_}; }
-  // Bytes of heap this keeps.
-  size_t heap_bytes() const { return bytes_; }
 
   friend bool operator==(const SeriesLabels& a, const SeriesLabels& b) {
     return a.count_ == b.count_ && a.text() == b.text();
@@ -113,13 +120,6 @@ class SeriesLabels {
       if (n != std::string_view(name) || v != std::string_view(value)) return false;
     }
     return true;
-  }
-  // (name, value) pairs as strings, for code that keeps its own copy.
-  std::vector<std::pair<std::string, std::string>> pairs() const {
-    std::vector<std::pair<std::string, std::string>> out;
-    out.reserve(count_);
-    for (const auto [name, value] : *this) out.emplace_back(name, value);
-    return out;
   }
 
  private:
