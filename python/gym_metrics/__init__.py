@@ -16,7 +16,7 @@ without a usable registry everything still works, unmetered.
 """
 import asyncio
 import collections
-from typing import Any, Deque, Dict, List, Literal, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Deque, Dict, List, Literal, Optional, Tuple
 
 from . import _gym_metrics as _abi
 from .runtime import RuntimeInstrumentation, instrument_runtime
@@ -279,48 +279,49 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
 _KINDS: Dict[Any, int] = {}
 
 
+def _kind_of(operation: str, executor: str) -> int:
+    """The kind of (operation, executor), checked (ValueError for a name not
+    in OPERATIONS or EXECUTORS): what the extension asks for names it has not
+    seen yet."""
+    kind = _KINDS.get((operation, executor))
+    if kind is None:
+        if operation not in OPERATIONS:
+            raise ValueError(f"unknown operation {operation!r}; one of {sorted(OPERATIONS)}")
+        if executor not in EXECUTORS:
+            raise ValueError(f"unknown executor {executor!r}; one of {sorted(EXECUTORS)}")
+        kind = _KINDS[(operation, executor)] = _abi.operation_kind(operation, executor)
+    return kind
+
+
 class ResourcesOperation(_abi.Operation):
     """One limited operation, as `async with resources_operation(...) as op`
     gives it. Set `outcome` inside the block when the work ended other than by
     returning normally (ValueError for one not in OUTCOMES).
 
-    Its __aenter__ and __aexit__ are the extension's (_abi.Operation, in C):
-    `async with` runs no Python frame of this package. Entering reports the
-    operation queued, awaits the limit's __aenter__, then reports it started
-    (or, when the wait raises or is cancelled, no longer queued); leaving
-    reports its duration and outcome, then awaits the limit's __aexit__."""
+    Making it (resources_operation, or ResourcesOperation(limit, operation,
+    executor, trace_id=None, span_id=None)) and its __aenter__ and __aexit__
+    are the extension's (_abi, in C): `async with resources_operation(...)`
+    runs no Python frame of this package once the names are known. Entering
+    reports the operation queued, awaits the limit's __aenter__, then reports
+    it started (or, when the wait raises or is cancelled, no longer queued);
+    leaving reports its duration and outcome, then awaits the limit's
+    __aexit__."""
 
     __slots__ = ()
 
-    def __init__(self, limit: Any, operation: str, executor: str, trace_id: Any = None,
-                 span_id: Any = None) -> None:
-        kind = _KINDS.get((operation, executor))
-        if kind is None:
-            if operation not in OPERATIONS:
-                raise ValueError(f"unknown operation {operation!r}; one of {sorted(OPERATIONS)}")
-            if executor not in EXECUTORS:
-                raise ValueError(f"unknown executor {executor!r}; one of {sorted(EXECUTORS)}")
-            kind = _KINDS[(operation, executor)] = _abi.operation_kind(operation, executor)
-        self._limit = limit
-        self._kind = kind
-        self._trace = (None if trace_id is None and span_id is None and _otel_trace is None
-                       else _trace(trace_id, span_id))
 
+# A scope made in C finds kinds, trace contexts and _otel_trace here.
+_abi.configure_operations(_kind_of, _trace, globals(), ResourcesOperation)
 
-def resources_operation(limit: Any, operation: str, executor: str, *, trace_id: Any = None,
-                        span_id: Any = None) -> ResourcesOperation:
-    """Enter `limit` (any async context manager, such as an asyncio.Semaphore)
-    and report the operation: queued while waiting, the queue duration on
-    entry, active inside, the duration with its outcome on exit. An exception
-    sets the outcome to error, a cancellation to cancelled, unless the block
-    already set one. `operation` and `executor` are checked here (ValueError).
-
-    The duration is its bucket's exemplar with trace_id and span_id (ints, as
-    OpenTelemetry's SpanContext holds them, or 32 and 16 hex digits, as its
-    format_trace_id and format_span_id write them; ValueError otherwise), or,
-    when none are given and opentelemetry is importable, with the span current
-    here, if any."""
-    return ResourcesOperation(limit, operation, executor, trace_id, span_id)
+if TYPE_CHECKING:
+    def resources_operation(limit: Any, operation: str, executor: str, *,
+                            trace_id: Any = None, span_id: Any = None) -> ResourcesOperation:
+        """What the extension's resources_operation does, as types see it."""
+        return ResourcesOperation(limit, operation, executor, trace_id, span_id)
+else:
+    # Enter `limit` and report the operation (queued, started, its duration
+    # and outcome): the extension's function; help() shows its docstring.
+    resources_operation = _abi.resources_operation
 
 
 def declare_server(name: str, server_type: str, *, runtime: bool = False) -> None:

@@ -1,7 +1,10 @@
-/* _gym_metrics.Operation: the resources-operation scope's __aenter__ and
- * __aexit__ in C. gym_metrics.ResourcesOperation (Python) subclasses it and
- * sets _limit, _kind and _trace; `async with` then runs no Python frame of
- * ours: __aenter__ and __aexit__ return the object itself as the awaitable,
+/* _gym_metrics.Operation: the resources-operation scope, made and entered
+ * and left in C. gym_metrics.ResourcesOperation (Python) subclasses it;
+ * resources_operation() (here) makes one, finding the kind by its names
+ * and the trace context through gym_metrics only for names it has not seen
+ * or a trace to make. `async with resources_operation(...)` then runs no
+ * Python frame of ours: __aenter__ and __aexit__ return the object itself as
+ * the awaitable,
  * which reports the operation and drives the limit's own __aenter__ or
  * __aexit__ (any awaitable: asyncio's semaphore is Python), passing on what
  * it yields, what is sent or thrown into it, and close.
@@ -13,6 +16,7 @@
  *          then False (an exception is never suppressed) */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <structmember.h>
 #include <time.h>
 
@@ -359,6 +363,193 @@ static void op_dealloc(PyObject* self) {
   Py_TYPE(self)->tp_free(self);
 }
 
+/* What constructing a scope needs from gym_metrics, given once at its
+ * import (configure_operations): its checked lookup of a kind by names,
+ * its maker of a trace context, and its namespace, where _otel_trace is
+ * OpenTelemetry's trace API or None (read at each construction: it may be
+ * replaced). */
+static PyObject *g_kind_of, *g_trace_of, *g_namespace, *g_otel_name;
+static PyTypeObject* g_scope_type; /* gym_metrics.ResourcesOperation */
+static PyTypeObject kOperationType;
+
+/* Kinds by the identity of their names' str objects: a literal is the same
+ * object at every call, so the common lookup is two pointer compares. */
+enum { kKindCache = 32 };
+static struct {
+  PyObject *operation, *executor;
+  int kind;
+} g_kinds[kKindCache];
+static int g_kind_count;
+
+/* The kind of (operation, executor), or -1 with the exception (ValueError
+ * for names it does not know, from gym_metrics' check). */
+static int kind_of(PyObject* operation, PyObject* executor) {
+  for (int i = 0; i < g_kind_count; ++i)
+    if (g_kinds[i].operation == operation && g_kinds[i].executor == executor)
+      return g_kinds[i].kind;
+  PyObject* found = PyObject_CallFunctionObjArgs(g_kind_of, operation, executor, NULL);
+  if (found == NULL) return -1;
+  const long kind = PyLong_AsLong(found);
+  Py_DECREF(found);
+  if (kind == -1 && PyErr_Occurred()) return -1;
+  if (kind < 0 || kind > INT_MAX) {
+    PyErr_SetString(PyExc_RuntimeError, "an operation kind out of range");
+    return -1;
+  }
+  if (g_kind_count < kKindCache && PyUnicode_CheckExact(operation) &&
+      PyUnicode_CheckExact(executor)) {
+    g_kinds[g_kind_count].operation = Py_NewRef(operation);
+    g_kinds[g_kind_count].executor = Py_NewRef(executor);
+    g_kinds[g_kind_count++].kind = (int)kind;
+  }
+  return (int)kind;
+}
+
+/* The trace context of a scope: None when no ids are given and
+ * OpenTelemetry is not there, else gym_metrics' _trace(trace_id, span_id).
+ * NULL with the exception. */
+static PyObject* trace_of(PyObject* trace_id, PyObject* span_id) {
+  if (trace_id == Py_None && span_id == Py_None) {
+    PyObject* otel = PyDict_GetItemWithError(g_namespace, g_otel_name);
+    if (otel == NULL && PyErr_Occurred()) return NULL;
+    if (otel == NULL || otel == Py_None) return Py_NewRef(Py_None);
+  }
+  return PyObject_CallFunctionObjArgs(g_trace_of, trace_id, span_id, NULL);
+}
+
+/* Operation(limit, operation, executor, trace_id=None, span_id=None). */
+static int op_init(PyObject* self, PyObject* args, PyObject* kwargs) {
+  static char* kw[] = {"limit", "operation", "executor", "trace_id", "span_id", NULL};
+  PyObject *limit, *operation, *executor, *trace_id = Py_None, *span_id = Py_None;
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOO|OO:ResourcesOperation", kw, &limit,
+                                   &operation, &executor, &trace_id, &span_id))
+    return -1;
+  Operation* op = (Operation*)self;
+  if (g_kind_of == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "make a scope with gym_metrics.resources_operation");
+    return -1;
+  }
+  if (op->step != kIdle) {
+    PyErr_SetString(PyExc_RuntimeError, "the operation is entered already");
+    return -1;
+  }
+  const int kind = kind_of(operation, executor);
+  if (kind < 0) return -1;
+  PyObject* trace = trace_of(trace_id, span_id);
+  if (trace == NULL) return -1;
+  Py_XSETREF(op->limit, Py_NewRef(limit));
+  Py_XSETREF(op->trace, trace);
+  op->kind = kind;
+  return 0;
+}
+
+/* configure_operations(kind_of, trace_of, namespace, scope_type): see
+ * g_kind_of; resources_operation() makes scopes of scope_type, a subclass of
+ * Operation. */
+static PyObject* configure_operations(PyObject* module, PyObject* args) {
+  (void)module;
+  PyObject *kind, *trace, *namespace, *type;
+  if (!PyArg_ParseTuple(args, "OOO!O!:configure_operations", &kind, &trace, &PyDict_Type,
+                        &namespace, &PyType_Type, &type))
+    return NULL;
+  if (!PyCallable_Check(kind) || !PyCallable_Check(trace) ||
+      !PyType_IsSubtype((PyTypeObject*)type, &kOperationType)) {
+    PyErr_SetString(PyExc_TypeError,
+                    "configure_operations(kind_of, trace_of, namespace, an Operation type)");
+    return NULL;
+  }
+  Py_XSETREF(g_kind_of, Py_NewRef(kind));
+  Py_XSETREF(g_trace_of, Py_NewRef(trace));
+  Py_XSETREF(g_namespace, Py_NewRef(namespace));
+  Py_XSETREF(g_scope_type, (PyTypeObject*)Py_NewRef(type));
+  Py_RETURN_NONE;
+}
+
+/* resources_operation's arguments by position or name, into `slots`
+ * (limit, operation, executor, trace_id, span_id; the ids keyword-only). */
+static int scope_args(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames,
+                      PyObject* slots[5]) {
+  static const char* const kNames[] = {"limit", "operation", "executor", "trace_id", "span_id"};
+  if (nargs > 3) {
+    PyErr_Format(PyExc_TypeError,
+                 "resources_operation() takes 3 positional arguments but %zd "
+                 "were given",
+                 nargs);
+    return -1;
+  }
+  for (Py_ssize_t i = 0; i < nargs; ++i) slots[i] = args[i];
+  const Py_ssize_t nkw = kwnames != NULL ? PyTuple_GET_SIZE(kwnames) : 0;
+  for (Py_ssize_t k = 0; k < nkw; ++k) {
+    PyObject* key = PyTuple_GET_ITEM(kwnames, k);
+    int at = 0;
+    while (at < 5 && PyUnicode_CompareWithASCIIString(key, kNames[at]) != 0) ++at;
+    if (at == 5 || slots[at] != NULL) {
+      PyErr_Format(PyExc_TypeError, "resources_operation() got %s keyword argument %R",
+                   at == 5 ? "an unexpected" : "multiple values for", key);
+      return -1;
+    }
+    slots[at] = args[nargs + k];
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (slots[i] == NULL) {
+      PyErr_Format(PyExc_TypeError, "resources_operation() missing required argument '%s'",
+                   kNames[i]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+static PyObject* op_new(PyTypeObject* type, PyObject* args, PyObject* kwargs);
+
+/* resources_operation(limit, operation, executor, *, trace_id=None,
+ * span_id=None): a scope of gym_metrics.ResourcesOperation, made here. */
+static PyObject* resources_operation(PyObject* module, PyObject* const* args, Py_ssize_t nargs,
+                                     PyObject* kwnames) {
+  (void)module;
+  PyObject* slots[5] = {NULL, NULL, NULL, NULL, NULL};
+  if (scope_args(args, nargs, kwnames, slots) != 0) return NULL;
+  if (g_scope_type == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "import gym_metrics to make a scope");
+    return NULL;
+  }
+  const int kind = kind_of(slots[1], slots[2]);
+  if (kind < 0) return NULL;
+  PyObject* trace =
+      trace_of(slots[3] != NULL ? slots[3] : Py_None, slots[4] != NULL ? slots[4] : Py_None);
+  if (trace == NULL) return NULL;
+  Operation* op = (Operation*)op_new(g_scope_type, NULL, NULL);
+  if (op == NULL) {
+    Py_DECREF(trace);
+    return NULL;
+  }
+  op->limit = Py_NewRef(slots[0]);
+  Py_SETREF(op->trace, trace);
+  op->kind = kind;
+  return (PyObject*)op;
+}
+
+static PyMethodDef kOpFunctions[] = {
+    {"configure_operations", configure_operations, METH_VARARGS,
+     "What making a scope needs of gym_metrics: kind_of(operation, executor), "
+     "trace_of(trace_id, span_id), the namespace holding _otel_trace, the scope's type."},
+    {"resources_operation", (PyCFunction)(void (*)(void))resources_operation,
+     METH_FASTCALL | METH_KEYWORDS,
+     "resources_operation($module, /, limit, operation, executor, *, trace_id=None, "
+     "span_id=None)\n--\n\n"
+     "Enter `limit` (any async context manager, such as an asyncio.Semaphore)\n"
+     "and report the operation: queued while waiting, the queue duration on\n"
+     "entry, active inside, the duration with its outcome on exit. An exception\n"
+     "sets the outcome to error, a cancellation to cancelled, unless the block\n"
+     "already set one. `operation` and `executor` are checked here (ValueError).\n"
+     "\n"
+     "The duration is its bucket's exemplar with trace_id and span_id (ints, as\n"
+     "OpenTelemetry's SpanContext holds them, or 32 and 16 hex digits, as its\n"
+     "format_trace_id and format_span_id write them; ValueError otherwise), or,\n"
+     "when none are given and opentelemetry is importable, with the span current\n"
+     "here, if any."},
+    {NULL, NULL, 0, NULL}};
+
 static PyObject* op_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   (void)args;
   (void)kwargs;
@@ -399,6 +590,7 @@ static PyTypeObject kOperationType = {
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
     .tp_doc = "A resources operation's scope: __aenter__ and __aexit__ in C.",
     .tp_new = op_new,
+    .tp_init = op_init,
     .tp_dealloc = op_dealloc,
     .tp_traverse = op_traverse,
     .tp_clear = op_clear,
@@ -415,7 +607,11 @@ int gympy_add_operation_type(PyObject* module) {
   g_aexit = PyUnicode_InternFromString("__aexit__");
   g_throw = PyUnicode_InternFromString("throw");
   g_close = PyUnicode_InternFromString("close");
-  if (g_aenter == NULL || g_aexit == NULL || g_throw == NULL || g_close == NULL) return -1;
+  g_otel_name = PyUnicode_InternFromString("_otel_trace");
+  if (g_aenter == NULL || g_aexit == NULL || g_throw == NULL || g_close == NULL ||
+      g_otel_name == NULL)
+    return -1;
+  if (PyModule_AddFunctions(module, kOpFunctions) < 0) return -1;
   if (PyType_Ready(&kOperationType) < 0) return -1;
   Py_INCREF(&kOperationType);
   if (PyModule_AddObject(module, "Operation", (PyObject*)&kOperationType) < 0) {

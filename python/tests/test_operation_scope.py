@@ -154,3 +154,58 @@ def test_a_scope_is_entered_once_at_a_time_and_can_be_entered_again_after():
         with pytest.raises(ValueError, match=r"unknown outcome 'late'; one of \['cancelled'"):
             scope.outcome = "late"
     run(body())
+
+
+def test_names_made_at_run_time_count_as_the_same_operation_as_literals():
+    """The extension finds a kind by its names' str objects first: names
+    made at run time (new objects each call, freed after, more than it
+    keeps) must reach the series their text names, never another's."""
+    async def body():
+        before = counts("judge", "process"), counts("verify", "thread")
+        limit = asyncio.Semaphore(1)
+        scopes = []
+        for i in range(60):  # a freed name's memory is the next name's
+            if i % 2:
+                operation, executor = "".join(["ju", "dge"]), "".join(["pro", "cess"])
+            else:
+                operation, executor = "".join(["ver", "ify"]), "".join(["thr", "ead"])
+            scopes.append(resources_operation(limit, operation, executor))
+            if i % 4 < 2:  # in both orders: either may be freed last, reused first
+                del operation, executor
+            else:
+                del executor, operation
+        scopes.append(resources_operation(limit, "judge", "process"))
+        for scope in scopes:
+            async with scope:
+                pass
+        after = counts("judge", "process"), counts("verify", "thread")
+        assert after[0]["ok"] - before[0]["ok"] == 31
+        assert after[1]["ok"] - before[1]["ok"] == 30
+        with pytest.raises(ValueError, match="unknown operation 'judges'"):
+            resources_operation(limit, "".join(["judge", "s"]), "process")
+    run(body())
+
+
+def test_arguments_are_taken_as_a_python_function_with_keyword_only_ids_takes_them():
+    async def body():
+        before = counts("verify", "process")
+        limit = asyncio.Semaphore(1)
+        scope = resources_operation(executor="process", limit=limit, operation="verify")
+        assert isinstance(scope, ResourcesOperation)
+        async with scope:
+            pass
+        direct = ResourcesOperation(limit, "verify", "process")
+        async with direct:
+            with pytest.raises(RuntimeError, match="entered already"):
+                direct.__init__(limit, "verify", "process")
+        assert counts("verify", "process")["ok"] - before["ok"] == 2
+    run(body())
+    limit = asyncio.Semaphore(1)
+    for args, kwargs, message in [
+            ((limit, "verify"), {}, "missing required argument 'executor'"),
+            ((limit, "verify", "process", "0" * 32), {}, "takes 3 positional arguments"),
+            ((limit, "verify", "process"), {"trace": None}, "unexpected keyword argument 'trace'"),
+            ((limit, "verify", "process"), {"limit": limit}, "multiple values for keyword"),
+    ]:
+        with pytest.raises(TypeError, match=message):
+            resources_operation(*args, **kwargs)
