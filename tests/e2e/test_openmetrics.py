@@ -216,6 +216,29 @@ class frozen:
         os.killpg(DEMO_GROUP, signal.SIGCONT)
 
 
+def sample_marks(port):
+    """Each sampling collector's last sample's duration, as served: a new
+    sample changes it."""
+    _, text = get(port)
+    return re.findall(r"^gym_exporter_collector_sample_duration_seconds\{.*$", text, re.M)
+
+
+def one_sample(port, *fetches):
+    """The replies of `fetches`, all read from one sample of each sampling
+    collector. The demo is paused (frozen()), but a collector that samples
+    on an interval may still sample between two of them (the servers
+    collector, every 5 s: a server declared just before the pause, or a
+    verifier's oldest process, appearing), so they are taken again when a
+    collector's last sample changed meanwhile, ten times at most."""
+    for _ in range(10):
+        before = sample_marks(port)
+        assert before, "no collector's sample duration is served"
+        replies = [fetch() for fetch in fetches]
+        if sample_marks(port) == before:
+            return replies
+    raise AssertionError("a collector sampled between the replies ten times running")
+
+
 @pytest.fixture(scope="module")
 def exporter():
     d = tempfile.mkdtemp(prefix=SHM_PREFIX + "om-", dir="/dev/shm")
@@ -284,8 +307,8 @@ def test_everyone_else_gets_text_0_0_4(exporter, accept):
 
 def test_both_formats_carry_the_same_samples(exporter):
     with frozen():
-        _, om = get(exporter, PROMETHEUS_2)
-        _, text = get(exporter)
+        (_, om), (_, text) = one_sample(exporter, lambda: get(exporter, PROMETHEUS_2),
+                                        lambda: get(exporter))
     om_samples = check_openmetrics(om)
     om_keys = {k for k in om_samples if not k[0].endswith("_created")}
     text_keys = set()
@@ -360,11 +383,12 @@ def test_prometheus_3_gets_the_opentelemetry_names_and_the_same_samples(exporter
     seeds' dotted names, quoted, in OpenMetrics that the checker accepts, and
     they are the samples Prometheus 2 gets under today's names. Protobuf
     with escaping=allow-utf-8 carries the same names."""
+    utf8_protobuf = ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+                     "encoding=delimited;escaping=allow-utf-8")
     with frozen():
-        h3, om3 = get(exporter, PROMETHEUS_3)
-        h2, om2 = get(exporter, PROMETHEUS_2)
-        hp, body = get_bytes(exporter, "application/vnd.google.protobuf;proto=io.prometheus."
-                             "client.MetricFamily;encoding=delimited;escaping=allow-utf-8")
+        (h3, om3), (h2, om2), (hp, body) = one_sample(
+            exporter, lambda: get(exporter, PROMETHEUS_3), lambda: get(exporter, PROMETHEUS_2),
+            lambda: get_bytes(exporter, utf8_protobuf))
     assert h3["Content-Type"] == OM_TYPE + "; escaping=allow-utf-8"
     assert h2["Content-Type"] == OM_TYPE
     assert hp["Content-Type"].endswith("encoding=delimited; escaping=allow-utf-8")
@@ -483,10 +507,11 @@ def test_underscores_and_an_unknown_scheme_get_the_legacy_names(exporter, scheme
     falls back to underscores), get today's names, and the Content-Type says
     underscores."""
     with frozen():
-        headers, body = get(exporter, f"application/openmetrics-text;version=1.0.0;"
-                                      f"escaping={scheme}")
-        _, legacy = get(exporter, PROMETHEUS_2)
-        text_headers, _ = get(exporter, f"text/plain;version=1.0.0;escaping={scheme}")
+        (headers, body), (_, legacy), (text_headers, _) = one_sample(
+            exporter,
+            lambda: get(exporter, f"application/openmetrics-text;version=1.0.0;escaping={scheme}"),
+            lambda: get(exporter, PROMETHEUS_2),
+            lambda: get(exporter, f"text/plain;version=1.0.0;escaping={scheme}"))
     assert headers["Content-Type"] == OM_TYPE + "; escaping=underscores"
     assert text_headers["Content-Type"] == \
         "text/plain; version=1.0.0; charset=utf-8; escaping=underscores"
@@ -504,8 +529,8 @@ def test_counters_and_histograms_say_since_when_they_count(exporter):
     started and before now. Every other counter, histogram and summary has
     one too, but a cgroup's."""
     with frozen():
-        _, om = get(exporter, PROMETHEUS_2)
-        _, body = get_bytes(exporter, PROTOBUF)
+        (_, om), (_, body) = one_sample(exporter, lambda: get(exporter, PROMETHEUS_2),
+                                        lambda: get_bytes(exporter, PROTOBUF))
     now = time.time()
     samples = check_openmetrics(om)
     types = dict(re.findall(r"^# TYPE (\S+) (\S+)$", om, re.M))
@@ -719,8 +744,8 @@ def normal(key):
 
 def test_protobuf_is_negotiated_and_decodes_to_the_texts_samples(exporter):
     with frozen():
-        headers, body = get_bytes(exporter, PROTOBUF)
-        _, text = get(exporter)
+        (headers, body), (_, text) = one_sample(exporter, lambda: get_bytes(exporter, PROTOBUF),
+                                                lambda: get(exporter))
     assert headers["Content-Type"] == ("application/vnd.google.protobuf; "
                                        "proto=io.prometheus.client.MetricFamily; encoding=delimited")
     families = decode_delimited(body)
