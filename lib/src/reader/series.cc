@@ -20,6 +20,12 @@ struct RecordText {
   std::string_view label_value(size_t i) const { return parts[2 + 2 * i]; }
 };
 
+// The record's text after its family's NUL: "name\0value\0" a label.
+std::string_view label_text(const Record& rec, const RecordText& text) {
+  const size_t at = std::min<size_t>(text.parts[0].size() + 1, rec.text_bytes);
+  return {rec.text + at, rec.text_bytes - at};
+}
+
 // Why a record's kind, counts, divisor and bounds are not a series', or
 // nullptr.
 const char* bad_shape(const Record& rec) {
@@ -70,10 +76,7 @@ std::unique_ptr<SeriesInfo> series_info(const Record& rec, const RecordText& tex
   auto info = std::make_unique<SeriesInfo>();
   info->kind = static_cast<SeriesKind>(rec.kind);
   info->family = text.parts[0];  // the record's copy: the table keeps it (add)
-  // The record's text after the family's NUL: "name\0value\0" a label.
-  const size_t labels_at = text.parts[0].size() + 1;
-  info->labels = SeriesLabels::from_text(
-      std::string_view(rec.text + labels_at, rec.text_bytes - labels_at), rec.label_count);
+  info->labels = SeriesLabels::from_text(label_text(rec, text), rec.label_count);
   info->bounds.assign(rec.bounds, rec.bounds + rec.bound_count);
   info->unit_divisor = rec.unit_divisor;
   info->native_words = rec.native_words;
@@ -107,9 +110,7 @@ int32_t ReaderCore::intern(const Record& rec, std::string* why) {
     current_.emplace_back();
   }
   retired_[id].reset();
-  const size_t labels_at = std::min<size_t>(text.parts[0].size() + 1, rec.text_bytes);
-  note_limit_part(id, text.parts[0],
-                  std::string_view(rec.text + labels_at, rec.text_bytes - labels_at));
+  note_limit_part(id, text.parts[0], label_text(rec, text));
   return static_cast<int32_t>(id);
 }
 

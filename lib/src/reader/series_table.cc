@@ -50,14 +50,11 @@ bool same_identity(const SeriesInfo& info, const segment::Record& rec) {
       info.native_words != rec.native_words ||
       !std::equal(info.bounds.begin(), info.bounds.end(), rec.bounds))
     return false;
-  std::string_view text(rec.text, std::min<size_t>(rec.text_bytes, sizeof rec.text));
-  const auto next_is = [&text](std::string_view part) {
-    const size_t end = text.find('\0');
-    if (end == std::string_view::npos || text.substr(0, end) != part) return false;
-    text.remove_prefix(end + 1);
-    return true;
-  };
-  return next_is(info.family) && text == info.labels.text();
+  // "family\0", then the labels' "name\0value\0" text (a name holds no NUL).
+  const std::string_view text(rec.text, std::min<size_t>(rec.text_bytes, sizeof rec.text));
+  const size_t n = info.family.size();
+  return text.size() > n && text.starts_with(info.family) && text[n] == '\0' &&
+         text.substr(n + 1) == info.labels.text();
 }
 
 SeriesTable::SeriesTable() {
