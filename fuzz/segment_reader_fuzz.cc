@@ -50,7 +50,8 @@ const std::vector<unsigned char>& segment_template() {
       const int64_t bounds[] = {1000, 5000, 10000};
       gym::Label o[] = {{"nemo_gym_resources_operation", "verify"}};
       writer.histogram("gym_resources_operation_duration_seconds", o, bounds, 1e9).observe(42);
-      // With native buckets: its shards, then the one native array (format 5).
+      // With native buckets: its shards' sums, then the one joint array
+      // (format 8; the inline copy reads it as a format 6 native array).
       gym::Histogram native = writer.histogram("gym_resources_operation_queue_duration_seconds", o,
                                                bounds, 1e9, /*native=*/true);
       native.observe(4200);

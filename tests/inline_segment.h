@@ -1,8 +1,11 @@
-// A segment of the current format (7: records of 32 bytes pointing into a
+// A segment of the current format (8: records of 32 bytes pointing into a
 // string area) rewritten in the layout of formats 1 to 6 (records of 1 KiB
 // with their bounds and text inline, the values right after them), labelled
 // version 6: what a writer of an older release makes. For the tests and the
-// segment reader's fuzz target, so that older layouts stay read.
+// segment reader's fuzz target, so that older layouts stay read. Values are
+// copied as they are: a histogram with native buckets (a joint array in
+// format 8) reads as other numbers in format 6, which a test that needs them
+// writes by hand (native_histogram_test.cc).
 #pragma once
 
 #include <fcntl.h>
@@ -17,7 +20,7 @@
 
 namespace gym::testing {
 
-// The bytes of `v7` (a whole segment file) in the inline layout; empty when
+// The bytes of `v7` (a whole segment file of the current format) in the inline layout; empty when
 // they are not a segment of the current format.
 inline std::vector<unsigned char> inline_layout(const std::vector<unsigned char>& v7) {
   namespace seg = gym::segment;

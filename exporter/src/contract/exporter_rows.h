@@ -279,8 +279,9 @@ inline constexpr FamilySpec kSelfFamilies[] = {
      MetricType::kCounter,
      Source::kExporter,
      "",
-     "Histogram reads whose buckets did not add up to their count while a writer observed, "
-     "after retries; the histogram's last values were served instead.",
+     "Histogram reads of format 5 to 7 segments whose buckets did not add up to their count "
+     "while a writer observed, after retries; the histogram's last values were served instead. "
+     "Always 0 for format 8 segments.",
      {},
      ""},
     {"gym_exporter_registry_invalid_records_total",

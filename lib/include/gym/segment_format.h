@@ -114,6 +114,21 @@
 //                a reader's +Inf bucket always equals its count.
 //                (v4: each shard ceil((n + 2 + native_words) * 8 / 64)
 //                lines, its native counts between its buckets and its sum.)
+//                (v8) A histogram with native_words != 0 has `shards`
+//                shards of one line, each its int64 sum at word 0 and its
+//                uint64 count at word 1 (added after the joint word and the
+//                sum, released: a reader that finds every shard's count and
+//                sum as it last read them keeps what it read), then one
+//                joint array of native_words + n uint64 words, every
+//                shard's: word w + i counts the values in native word w and
+//                classic bucket i (joint_word). One atomic add counts a
+//                value in both kinds of bucket, so a reader's copy always
+//                adds up, even of a writer killed in the middle of an
+//                observation. The reader splits the array: native word w
+//                and bucket i are the word's, w + i = j, with i the number
+//                of bounds k whose joint_word(native word of bound k, k)
+//                is below j. A histogram without native buckets keeps the
+//                v5 layout.
 //     exemplars  (v6) a histogram's, reserved after its first observation
 //                with a trace context (not with the histogram: most never
 //                get one): n + 1 lines at exemplar_line, one a classic bucket,
@@ -176,7 +191,9 @@
 // take 36 lines instead of 104). 6 adds exemplars (a record's exemplar_line,
 // zero in older versions: they have none). 7 moves a record's text and
 // bounds out of it into the string area (records of 32 bytes instead of
-// 1024). A reader accepts all seven (kMinFormatVersion..kFormatVersion).
+// 1024). 8 counts a native histogram's values in one joint array of native
+// and classic buckets (one add a value instead of two that a reader had to
+// see agree). A reader accepts all eight (kMinFormatVersion..kFormatVersion).
 //
 // Internal (docs/api.md): the segment layout, for the reader and writer.
 #pragma once
@@ -195,7 +212,7 @@ inline uint64_t magic_word() {
   __builtin_memcpy(&w, kMagic, sizeof w);
   return w;
 }
-inline constexpr uint32_t kFormatVersion = 7;
+inline constexpr uint32_t kFormatVersion = 8;
 // The first version with one native array per histogram.
 inline constexpr uint32_t kSharedNativeVersion = 5;
 inline constexpr uint32_t kMinFormatVersion = 1;
@@ -203,6 +220,8 @@ inline constexpr uint32_t kMinFormatVersion = 1;
 inline constexpr uint32_t kExemplarVersion = 6;
 // The first version with the string area (records of kRecordBytes).
 inline constexpr uint32_t kStringsVersion = 7;
+// The first version with a native histogram's joint array.
+inline constexpr uint32_t kJointVersion = 8;
 // Reservations (fallocate) are made in whole pages.
 inline constexpr uint64_t kPageBytes = 4096;
 inline constexpr uint32_t kHeaderBytes = 4096;
@@ -376,20 +395,36 @@ constexpr uint32_t shard_words(uint32_t bound_count, uint32_t native_words) {
 constexpr uint32_t lines_of_words(uint32_t words) {
   return (words * 8 + kLineBytes - 1) / kLineBytes;
 }
-// Value cache lines of one histogram shard: version 5 on (the buckets and
-// the sum), version 4 (with the native buckets between them).
+// Value cache lines of one histogram shard: version 8 on, with native
+// buckets (the sum); version 5 on (the buckets and the sum); version 4
+// (with the native buckets between them).
 constexpr uint32_t shard_lines(uint32_t bound_count, uint32_t native_words,
                                uint32_t version = kFormatVersion) {
+  if (version >= kJointVersion && native_words != 0) return 1;
   return lines_of_words(version >= kSharedNativeVersion ? bound_count + 2
                                                         : shard_words(bound_count, native_words));
+}
+// Words of a histogram's one array after its shards (version 5 on): the
+// native buckets, or (version 8 on) the joint array of native and classic
+// buckets; 0 without native buckets.
+constexpr uint32_t shared_words(uint32_t bound_count, uint32_t native_words,
+                                uint32_t version = kFormatVersion) {
+  if (native_words == 0 || version < kSharedNativeVersion) return 0;
+  return version >= kJointVersion ? native_words + bound_count : native_words;
 }
 // Value cache lines a series occupies, in a segment of `version`.
 constexpr uint32_t value_lines_for(SeriesKind kind, uint32_t bound_count, uint32_t shards,
                                    uint32_t native_words, uint32_t version = kFormatVersion) {
   if (kind == SeriesKind::kAges) return kAgeLines;
   if (kind != SeriesKind::kHistogram) return 1;
-  const uint32_t shared = version >= kSharedNativeVersion ? lines_of_words(native_words) : 0;
-  return shards * shard_lines(bound_count, native_words, version) + shared;
+  return shards * shard_lines(bound_count, native_words, version) +
+         lines_of_words(shared_words(bound_count, native_words, version));
+}
+// Version 8: the joint array's word that counts a value of native word `w`
+// in classic bucket `i`. Both grow with the value, so w + i tells every
+// (w, i) that a value can have from every other.
+constexpr uint32_t joint_word(uint32_t w, uint32_t i) {
+  return w + i;
 }
 
 // Atomic access to fields of a mapping (the struct fields are plain integers

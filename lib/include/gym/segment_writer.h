@@ -243,26 +243,38 @@ class Histogram {
     const uint32_t s = detail::thread_shard() & shard_mask_;
     uint64_t* shard = buckets_ + s * shard_words_;
     auto* sum = reinterpret_cast<int64_t*>(shard + sum_index_);
-    // Classic, then native (an atomic add, released: the native array is
-    // every shard's): a reader that sees the native count sees the classic
-    // one (lib/src/reader/series.cc, read_values).
-    if (__builtin_expect(s != shard_mask_, 1)) {  // this thread's own shard
-      segment::add_owned(&shard[i], uint64_t{1});
-      if (native_ != nullptr)
-        segment::add_release(&native_[native::word_of(double(v) * unit_scale_)], uint64_t{1});
-      segment::add_owned(sum, v);
-    } else {  // the shared one
-      segment::add_relaxed(&shard[i], uint64_t{1});
-      if (native_ != nullptr)
-        segment::add_release(&native_[native::word_of(double(v) * unit_scale_)], uint64_t{1});
-      segment::add_relaxed(sum, v);
+    const bool own = __builtin_expect(s != shard_mask_, 1);  // this thread's own shard
+    if (native_ != nullptr) {
+      // One add counts the value in its native and its classic bucket (the
+      // joint array, every shard's): no reader sees one without the other.
+      // Then the sum, and the shard's count of them (released: a reader
+      // that finds the counts as it last read them skips the array).
+      const uint32_t w = native::word_of(double(v) * unit_scale_);
+      segment::add_relaxed(&native_[segment::joint_word(w, i)], uint64_t{1});
+      if (own) {
+        segment::add_owned(sum, v);
+        segment::add_owned_release(shard + 1, uint64_t{1});
+      } else {
+        segment::add_relaxed(sum, v);
+        segment::add_release(shard + 1, uint64_t{1});
+      }
+      return;
     }
+    if (own) {
+      segment::add_owned(&shard[i], uint64_t{1});
+    } else {
+      segment::add_relaxed(&shard[i], uint64_t{1});
+    }
+    if (own)
+      segment::add_owned(sum, v);
+    else
+      segment::add_relaxed(sum, v);
   }
   uint64_t* buckets_ = nullptr;  // shard 0
   uint32_t shard_mask_ = 0;
   uint32_t shard_words_ = 0;    // uint64 words from one shard to the next
   uint32_t sum_index_ = 0;      // the sum's word within a shard
-  uint64_t* native_ = nullptr;  // the native array (its zero bucket), every shard's; null: none
+  uint64_t* native_ = nullptr;  // the joint array, every shard's; null: no native buckets
   double unit_scale_ = 1.0;     // 1 / the unit divisor: a raw value in the exposed unit
   int64_t bounds_[segment::kBoundSlots] = {};
   SegmentWriter* writer_ = nullptr;    // for the exemplar slots' reservation

@@ -24,6 +24,10 @@ bool as_last(const uint64_t* to, uint32_t shards, uint32_t classic, const uint64
   return true;
 }
 
+// Versions 5 to 7 lay histograms out alike (and later ones those without
+// native buckets).
+constexpr uint32_t kSharedNativeLayout = segment::kSharedNativeVersion;
+
 // A version 5 histogram's values into `to`: each shard's buckets and sum
 // (bound_count + 2 words), then the native array. Both kinds of bucket of
 // one moment: the native words first (acquire), then the classic ones. A
@@ -43,7 +47,8 @@ bool as_last(const uint64_t* to, uint32_t shards, uint32_t classic, const uint64
 ReadOutcome read_shared_native(uint32_t shards, uint32_t bound_count, uint32_t native_words,
                                const uint64_t* line, const uint64_t* last, uint64_t* to) {
   const uint32_t classic = bound_count + 1u;
-  const uint32_t stride = segment::shard_lines(bound_count, native_words) * segment::kLineBytes / 8;
+  const uint32_t stride = segment::shard_lines(bound_count, native_words, kSharedNativeLayout) *
+                          segment::kLineBytes / 8;
   const uint64_t* native = line + shards * stride;
   uint64_t* native_to = to + shards * (classic + 1u);
   auto read_classic = [&] {
@@ -75,6 +80,57 @@ ReadOutcome read_shared_native(uint32_t shards, uint32_t bound_count, uint32_t n
     agree = native_total == classic_total;
   }
   return agree ? ReadOutcome::kRead : ReadOutcome::kInconsistent;
+}
+
+// A version 8 histogram with native buckets into `to`, in the words of a
+// version 5 one (its shards' buckets and sums, then its native words): every
+// shard's sum, and the joint array split into classic buckets (shard 0's)
+// and native words. `bound_words[k]` is bound k's own joint word
+// (joint_bound_words). Joint word j counts into bucket i, the number of bound
+// words below j (ascending, so i grows with j), and native word j - i. One
+// add counted each value in both: the copy adds up, whenever it is made.
+// When the shards' counts and sums are those of `last` (what was read of it
+// before), no observation ended since: `last`'s buckets stand, and its native
+// counts too (kNativeAsLast), without reading the array.
+ReadOutcome read_joint(uint32_t shards, uint32_t bound_count, uint32_t native_words,
+                       const uint64_t* line, const uint32_t* bound_words, const uint64_t* last,
+                       uint64_t* to) {
+  const uint32_t classic = bound_count + 1u;
+  const uint32_t stride = segment::kLineBytes / 8;  // a shard is its sum's and count's line
+  uint64_t* native_to = to + shards * (classic + 1u);
+  std::fill(to, native_to + native_words, uint64_t{0});
+  uint64_t count = 0, sum = 0, last_count = 0;
+  for (uint32_t k = 0; k < shards; ++k) {
+    count += segment::load_acquire(&line[k * stride + 1]);
+    sum += (to[k * (classic + 1u) + classic] = segment::load_relaxed(&line[k * stride]));
+  }
+  for (uint32_t w = 0; w < classic; ++w) last_count += last[w];
+  if (count == last_count && sum == last[classic + native_words]) {
+    std::copy(last, last + classic, to);
+    return ReadOutcome::kNativeAsLast;
+  }
+  const uint64_t* joint = line + shards * stride;
+  const uint32_t words = segment::shared_words(bound_count, native_words);
+  uint32_t i = 0;
+  for (uint32_t j = 0; j < words; ++j) {
+    const uint64_t n = segment::load_relaxed(&joint[j]);
+    if (n == 0) continue;
+    while (i < bound_count && bound_words[i] < j) ++i;
+    to[i] = sat_add(to[i], n);
+    native_to[j - i] = sat_add(native_to[j - i], n);
+  }
+  return ReadOutcome::kRead;
+}
+
+// Each bound's own joint word in a version 8 histogram of `info`'s: that of
+// the native word the writer would count the bound in (at most the last,
+// which keeps every split word within the native words) and its index.
+void joint_bound_words(const SeriesInfo& info, uint32_t native_words, uint32_t* out) {
+  const double unit_scale = 1.0 / info.unit_divisor;  // as the writer has it
+  for (uint32_t k = 0; k < info.bounds.size(); ++k) {
+    const uint32_t w = native::word_of(double(info.bounds[k]) * unit_scale);
+    out[k] = segment::joint_word(std::min(w, native_words - 1u), k);
+  }
 }
 
 }  // namespace
@@ -116,6 +172,13 @@ bool ReaderCore::read_values(Segment& s, uint32_t* count) {
       }
       if (seg.version >= segment::kExemplarVersion)
         read_exemplars(seg, e.id, e.record, e.bound_count);
+      if (seg.version >= segment::kJointVersion && e.native_words != 0) {
+        uint32_t bound_words[segment::kMaxBounds];
+        joint_bound_words(*series_.info(e.id), e.native_words, bound_words);
+        outcome[j] = read_joint(e.shards, e.bound_count, e.native_words, line, bound_words,
+                                seg.last.data() + e.last, to);
+        continue;
+      }
       if (seg.version >= segment::kSharedNativeVersion) {
         outcome[j] = read_shared_native(e.shards, e.bound_count, e.native_words, line,
                                         seg.last.data() + e.last, to);

@@ -276,7 +276,7 @@ Histogram SegmentWriter::histogram(std::string_view family, std::span<const Labe
   hist.shard_mask_ = r->shards - 1;
   hist.shard_words_ =
       segment::shard_lines(r->bound_count, r->native_words) * segment::kLineBytes / 8;
-  hist.sum_index_ = r->bound_count + 1u;
+  hist.sum_index_ = r->native_words != 0 ? 0u : r->bound_count + 1u;  // segment_format.h
   if (r->native_words != 0) hist.native_ = hist.buckets_ + r->shards * hist.shard_words_;
   hist.unit_scale_ = 1.0 / unit_divisor;
   hist.writer_ = this;
