@@ -163,52 +163,43 @@ TEST(NativeHistogram, ThreadsAForkedChildAndTheFoldedTotalsKeepEveryObservationI
   }
 }
 
-// Version 5 keeps one native array per histogram; a segment of version 4
-// (each shard with native counts of its own, between its buckets and its
-// sum, in the inline layout, as older writers still make them) is read as
-// before: the shards' buckets, native counts and sums add up.
-TEST(NativeHistogram, AVersion4SegmentsPerShardNativeCountsAreAddedUp) {
-  TempDir tmp;
+// Older layouts written by hand: a segment with one native histogram,
+// "op_seconds" (bounds 1 ms and 100 ms), whose values are then rewritten as
+// an older writer laid them out, with these observations: shard 0 saw 0.5 ms
+// and 2 ms, the shared shard 200 ms.
+struct ByHand {
+  uint32_t shard;
+  int64_t ns;
+  uint32_t bucket;
+};
+constexpr ByHand kByHand[] = {{0, 500000, 0}, {0, 2000000, 1}, {3, 200000000, 2}};
+
+// The path of `writer`'s segment, in which it registered the histogram.
+std::string native_segment(SegmentWriter& writer, const TempDir& tmp) {
   const int64_t bounds[] = {1000000, 100000000};  // 1 ms, 100 ms
-  SegmentWriter writer(tmp.path());
-  ASSERT_TRUE(writer.histogram("op_seconds", {}, bounds, 1e9, /*native=*/true).registered());
-  std::string seg;
+  EXPECT_TRUE(writer.histogram("op_seconds", {}, bounds, 1e9, /*native=*/true).registered());
   for (const auto& e : std::filesystem::directory_iterator(tmp.path()))
-    if (e.path().extension() == ".seg") seg = e.path().string();
-  ASSERT_TRUE(testing::rewrite_inline(seg));
+    if (e.path().extension() == ".seg") return e.path().string();
+  return {};
+}
+
+// `area` written at `at` in the segment file at `seg`, labelled `version`.
+void write_by_hand(const std::string& seg, off_t at, const std::vector<uint64_t>& area,
+                   uint32_t version) {
   const int fd = ::open(seg.c_str(), O_RDWR);
   ASSERT_GE(fd, 0);
-  segment::Record rec{};
-  ASSERT_EQ(::pread(fd, &rec, sizeof rec, off_t(segment::kInlineRecordsOffset)),
-            ssize_t(sizeof rec));
-  ASSERT_EQ(rec.shards, segment::kHistogramShards);
-  // The version 4 layout: shard 0 saw 0.5 ms and 2 ms, the shared shard 200 ms.
-  const uint32_t words = segment::shard_words(2, native::kWords);
-  const uint32_t stride = segment::shard_lines(2, native::kWords, 4) * segment::kLineBytes / 8;
-  ASSERT_GE(stride, words);
-  std::vector<uint64_t> area(size_t{rec.shards} * stride, 0);
-  const struct {
-    uint32_t shard;
-    int64_t ns;
-    uint32_t bucket;
-  } seen[] = {{0, 500000, 0}, {0, 2000000, 1}, {3, 200000000, 2}};
-  for (const auto& o : seen) {
-    uint64_t* shard = area.data() + size_t{o.shard} * stride;
-    ++shard[o.bucket];
-    ++shard[3 + native::word_of(double(o.ns) / 1e9)];
-    shard[words - 1] += uint64_t(o.ns);
-  }
-  const auto at =
-      off_t(segment::kInlineValuesOffset + uint64_t{rec.value_line} * segment::kLineBytes);
   ASSERT_EQ(::pwrite(fd, area.data(), area.size() * 8, at), ssize_t(area.size() * 8));
-  const uint32_t v4 = 4;
-  ASSERT_EQ(::pwrite(fd, &v4, sizeof v4, off_t(offsetof(segment::Header, format_version))),
-            ssize_t(sizeof v4));
+  ASSERT_EQ(
+      ::pwrite(fd, &version, sizeof version, off_t(offsetof(segment::Header, format_version))),
+      ssize_t(sizeof version));
   ::close(fd);
+}
 
+// A reader of the directory serves kByHand, from a segment of `version`.
+void expect_read_by_hand(const TempDir& tmp, uint32_t version) {
   RegistryReader reader(tmp.path());
   const Snapshot& snap = reader.snapshot();
-  EXPECT_EQ(snap.stats.live_segments_by_version[4], 1u);
+  EXPECT_EQ(snap.stats.live_segments_by_version[version], 1u);
   const SeriesSample* s = find_series(snap, "op_seconds");
   ASSERT_NE(s, nullptr);
   EXPECT_EQ(s->cumulative_buckets, (std::vector<uint64_t>{1, 2, 3}));
@@ -217,58 +208,72 @@ TEST(NativeHistogram, AVersion4SegmentsPerShardNativeCountsAreAddedUp) {
             expected_counts({500000, 2000000, 200000000}));
 }
 
+// Version 5 keeps one native array per histogram; a segment of version 4
+// (each shard with native counts of its own, between its buckets and its
+// sum, in the inline layout, as older writers still make them) is read as
+// before: the shards' buckets, native counts and sums add up.
+TEST(NativeHistogram, AVersion4SegmentsPerShardNativeCountsAreAddedUp) {
+  TempDir tmp;
+  SegmentWriter writer(tmp.path());
+  const std::string seg = native_segment(writer, tmp);
+  ASSERT_TRUE(testing::rewrite_inline(seg));
+  segment::Record rec{};
+  {
+    const int fd = ::open(seg.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pread(fd, &rec, sizeof rec, off_t(segment::kInlineRecordsOffset)),
+              ssize_t(sizeof rec));
+    ::close(fd);
+  }
+  ASSERT_EQ(rec.shards, segment::kHistogramShards);
+  const uint32_t words = segment::shard_words(2, native::kWords);
+  const uint32_t stride = segment::shard_lines(2, native::kWords, 4) * segment::kLineBytes / 8;
+  ASSERT_GE(stride, words);
+  std::vector<uint64_t> area(size_t{rec.shards} * stride, 0);
+  for (const ByHand& o : kByHand) {
+    uint64_t* shard = area.data() + size_t{o.shard} * stride;
+    ++shard[o.bucket];
+    ++shard[3 + native::word_of(double(o.ns) / 1e9)];
+    shard[words - 1] += uint64_t(o.ns);
+  }
+  write_by_hand(
+      seg, off_t(segment::kInlineValuesOffset + uint64_t{rec.value_line} * segment::kLineBytes),
+      area, 4);
+  expect_read_by_hand(tmp, 4);
+}
+
 // Version 8 counts a native histogram's values in one joint array; a
 // segment of versions 5 to 7 (shards of classic buckets and sum, then one
 // native array, which the reader checks against them) is read as before.
 TEST(NativeHistogram, AVersion7SegmentsShardsAndNativeArrayAreAddedUp) {
   TempDir tmp;
-  const int64_t bounds[] = {1000000, 100000000};  // 1 ms, 100 ms
   SegmentWriter writer(tmp.path());
-  ASSERT_TRUE(writer.histogram("op_seconds", {}, bounds, 1e9, /*native=*/true).registered());
-  std::string seg;
-  for (const auto& e : std::filesystem::directory_iterator(tmp.path()))
-    if (e.path().extension() == ".seg") seg = e.path().string();
-  const int fd = ::open(seg.c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
+  const std::string seg = native_segment(writer, tmp);
   segment::RecordHead rec{};
-  ASSERT_EQ(::pread(fd, &rec, sizeof rec, off_t(segment::kRecordsOffset)), ssize_t(sizeof rec));
+  {
+    const int fd = ::open(seg.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pread(fd, &rec, sizeof rec, off_t(segment::kRecordsOffset)), ssize_t(sizeof rec));
+    ::close(fd);
+  }
   ASSERT_EQ(rec.shards, segment::kHistogramShards);
   // Both layouts take the same lines for two bounds: 4 shards of one line,
   // then 24 lines of native words (version 7) or 25 joint words (version 8).
   ASSERT_EQ(
       segment::value_lines_for(segment::SeriesKind::kHistogram, 2, rec.shards, native::kWords, 7),
       segment::value_lines_for(segment::SeriesKind::kHistogram, 2, rec.shards, native::kWords));
-  // The version 7 layout: shard 0 saw 0.5 ms and 2 ms, the shared shard 200 ms.
   const uint32_t stride = segment::shard_lines(2, native::kWords, 7) * segment::kLineBytes / 8;
   std::vector<uint64_t> area(size_t{rec.shards} * stride + native::kWords, 0);
   uint64_t* native_words = area.data() + size_t{rec.shards} * stride;
-  const struct {
-    uint32_t shard;
-    int64_t ns;
-    uint32_t bucket;
-  } seen[] = {{0, 500000, 0}, {0, 2000000, 1}, {3, 200000000, 2}};
-  for (const auto& o : seen) {
+  for (const ByHand& o : kByHand) {
     uint64_t* shard = area.data() + size_t{o.shard} * stride;
     ++shard[o.bucket];
     shard[3] += uint64_t(o.ns);  // the sum, after the buckets
     ++native_words[native::word_of(double(o.ns) / 1e9)];
   }
-  const auto at = off_t(segment::kValuesOffset + uint64_t{rec.value_line} * segment::kLineBytes);
-  ASSERT_EQ(::pwrite(fd, area.data(), area.size() * 8, at), ssize_t(area.size() * 8));
-  const uint32_t v7 = 7;
-  ASSERT_EQ(::pwrite(fd, &v7, sizeof v7, off_t(offsetof(segment::Header, format_version))),
-            ssize_t(sizeof v7));
-  ::close(fd);
-
-  RegistryReader reader(tmp.path());
-  const Snapshot& snap = reader.snapshot();
-  EXPECT_EQ(snap.stats.live_segments_by_version[7], 1u);
-  const SeriesSample* s = find_series(snap, "op_seconds");
-  ASSERT_NE(s, nullptr);
-  EXPECT_EQ(s->cumulative_buckets, (std::vector<uint64_t>{1, 2, 3}));
-  EXPECT_EQ(s->sum, 500000 + 2000000 + 200000000);
-  EXPECT_EQ(std::vector<uint64_t>(s->native.begin(), s->native.end()),
-            expected_counts({500000, 2000000, 200000000}));
+  write_by_hand(seg, off_t(segment::kValuesOffset + uint64_t{rec.value_line} * segment::kLineBytes),
+                area, 7);
+  expect_read_by_hand(tmp, 7);
 }
 
 // One add counts a value in its native and its classic bucket: a writer
