@@ -82,19 +82,32 @@ ReadOutcome read_shared_native(uint32_t shards, uint32_t bound_count, uint32_t n
   return agree ? ReadOutcome::kRead : ReadOutcome::kInconsistent;
 }
 
-// A version 8 histogram with native buckets into `to`, in the words of a
-// version 5 one (its shards' buckets and sums, then its native words): every
-// shard's sum, and the joint array split into classic buckets (shard 0's)
-// and native words. `bound_words[k]` is bound k's own joint word
-// (joint_bound_words). Joint word j counts into bucket i, the number of bound
-// words below j (ascending, so i grows with j), and native word j - i. One
-// add counted each value in both: the copy adds up, whenever it is made.
-// When the shards' counts and sums are those of `last` (what was read of it
-// before), no observation ended since: `last`'s buckets stand, and its native
-// counts too (kNativeAsLast), without reading the array.
-ReadOutcome read_joint(uint32_t shards, uint32_t bound_count, uint32_t native_words,
-                       const uint64_t* line, const uint32_t* bound_words, const uint64_t* last,
+// Each bound's own joint word in a version 8 histogram of `info`'s: that of
+// the native word the writer would count the bound in (at most the last,
+// which keeps every split word within the native words) and its index.
+void joint_bound_words(const SeriesInfo& info, uint32_t native_words, uint32_t* out) {
+  const double unit_scale = 1.0 / info.unit_divisor;  // as the writer has it
+  for (uint32_t k = 0; k < info.bounds.size(); ++k) {
+    const uint32_t w = native::word_of(double(info.bounds[k]) * unit_scale);
+    out[k] = segment::joint_word(std::min(w, native_words - 1u), k);
+  }
+}
+
+// A version 8 histogram of `info`'s with native buckets into `to`, in the
+// words of a version 5 one (its shards' buckets and sums, then its native
+// words): every shard's sum, and the joint array split into classic buckets
+// (shard 0's) and native words. Joint word j counts into bucket i, the
+// number of bounds whose own joint word is below j (joint_bound_words:
+// ascending, so i grows with j), and native word j - i. One add counted each
+// value in both: the copy adds up, whenever it is made. When the shards'
+// counts and sums are those of `last` (what was read of it before), no
+// observation ended since: `last`'s buckets stand, and its native counts too
+// (kNativeAsLast), without reading the array. (`info`'s bounds are the
+// record's, as its identity; kInconsistent, last values kept, were they not.)
+ReadOutcome read_joint(const SeriesInfo& info, uint32_t shards, uint32_t bound_count,
+                       uint32_t native_words, const uint64_t* line, const uint64_t* last,
                        uint64_t* to) {
+  if (info.bounds.size() != bound_count) return ReadOutcome::kInconsistent;
   const uint32_t classic = bound_count + 1u;
   const uint32_t stride = segment::kLineBytes / 8;  // a shard is its sum's and count's line
   uint64_t* native_to = to + shards * (classic + 1u);
@@ -104,11 +117,13 @@ ReadOutcome read_joint(uint32_t shards, uint32_t bound_count, uint32_t native_wo
     count += segment::load_acquire(&line[k * stride + 1]);
     sum += (to[k * (classic + 1u) + classic] = segment::load_relaxed(&line[k * stride]));
   }
-  for (uint32_t w = 0; w < classic; ++w) last_count += last[w];
+  for (uint32_t b = 0; b < classic; ++b) last_count += last[b];
   if (count == last_count && sum == last[classic + native_words]) {
     std::copy(last, last + classic, to);
     return ReadOutcome::kNativeAsLast;
   }
+  uint32_t bound_words[segment::kMaxBounds];
+  joint_bound_words(info, native_words, bound_words);
   const uint64_t* joint = line + shards * stride;
   const uint32_t words = segment::shared_words(bound_count, native_words);
   uint32_t i = 0;
@@ -120,17 +135,6 @@ ReadOutcome read_joint(uint32_t shards, uint32_t bound_count, uint32_t native_wo
     native_to[j - i] = sat_add(native_to[j - i], n);
   }
   return ReadOutcome::kRead;
-}
-
-// Each bound's own joint word in a version 8 histogram of `info`'s: that of
-// the native word the writer would count the bound in (at most the last,
-// which keeps every split word within the native words) and its index.
-void joint_bound_words(const SeriesInfo& info, uint32_t native_words, uint32_t* out) {
-  const double unit_scale = 1.0 / info.unit_divisor;  // as the writer has it
-  for (uint32_t k = 0; k < info.bounds.size(); ++k) {
-    const uint32_t w = native::word_of(double(info.bounds[k]) * unit_scale);
-    out[k] = segment::joint_word(std::min(w, native_words - 1u), k);
-  }
 }
 
 }  // namespace
@@ -173,9 +177,7 @@ bool ReaderCore::read_values(Segment& s, uint32_t* count) {
       if (seg.version >= segment::kExemplarVersion)
         read_exemplars(seg, e.id, e.record, e.bound_count);
       if (seg.version >= segment::kJointVersion && e.native_words != 0) {
-        uint32_t bound_words[segment::kMaxBounds];
-        joint_bound_words(*series_.info(e.id), e.native_words, bound_words);
-        outcome[j] = read_joint(e.shards, e.bound_count, e.native_words, line, bound_words,
+        outcome[j] = read_joint(*series_.info(e.id), e.shards, e.bound_count, e.native_words, line,
                                 seg.last.data() + e.last, to);
         continue;
       }
