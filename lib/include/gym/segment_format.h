@@ -396,8 +396,8 @@ constexpr uint32_t lines_of_words(uint32_t words) {
   return (words * 8 + kLineBytes - 1) / kLineBytes;
 }
 // Value cache lines of one histogram shard: version 8 on, with native
-// buckets (the sum); version 5 on (the buckets and the sum); version 4
-// (with the native buckets between them).
+// buckets (its sum and count); version 5 on (the buckets and the sum);
+// version 4 (with the native buckets between them).
 constexpr uint32_t shard_lines(uint32_t bound_count, uint32_t native_words,
                                uint32_t version = kFormatVersion) {
   if (version >= kJointVersion && native_words != 0) return 1;
