@@ -93,7 +93,7 @@ void sample(benchmark::State& state, bool pss) {
   t.pss = pss;
   c.targets = {t};
   // PSS, when on, at every sample; a resolution of the servers at each.
-  gym::exporter::MemoryCollector sampler(gym::exporter::MemoryConfig{5, 0},
+  gym::exporter::MemoryCollector sampler(gym::exporter::MemoryConfig{5, 0, {}},
                                          gym::exporter::make_watcher(c), [](const std::string&) {});
   for (auto _ : state) sampler.sample();
   state.counters["processes"] = double(sampler.servers().at(0).processes);

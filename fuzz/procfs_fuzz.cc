@@ -1,4 +1,4 @@
-// Fuzz target: the procfs parsers (stat, meminfo, smaps_rollup) and the
+// Fuzz target: the procfs parsers (stat, meminfo, smaps_rollup, status) and the
 // cgroup parsers (mountinfo, a process's cgroups, pressure, cpu.max,
 // key-value counts) and the cgroup collector's totals file on arbitrary
 // bytes.
@@ -17,6 +17,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   (void)gym::exporter::procfs::parse_meminfo(text);
   (void)gym::exporter::procfs::parse_smaps_rollup(text);
+  (void)gym::exporter::procfs::parse_status_memory(text);
   namespace cg = gym::exporter::cgroup;
   (void)cg::parse_mountinfo(text);
   const cg::Membership who = cg::parse_membership(text);

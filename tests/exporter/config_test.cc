@@ -197,11 +197,13 @@ TEST(SdFile, WritesItsEntryAtomicallyAndRemovesOnlyWhatItWrote) {
 TEST(ExporterConfig, ServerTargetsAndTheirErrors) {
   ConfigResult ok = parse_config(
       "memory:\n  interval_seconds: 2\n  pss_interval_seconds: 60\n"
+      "  pss_max_stall_seconds: 0.004\n  pss_max_stall_fraction: 0.01\n"
+      "  pss_stall_seconds_per_gib: 0.05\n"
       "servers:\n  proc_root: /host/proc\n  gone_server_ttl_seconds: 7\n"
       "  cgroup_v2_mount: /host/cg\n  targets:\n"
       "    - {name: a, server_type: model_server, pid: 42, pss: false}\n"
-      "    - {name: b, server_type: agent_server, pidfile: /run/b.pid}\n"
-      "    - {name: c, server_type: other, match: {comm: python3}}\n"
+      "    - {name: b, server_type: agent_server, pidfile: /run/b.pid, pss: true}\n"
+      "    - {name: c, server_type: other, match: {comm: python3}, pss: auto}\n"
       "    - {name: d, server_type: other, match: {cmdline: 'gym\\.server'}}\n",
       "m.yml");
   ASSERT_TRUE(ok.ok()) << ok.errors.at(0);
@@ -215,12 +217,23 @@ TEST(ExporterConfig, ServerTargetsAndTheirErrors) {
   ASSERT_TRUE(servers.mounts.has_value());
   EXPECT_EQ(servers.mounts->v2, "/host/cg");
   EXPECT_EQ(servers.targets[0].pid, 42);
-  EXPECT_FALSE(servers.targets[0].pss);
+  EXPECT_EQ(servers.targets[0].pss, false);
+  EXPECT_EQ(servers.targets[1].pss, true);
+  EXPECT_EQ(servers.targets[2].pss, std::nullopt) << "auto: the stall budget decides";
+  EXPECT_EQ(servers.targets[3].pss, std::nullopt) << "auto by default";
+  const PssBudgetConfig budget = memory_config(ok.config).budget;
+  EXPECT_EQ(budget.max_stall_seconds, 0.004);
+  EXPECT_EQ(budget.max_stall_fraction, 0.01);
+  EXPECT_EQ(budget.prior_seconds_per_gib, 0.05);
+  EXPECT_EQ(memory_config(parse_config("", "m.yml").config).budget.max_stall_seconds, 0.010)
+      << "a 10 ms cap by default";
   EXPECT_EQ(servers.targets[3].match_cmdline, "gym\\.server");
 
   auto errors = [](const std::string& targets) {
     return parse_config("servers:\n  targets:\n" + targets, "m.yml");
   };
+  EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, pid: 1, pss: sometimes}\n"),
+                        "pss must be auto, true or false"));
   EXPECT_TRUE(has_error(errors("    - {name: a, server_type: x, pid: 1}\n"
                                "    - {name: a, server_type: x, pid: 2}\n"),
                         "m.yml:4:7: server target name 'a' is used twice (also at 3:7)"));

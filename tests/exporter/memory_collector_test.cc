@@ -559,8 +559,9 @@ TEST(MemoryCollector, ChildrenExitingDuringSamplesAreNeitherErrorsNorCounted) {
   t.name = "churn";
   t.server_type = "resources_server";
   t.pid = root;
+  t.pss = true;  // PSS at every sample, however often (this test samples flat out)
   c.targets = {t};
-  c.pss_interval_seconds = 0;  // PSS at every sample
+  c.pss_interval_seconds = 0;
   std::vector<std::string> logged;
   testing::ServerSampler sampler(c, nullptr, [&](const std::string& m) { logged.push_back(m); });
   int with_pss = 0;

@@ -31,6 +31,7 @@ using exporter::SharedRegistry;
 struct SamplerConfig {
   double interval_seconds = 5;
   double pss_interval_seconds = 0;
+  exporter::PssBudgetConfig budget;
   double gone_server_ttl_seconds = 300;
   std::string proc_root = "/proc";
   std::vector<ServerTarget> targets;
@@ -49,7 +50,7 @@ class ServerSampler {
   ServerSampler(const SamplerConfig& c, std::shared_ptr<SharedRegistry> registry, Log log)
       : watcher(exporter::make_watcher(c.servers(), std::move(registry), log)),
         servers_unit(watcher, log),
-        memory(MemoryConfig{c.interval_seconds, c.pss_interval_seconds}, watcher, log) {}
+        memory(MemoryConfig{c.interval_seconds, c.pss_interval_seconds, c.budget}, watcher, log) {}
 
   // As the exporter builds them from a loaded configuration.
   ServerSampler(const exporter::Config& c, std::shared_ptr<SharedRegistry> registry, Log log)

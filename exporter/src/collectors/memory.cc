@@ -18,21 +18,32 @@ namespace {
 // A server's memory by memory_type, those it has.
 std::vector<std::pair<const char*, uint64_t>> memory_types(const MemoryCollector::ServerMemory& s) {
   std::vector<std::pair<const char*, uint64_t>> out{{"rss", s.rss}};
-  if (s.pss) out.emplace_back("pss", *s.pss);
-  if (s.uss) out.emplace_back("uss", *s.uss);
-  if (s.swap) out.emplace_back("swap", *s.swap);
+  const std::pair<const char*, const std::optional<uint64_t>*> kinds[] = {
+      {"pss", &s.pss},           {"uss", &s.uss},           {"swap", &s.swap},
+      {"rss_anon", &s.rss_anon}, {"rss_file", &s.rss_file}, {"rss_shmem", &s.rss_shmem}};
+  for (const auto& [type, value] : kinds)
+    if (*value) out.emplace_back(type, **value);
   return out;
 }
 
 struct MemorySettings : SampledSettings {
   double pss_interval_seconds = 0;
+  double max_stall = PssBudgetConfig{}.max_stall_seconds;
+  double max_fraction = PssBudgetConfig{}.max_stall_fraction;
+  double per_gib = PssBudgetConfig{}.prior_seconds_per_gib;
+  MemoryConfig config() const {
+    return {interval_seconds, pss_interval_seconds, {max_stall, max_fraction, per_gib}};
+  }
 };
 
 GYM_REGISTER_COLLECTOR(sampled_kind<MemorySettings>(
-    "memory", 50, {{"pss_interval_seconds", &MemorySettings::pss_interval_seconds}},
+    "memory", 50,
+    {{"pss_interval_seconds", &MemorySettings::pss_interval_seconds},
+     {"pss_max_stall_seconds", &MemorySettings::max_stall},
+     {"pss_max_stall_fraction", &MemorySettings::max_fraction},
+     {"pss_stall_seconds_per_gib", &MemorySettings::per_gib}},
     [](const MemorySettings& m, const CollectorContext& c) {
-      return std::make_unique<MemoryCollector>(
-          MemoryConfig{m.interval_seconds, m.pss_interval_seconds}, c.servers, c.warn, c.board);
+      return std::make_unique<MemoryCollector>(m.config(), c.servers, c.warn, c.board);
     }));
 
 }  // namespace
@@ -40,8 +51,7 @@ GYM_REGISTER_COLLECTOR(sampled_kind<MemorySettings>(
 MemoryConfig memory_config(const Config& c) {
   auto it = c.collectors.find("memory");
   if (it == c.collectors.end() || !it->second.settings) return {};
-  const auto& m = static_cast<const MemorySettings&>(*it->second.settings);
-  return {m.interval_seconds, m.pss_interval_seconds};
+  return static_cast<const MemorySettings&>(*it->second.settings).config();
 }
 
 MemoryCollector::MemoryCollector(MemoryConfig config, std::shared_ptr<ServerWatcher> servers,
@@ -49,7 +59,8 @@ MemoryCollector::MemoryCollector(MemoryConfig config, std::shared_ptr<ServerWatc
     : SampledCollector(std::chrono::duration<double>(config.interval_seconds), "memory",
                        std::move(log), std::move(board)),
       config_(config),
-      watcher_(std::move(servers)) {
+      watcher_(std::move(servers)),
+      stall_(config.budget.prior_seconds_per_gib) {
   error_reasons({"permission", "read", "parse", "meminfo"});
 }
 
@@ -66,9 +77,13 @@ std::optional<MemoryCollector::Rollups> MemoryCollector::read_rollups(
   for (const procfs::ProcStat* p : live) {
     const std::string dir = table.proc_root() + "/" + std::to_string(p->pid);
     const std::string path = dir + "/smaps_rollup";
-    switch (procfs::read_file(path, text)) {
+    const auto began = std::chrono::steady_clock::now();
+    const procfs::ReadStatus read = procfs::read_file(path, text);
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - began;
+    switch (read) {
       case procfs::ReadStatus::kOk: {
         const procfs::SmapsRollup one = procfs::parse_smaps_rollup(text);
+        stall_.observe(one.rss.value_or(p->rss_pages * page), took.count());
         if (!one.pss) {
           complete = false;
           count_error("parse", "no Pss line in " + path);
@@ -108,30 +123,66 @@ std::optional<MemoryCollector::Rollups> MemoryCollector::read_rollups(
 }
 
 namespace {
-// The RSS of `live` from each one's statm, which Linux 6.x sums exactly (as
-// smaps_rollup); stat's field 24, read by the walk, reads per-CPU counters
-// without summing them (0.25-0.45% low). A process gone since the walk
-// counts nothing; one whose statm cannot be read or parsed while its
-// directory is there (a proc root without statm: a fixture tree) counts its
-// stat's.
-uint64_t statm_rss(const std::vector<const procfs::ProcStat*>& live,
-                   const procfs::ProcessTable& table) {
+// The RSS of `live` into `m`, with its split into anonymous, file and shared
+// memory, from each one's status: Linux 6.x sums its counters exactly (as
+// statm and smaps_rollup), without the memory lock; stat's field 24, read
+// by the walk, reads per-CPU counters without summing them (0.25-0.45% low).
+// A process gone since the walk counts nothing; one without a status that
+// has the four lines counts its statm's (or, with no statm either while its
+// directory is there: a fixture tree, its stat's), and leaves the split out.
+void read_resident(const std::vector<const procfs::ProcStat*>& live,
+                   const procfs::ProcessTable& table, MemoryCollector::ServerMemory& m) {
   static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
-  uint64_t sum = 0;
+  uint64_t anon = 0, file = 0, shmem = 0;
+  bool split = true;
+  m.rss = 0;
   std::string text;
   for (const procfs::ProcStat* p : live) {
     const std::string dir = table.proc_root() + "/" + std::to_string(p->pid);
-    const procfs::ReadStatus read = procfs::read_file(dir + "/statm", text);
-    const std::optional<procfs::Statm> m =
+    procfs::ReadStatus read = procfs::read_file(dir + "/status", text);
+    if (read == procfs::ReadStatus::kOk) {
+      const procfs::StatusMemory st = procfs::parse_status_memory(text);
+      if (st.rss && st.anon && st.file && st.shmem) {
+        m.rss += *st.rss;
+        anon += *st.anon;
+        file += *st.file;
+        shmem += *st.shmem;
+        continue;
+      }
+    }
+    // Gone since the walk: it uses nothing now, in any kind.
+    if (read == procfs::ReadStatus::kGone && ::access(dir.c_str(), F_OK) != 0) continue;
+    split = false;
+    read = procfs::read_file(dir + "/statm", text);
+    const std::optional<procfs::Statm> sm =
         read == procfs::ReadStatus::kOk ? procfs::parse_statm(text) : std::nullopt;
-    if (m)
-      sum += m->resident_pages * page;
+    if (sm)
+      m.rss += sm->resident_pages * page;
     else if (read != procfs::ReadStatus::kGone || ::access(dir.c_str(), F_OK) == 0)
-      sum += p->rss_pages * page;
+      m.rss += p->rss_pages * page;
   }
-  return sum;
+  if (!split) return;
+  m.rss_anon = anon;
+  m.rss_file = file;
+  m.rss_shmem = shmem;
 }
 }  // namespace
+
+PssVerdict MemoryCollector::judge(const ServerProcesses::Tree& tree, PssState& state) {
+  static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+  // Each read stops only its own process: the tree's largest member sets its
+  // pace (its RSS as the walk read it, from statm: no lock taken).
+  double worst = 0;
+  for (const procfs::ProcStat* p : tree.usage.live)
+    worst = std::max(worst, stall_.predict(p->rss_pages * page));
+  std::optional<double> since;
+  if (state.last_read)
+    since = std::chrono::duration<double>(sample_started_ - *state.last_read).count();
+  const PssVerdict v = pss_verdict(config_.budget, worst, since, tree.pss.value_or(false));
+  if (v == PssVerdict::kRefused) ++state.refused;
+  if (v == PssVerdict::kDeferred) ++state.deferred;
+  return v;
+}
 
 MemoryCollector::ServerMemory MemoryCollector::measure(const ServerProcesses::Tree& tree,
                                                        const procfs::ProcessTable& table,
@@ -139,38 +190,47 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerProcesses::Tr
   ServerMemory m;
   m.name = tree.name;
   m.server_type = tree.server_type;
-  if (tree.root == nullptr) {  // gone: 0 processes and 0 bytes
-    if (tree.pss) m.pss = m.uss = m.swap = 0;
-    rollups_.erase(tree.name);
+  m.pss_wanted = tree.pss.value_or(true);
+  PssState& state = pss_[tree.name];
+  auto counted = [&]() -> ServerMemory& {
+    m.pss_reads = state.reads;
+    m.pss_refused = state.refused;
+    m.pss_deferred = state.deferred;
     return m;
+  };
+  if (tree.root == nullptr) {  // gone: 0 processes and 0 bytes
+    if (m.pss_wanted) m.pss = m.uss = m.swap = 0;
+    rollups_.erase(tree.name);
+    return counted();
   }
   m.up = true;
   m.processes = tree.usage.live.size();
-  if (tree.pss && pss_due) {
+  read_resident(tree.usage.live, table, m);
+  if (!m.pss_wanted) return counted();
+  const PssVerdict verdict = pss_due ? judge(tree, state) : PssVerdict::kDeferred;
+  if (verdict == PssVerdict::kRefused) rollups_.erase(tree.name);
+  const bool fresh = pss_due && verdict == PssVerdict::kRead;
+  if (fresh) {
     rollups_.erase(tree.name);
+    state.last_read = sample_started_;
+    ++state.reads;
     std::optional<Rollups> r = read_rollups(tree.usage.live, table);
-    if (!r) {
-      m.rss = statm_rss(tree.usage.live, table);
-      return m;  // RSS only
-    }
+    if (!r) return counted();  // RSS only
     // All of one read: RSS too, and only the processes that were read.
     m.rss = r->rss;
     m.processes = r->members.size();
     rollups_[tree.name] = std::move(*r);
-  } else {
-    m.rss = statm_rss(tree.usage.live, table);
-    if (!tree.pss) return m;
   }
   // Between PSS reads the last values stand while the tree is the same and
   // they still fit in its RSS.
   auto it = rollups_.find(tree.name);
-  if (it == rollups_.end()) return m;
+  if (it == rollups_.end()) return counted();
   const Rollups& r = it->second;
-  if (!pss_due && (r.members != tree.usage.members || r.pss > m.rss)) return m;
+  if (!fresh && (r.members != tree.usage.members || r.pss > m.rss)) return counted();
   m.pss = r.pss;
   m.uss = r.uss;
   m.swap = r.swap;
-  return m;
+  return counted();
 }
 
 std::optional<procfs::MemInfo> MemoryCollector::read_host() {
@@ -188,6 +248,7 @@ std::optional<procfs::MemInfo> MemoryCollector::read_host() {
 
 MemorySample MemoryCollector::take() {
   const auto started = std::chrono::steady_clock::now();
+  sample_started_ = started;
   MemorySample out;
   out.time_seconds = unix_now_seconds();
   const std::shared_ptr<const ServersView> view =
@@ -204,8 +265,11 @@ MemorySample MemoryCollector::take() {
     names.insert(t.name);
   }
   // Servers that went (past their TTL, or out of sight) take their state.
-  if (view->proc_ok)
+  if (view->proc_ok) {
     std::erase_if(rollups_, [&](const auto& kv) { return !names.contains(kv.first); });
+    std::erase_if(pss_, [&](const auto& kv) { return !names.contains(kv.first); });
+  }
+  out.pss_seconds_per_gib = stall_.seconds_per_gib();
   if (procfs::read_file(proc_root + "/vmstat", scratch_) == procfs::ReadStatus::kOk)
     out.host_oom_kills = cgroup::find_count(scratch_, "oom_kill");  // Linux 4.13 or later
   if (boot_seconds_ == 0) boot_seconds_ = double(procfs::read_boot_time(proc_root).value_or(0));
@@ -272,6 +336,17 @@ void MemoryCollector::serve(const MemorySample& s, const Emit& emit) const {
         add_metric(*usage, l).gauge.value = double(value);
       }
     }
+    auto [reads, skips] = add_families(
+        out, {"gym_server_memory_pss_reads_total", "gym_server_memory_pss_skips_total"});
+    for (const ServerMemory& m : s.servers) {
+      if (!m.pss_wanted) continue;
+      LabelPairs l = server_labels(m.name, m.server_type);
+      add_metric(*reads, l).counter.value = double(m.pss_reads);
+      l.emplace_back("reason", "stall_cap");
+      add_metric(*skips, l).counter.value = double(m.pss_refused);
+      l.back().second = "stall_budget";
+      add_metric(*skips, l).counter.value = double(m.pss_deferred);
+    }
     MetricFamily& peaks = add_family(out, "gym_server_memory_sampled_peak_bytes");
     for (const auto& [key, value] : s.peaks) {
       const auto& [name, type, memory_type] = key;
@@ -287,6 +362,7 @@ void MemoryCollector::serve(const MemorySample& s, const Emit& emit) const {
     add_simple(out, "gym_host_memory_total_bytes", double(*s.host->total));
     add_simple(out, "gym_host_memory_sampled_peak_bytes", double(s.host_peak));
   }
+  add_simple(out, "gym_exporter_pss_stall_seconds_per_gib", s.pss_seconds_per_gib);
   if (s.host_oom_kills)
     add_metric(add_family(out, "gym_host_oom_kills_total"), {}).counter.value =
         double(*s.host_oom_kills);

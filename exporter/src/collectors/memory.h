@@ -2,12 +2,14 @@
 // and of the host, sampled from procfs on an interval (the
 // gym_server_memory_*, gym_server_processes and gym_host_* families).
 // Configuration: the `memory:` section (enabled, interval_seconds,
-// pss_interval_seconds).
+// pss_interval_seconds, pss_max_stall_seconds, pss_max_stall_fraction,
+// pss_stall_seconds_per_gib).
 //
 // Which servers, and their processes, come from the shared watcher
-// (servers/watcher.h). A sample reads each member's RSS as the walk found it
-// or, when PSS is due, RSS, PSS, USS and swap from one read of its
-// smaps_rollup (so that they are of one instant).
+// (servers/watcher.h). A sample reads each member's RSS, by kind, from its
+// status (no memory lock taken) or, when PSS is due and the stall budget
+// (collectors/pss_budget.h) allows it, RSS, PSS, USS and swap from one read
+// of its smaps_rollup (so that they are of one instant).
 //
 // A server whose root is gone reports zeros while the servers unit keeps it
 // (gym_server_up 0: collectors/servers.h); then its series (its peaks too)
@@ -25,6 +27,7 @@
 #include <tuple>
 #include <vector>
 
+#include "collectors/pss_budget.h"
 #include "host/procfs.h"
 #include "sampled_collector.h"
 #include "servers/watcher.h"
@@ -35,6 +38,8 @@ struct MemoryConfig {
   double interval_seconds = 5;
   // PSS at most this often (0: at every sample); see docs/memory.md for its cost.
   double pss_interval_seconds = 0;
+  // What a PSS read may stall a process (see collectors/pss_budget.h).
+  PssBudgetConfig budget;
 };
 
 struct Config;
@@ -58,8 +63,19 @@ class MemoryCollector : public SampledCollector<MemorySample> {
     std::optional<uint64_t> pss;
     std::optional<uint64_t> uss;
     std::optional<uint64_t> swap;
+    // RSS by kind from status: only when read for every process of the tree.
+    std::optional<uint64_t> rss_anon;
+    std::optional<uint64_t> rss_file;
+    std::optional<uint64_t> rss_shmem;
     uint64_t processes = 0;
-    bool up = false;  // it has a root (gone: zeros)
+    bool up = false;         // it has a root (gone: zeros)
+    bool pss_wanted = true;  // its target does not say pss: false
+    // Since the exporter first saw it: smaps_rollup reads of its tree, and
+    // due reads skipped because the budget refused (a member's single stall
+    // over the cap) or deferred them (its share of wall time).
+    uint64_t pss_reads = 0;
+    uint64_t pss_refused = 0;
+    uint64_t pss_deferred = 0;
   };
   // The last sample's servers (for tests).
   std::vector<ServerMemory> servers() const;
@@ -73,8 +89,15 @@ class MemoryCollector : public SampledCollector<MemorySample> {
   MemorySample take() override;
   void serve(const MemorySample& s, const Emit& emit) const override;
   std::shared_ptr<const ServerFigures> figures(const MemorySample& s) const override;
+  // A tree's PSS state: when its smaps_rollup was last read, and its counts.
+  struct PssState {
+    std::optional<std::chrono::steady_clock::time_point> last_read;
+    uint64_t reads = 0, refused = 0, deferred = 0;
+  };
   ServerMemory measure(const ServerProcesses::Tree& tree, const procfs::ProcessTable& table,
                        bool pss_due);
+  // Whether the budget lets `tree` be read now (kRead), else counts the skip.
+  PssVerdict judge(const ServerProcesses::Tree& tree, PssState& state);
   std::optional<Rollups> read_rollups(const std::vector<const procfs::ProcStat*>& live,
                                       const procfs::ProcessTable& table);
   std::optional<procfs::MemInfo> read_host();
@@ -84,6 +107,9 @@ class MemoryCollector : public SampledCollector<MemorySample> {
   std::shared_ptr<const ServersView> view_;  // the last one sampled
   // The sampling thread's: last smaps_rollup totals by server name, peaks.
   std::map<std::string, Rollups> rollups_;
+  std::map<std::string, PssState> pss_;
+  StallModel stall_;
+  std::chrono::steady_clock::time_point sample_started_{};
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> peaks_;
   uint64_t host_peak_ = 0;
   std::string scratch_;      // a buffer for reads
@@ -99,6 +125,7 @@ struct MemorySample {
   // By (server, type, memory_type): the largest sampled, while it is reported.
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> peaks;
   std::optional<procfs::MemInfo> host;
+  double pss_seconds_per_gib = 0;  // the stall model's estimate
   uint64_t host_peak = 0;
   std::optional<uint64_t> host_oom_kills;
   double host_oom_since = 0;  // the boot: the kernel counts OOM kills from then

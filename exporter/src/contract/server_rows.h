@@ -16,7 +16,8 @@ inline constexpr FamilySpec kServerFamilies[] = {
      MetricType::kGauge,
      Source::kExporter,
      "bytes",
-     "Memory of a server's whole process tree now, by memory type (rss, pss, uss, swap).",
+     "Memory of a server's whole process tree now, by memory type (rss, pss, uss, swap, "
+     "rss_anon, rss_file, rss_shmem).",
      {label::kServerName, label::kServerType, "memory_type"},
      ""},
     {"gym_server_memory_sampled_peak_bytes",
@@ -128,6 +129,32 @@ inline constexpr FamilySpec kServerFamilies[] = {
      Source::kExporter,
      "",
      "Processes the kernel's OOM killer killed on the host since boot (/proc/vmstat oom_kill).",
+     {},
+     ""},
+    {"gym_server_memory_pss_reads_total",
+     MetricType::kCounter,
+     Source::kExporter,
+     "",
+     "Reads of the smaps_rollup of every process of a server's tree (PSS, USS, swap), since "
+     "the exporter first saw it.",
+     {label::kServerName, label::kServerType},
+     ""},
+    {"gym_server_memory_pss_skips_total",
+     MetricType::kCounter,
+     Source::kExporter,
+     "",
+     "Due PSS reads of a server's tree not made, by reason: stall_cap (a process's read would "
+     "stop it longer than memory.pss_max_stall_seconds), stall_budget (read again too soon "
+     "for memory.pss_max_stall_fraction of its wall time).",
+     {label::kServerName, label::kServerType, "reason"},
+     ""},
+    {"gym_exporter_pss_stall_seconds_per_gib",
+     MetricType::kGauge,
+     Source::kExporter,
+     "",
+     "How long a PSS read stops a process per GiB resident, as this host's reads measured it "
+     "(memory.pss_stall_seconds_per_gib until four were made): what the stall budget predicts "
+     "with.",
      {},
      ""},
     {"gym_exporter_memory_sample_duration_seconds",

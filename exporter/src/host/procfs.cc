@@ -149,6 +149,21 @@ SmapsRollup parse_smaps_rollup(std::string_view text) {
   return r;
 }
 
+StatusMemory parse_status_memory(std::string_view text) {
+  StatusMemory m;
+  for_each_kb_field(text, [&](std::string_view key, uint64_t v) {
+    if (key == "VmRSS")
+      m.rss = v;
+    else if (key == "RssAnon")
+      m.anon = v;
+    else if (key == "RssFile")
+      m.file = v;
+    else if (key == "RssShmem")
+      m.shmem = v;
+  });
+  return m;
+}
+
 std::optional<Statm> parse_statm(std::string_view text) {
   Statm m;
   uint64_t* fields[] = {&m.size_pages, &m.resident_pages};

@@ -66,6 +66,17 @@ struct SmapsRollup {
 };
 SmapsRollup parse_smaps_rollup(std::string_view text);
 
+// /proc/<pid>/status, in bytes: the resident memory by kind, which the
+// kernel reads from the process's counters without its memory lock (unlike
+// smaps_rollup). Each is empty when its line is missing.
+struct StatusMemory {
+  std::optional<uint64_t> rss;    // VmRSS: anon + file + shmem
+  std::optional<uint64_t> anon;   // RssAnon
+  std::optional<uint64_t> file;   // RssFile
+  std::optional<uint64_t> shmem;  // RssShmem
+};
+StatusMemory parse_status_memory(std::string_view text);
+
 enum class ReadStatus { kOk, kGone, kPermission, kError };
 // Reads a small file whole (procfs, pidfiles, configuration files; at most
 // about a megabyte). kGone: the process (or file) is no more.

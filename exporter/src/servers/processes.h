@@ -37,7 +37,7 @@ class ServerProcesses {
   struct Tree {
     std::string name;
     std::string server_type;
-    bool pss = true;
+    std::optional<bool> pss;  // ServerTarget::pss
     bool configured = false;
     // Its roots that are in no other root's tree (a declarer's forked
     // verifier is in its parent's), oldest first; empty: gone.

@@ -102,6 +102,21 @@ void read_match(YamlReader& rd, const YAML::Node& v, ServerTarget& t) {
   if (kinds != 1) rd.error(v, "match needs exactly one of comm, cmdline and ray_actor");
 }
 
+// `pss`: auto (the stall budget decides: collectors/pss_budget.h), true
+// (read at every due sample, whatever it stalls) or false (never).
+void read_pss(YamlReader& rd, const YAML::Node& v, ServerTarget& t) {
+  if (v.IsScalar() && v.Scalar() == "auto") {
+    t.pss.reset();
+    return;
+  }
+  bool on = false;
+  if (!v.IsScalar() || !YAML::convert<bool>::decode(v, on)) {
+    rd.error(v, "pss must be auto, true or false");
+    return;
+  }
+  t.pss = on;
+}
+
 ServerTarget read_target(YamlReader& rd, const YAML::Node& item, const std::string& section) {
   ServerTarget t;
   int selectors = 0;
@@ -145,7 +160,7 @@ ServerTarget read_target(YamlReader& rd, const YAML::Node& item, const std::stri
                }},
               {"max_roots",
                [&](const YAML::Node& v) { rd.integer(v, "max_roots", t.max_roots, 1, 100000); }},
-              {"pss", [&](const YAML::Node& v) { rd.boolean(v, "pss", t.pss); }}});
+              {"pss", [&](const YAML::Node& v) { read_pss(rd, v, t); }}});
   if (!item.IsMap()) return t;
   if (!has_name || !valid_server_name(t.name))
     rd.error(item, "a server target needs a name of 1 to 128 characters");

@@ -31,7 +31,9 @@ struct ServerTarget {
   // At most this many roots from match (with all) and cgroups; beyond, the
   // oldest are kept and the overflow is logged once and counted.
   int max_roots = 64;
-  bool pss = true;  // read PSS (smaps_rollup) for this tree
+  // PSS (smaps_rollup) for this tree: empty, within the stall budget
+  // (collectors/pss_budget.h); true, at every due sample; false, never.
+  std::optional<bool> pss;
   bool operator==(const ServerTarget&) const = default;
 };
 

@@ -51,7 +51,7 @@ class ServerTrees {
   struct Server {
     std::string name;
     std::string server_type;
-    bool pss = true;                             // whether PSS is wanted
+    std::optional<bool> pss;                     // ServerTarget::pss
     bool configured = false;                     // a target of the configuration
     std::vector<const procfs::ProcStat*> roots;  // in the table, oldest first; none: gone
     bool unseen = false;  // no root, and a declarer lives where we cannot see it
