@@ -153,6 +153,52 @@ void reader_snapshot(benchmark::State& state) {
 }
 BENCHMARK(reader_snapshot)->Arg(1000)->Unit(benchmark::kMillisecond);
 
+// A resources server's series as gym-demo's make them: 20 operations, each
+// with two native duration histograms, five counters and two gauges (180).
+void resources_series(gym::SegmentWriter& w, std::vector<gym::Gauge>& gauges) {
+  for (int i = 0; i < 20; ++i) {
+    const std::string op = "op" + std::to_string(i);
+    gym::Label l[] = {{"operation", op}, {"executor", "subprocess"}};
+    w.histogram("gym_resources_operation_duration_seconds", l, kBoundsNs, 1e9, true).observe(i);
+    w.histogram("gym_resources_operation_queue_duration_seconds", l, kBoundsNs, 1e9, true)
+        .observe(i);
+    for (int c = 0; c < 5; ++c) {
+      gym::Label lc[] = {{"operation", op}, {"outcome", "o" + std::to_string(c)}};
+      w.counter("gym_resources_operations_total", lc).add(1);
+    }
+    gauges.push_back(w.gauge("gym_resources_operation_active", l));
+    gauges.push_back(w.gauge("gym_resources_operation_queued", l));
+  }
+}
+
+// What a writer pays to fold `dead` exited segments of 180 series beside six
+// live ones (RegistryReader::fold_exited: a writer's path when no exporter
+// runs, at most once a second host-wide).
+void fold_exited(benchmark::State& state) {
+  const auto dead = uint64_t(state.range(0));
+  const std::string dir = bench_dir("fold");
+  std::vector<std::unique_ptr<gym::SegmentWriter>> live;
+  std::vector<gym::Gauge> gauges;
+  for (int s = 0; s < 6; ++s) {
+    live.push_back(std::make_unique<gym::SegmentWriter>(dir));
+    resources_series(*live.back(), gauges);
+  }
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (uint64_t d = 0; d < dead; ++d) {
+      gym::SegmentWriter w(dir);  // exits (drops its lock) after its gauges go
+      std::vector<gym::Gauge> theirs;
+      resources_series(w, theirs);
+    }
+    state.ResumeTiming();
+    if (gym::RegistryReader::fold_exited(dir) != dead) state.SkipWithError("not all folded");
+  }
+  gauges.clear();
+  live.clear();
+  std::filesystem::remove_all(dir);
+}
+BENCHMARK(fold_exited)->Arg(1)->Arg(12)->Unit(benchmark::kMillisecond);
+
 }  // namespace
 
 BENCHMARK_MAIN();

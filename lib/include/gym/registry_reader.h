@@ -221,7 +221,11 @@ struct ReaderOptions {
   // kRetire: claim the directory's lock at the first snapshot that finds the
   // directory (read only, with a problem reported once, while another
   // process holds it). kReadOnly: never claim, never change the directory.
-  enum class Mode { kRetire, kReadOnly } mode = Mode::kRetire;
+  // kFold: what fold_exited() does (a writer's own use): each snapshot, when
+  // the lock is free, folds exited writers' segments into the totals and
+  // removes them and dead markers, then lets the lock go; it reads no live
+  // segment's values and its Snapshot holds only stats.
+  enum class Mode { kRetire, kReadOnly, kFold } mode = Mode::kRetire;
   std::chrono::milliseconds retired_series_ttl = std::chrono::hours(1);
   size_t max_series = 100000;
 };
@@ -250,7 +254,10 @@ class RegistryReader {
   // Takes the directory's lock now. False, with `why` naming the holder's
   // pid, when another process holds it; true when the directory does not
   // exist yet (the lock is then taken by the first snapshot that finds it).
-  bool claim(std::string* why);
+  // A writer folding exited segments (fold_exited) holds it for
+  // milliseconds: claim waits up to `patience` for such a holder to let go.
+  bool claim(std::string* why,
+             std::chrono::milliseconds patience = std::chrono::milliseconds(2000));
   bool retiring() const;
 
   // Reads every segment now. The reference stays valid until the next call.
@@ -259,6 +266,16 @@ class RegistryReader {
   const Snapshot& last_snapshot() const;
 
   const std::string& dir() const;
+
+  // Folds the segments of writers that have exited into `dir`'s totals and
+  // removes them (and dead writers' markers), as the retiring exporter
+  // does, when no other process holds the directory's lock; waits up to
+  // `patience` for another folding writer (never for an exporter, which
+  // folds them itself). The registry's own cleaning when no exporter runs:
+  // writers call it (segment_writer.h). How many segments it folded; 0 when
+  // the lock was held or nothing had exited.
+  static uint64_t fold_exited(const std::string& dir,
+                              std::chrono::milliseconds patience = std::chrono::milliseconds(0));
 
  private:
   // Its state and workings (lib/src/reader/): not part of this header.

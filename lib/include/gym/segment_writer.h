@@ -344,6 +344,14 @@ class SegmentWriter {
   // Whether this process runs unmetered and says so with a marker file.
   bool unmetered() const;
 
+  // At the process's exit (an atexit hook, registered with the first
+  // segment): every writer lets its segment go (its lock dropped, its
+  // marker removed) and the exited segments of its directory, its own
+  // included, are folded into the totals and removed when no exporter runs.
+  // What other threads count after that, while the process exits, is not
+  // kept. Not for direct use.
+  static void release_at_exit() noexcept;
+
  private:
   friend class Gauge;
   friend class AgeSlots;

@@ -63,6 +63,8 @@ inline constexpr time_t kStaleTempSeconds = 60;
 // A totals file larger than this is not ours.
 inline constexpr off_t kMaxTotalsBytes = off_t{64} << 20;
 inline constexpr const char* kTotalsTemp = ".exporter-totals.new";
+// What a folding writer writes before its pid in the lock file.
+inline constexpr const char* kFolderTag = "fold ";
 
 inline bool ends_with(const std::string& s, const char* suffix) {
   size_t n = std::strlen(suffix);
@@ -147,7 +149,7 @@ class ReaderCore {
   ReaderCore(const ReaderCore&) = delete;
   ReaderCore& operator=(const ReaderCore&) = delete;
 
-  bool claim(std::string* why);
+  bool claim(std::string* why, std::chrono::milliseconds patience);
   bool retiring() const { return lock_fd_ >= 0; }
   const Snapshot& snapshot();
   const Snapshot& last_snapshot() const { return snapshot_; }
@@ -252,6 +254,8 @@ class ReaderCore {
   void retire_gone_owners();
   void read_live_segments();
   bool try_lock(std::string* why);
+  // Mode::kFold's snapshot: exited writers folded while the lock is free.
+  const Snapshot& fold_snapshot();
   void list_directory();
   bool known(const std::string& name, ino_t ino);
   void forget_unlisted();
@@ -300,6 +304,7 @@ class ReaderCore {
   int dir_fd_ = -1;
   int lock_fd_ = -1;
   bool lock_refused_ = false;  // reported once
+  bool holder_folds_ = false;  // the last refusal's holder is a folding writer
   SegmentMap segments_;
   std::unordered_map<std::string, Marker> markers_;
   std::unordered_map<std::string, ino_t> rejected_;     // name -> inode counted

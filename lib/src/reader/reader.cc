@@ -1,5 +1,7 @@
 // The registry reader: its life, the directory lock, snapshots (the rest is
 // in reader/*.cc; see reader/core.h).
+#include <thread>
+
 #include "reader/core.h"
 
 namespace gym {
@@ -24,8 +26,16 @@ ReaderCore::~ReaderCore() {
 RegistryReader::RegistryReader(std::string dir, ReaderOptions options)
     : core_(std::make_unique<ReaderCore>(std::move(dir), std::move(options))) {}
 RegistryReader::~RegistryReader() = default;
-bool RegistryReader::claim(std::string* why) {
-  return core_->claim(why);
+bool RegistryReader::claim(std::string* why, std::chrono::milliseconds patience) {
+  return core_->claim(why, patience);
+}
+uint64_t RegistryReader::fold_exited(const std::string& dir, std::chrono::milliseconds patience) {
+  ReaderOptions options;
+  options.mode = ReaderOptions::Mode::kFold;
+  ReaderCore core(dir, std::move(options));
+  std::string why;
+  if (!core.claim(&why, patience) || !core.retiring()) return 0;
+  return core.snapshot().stats.retired_segments_total;
 }
 bool RegistryReader::retiring() const {
   return core_->retiring();
@@ -67,17 +77,26 @@ bool ReaderCore::try_lock(std::string* why) {
     return false;
   }
   if (!detail::take_owner_lock(fd)) {
+    // The holder's pid, after "fold " when it is a writer folding segments.
     char buf[32] = {};
     const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
     std::string pid = n > 0 ? std::string(buf, size_t(n)) : std::string("unknown");
     while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-    *why = "another gym-exporter (pid " + pid + ") retires the segments of " + dir_ +
-           " (it holds " + kLockFile + ")";
+    holder_folds_ = pid.starts_with(kFolderTag);
+    if (holder_folds_)
+      *why = "a writer (pid " + pid.substr(std::strlen(kFolderTag)) +
+             ") is folding the exited segments of " + dir_ + " (it holds " + kLockFile + ")";
+    else
+      *why = "another gym-exporter (pid " + pid + ") retires the segments of " + dir_ +
+             " (it holds " + kLockFile + ")";
     ::close(fd);
     return false;
   }
-  char buf[24];
-  char* end = detail::format_decimal(buf, static_cast<uint64_t>(::getpid()));
+  char buf[32];
+  char* end = buf;
+  if (options_.mode == ReaderOptions::Mode::kFold)
+    for (const char* t = kFolderTag; *t != '\0'; ++t) *end++ = *t;
+  end = detail::format_decimal(end, static_cast<uint64_t>(::getpid()));
   *end++ = '\n';
   if (::ftruncate(fd, 0) == 0 && ::pwrite(fd, buf, size_t(end - buf), 0) < 0) {
     // A full file system: the pid stays unknown to a second exporter.
@@ -91,19 +110,52 @@ bool ReaderCore::try_lock(std::string* why) {
   return true;
 }
 
-bool ReaderCore::claim(std::string* why) {
+bool ReaderCore::claim(std::string* why, std::chrono::milliseconds patience) {
   if (lock_fd_ >= 0) return true;
   if (!open_dir()) {
     if (errno == ENOENT) return true;  // taken by the first snapshot that finds it
     *why = "cannot open " + dir_ + ": " + std::strerror(errno);
     return false;
   }
-  return try_lock(why);
+  // A folding writer lets go within milliseconds; an exporter never does.
+  const auto until = std::chrono::steady_clock::now() + patience;
+  while (!try_lock(why)) {
+    if (!holder_folds_ || std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
 }
 
 // ---------------------------------------------------------------- snapshot
 
+// Exited writers' segments (and dead markers) folded and removed while the
+// lock is free, then the lock let go: a writer's cleaning, not a reading.
+const Snapshot& ReaderCore::fold_snapshot() {
+  snapshot_.problems.clear();
+  snapshot_.directory_error.clear();
+  std::string why;
+  if (!open_dir() || (!retiring() && !try_lock(&why))) return snapshot_;
+  list_directory();
+  retire_gone_owners();
+  check_markers();
+  if (totals_dirty_) persist_totals();
+  // The directory's size now (on tmpfs, 20 bytes an entry) beside our pid,
+  // for the next writer to tell how much it grew since (writer/folding.h).
+  struct stat st {};
+  if (::fstat(dir_fd_, &st) == 0) {
+    const std::string note = std::string(kFolderTag) + std::to_string(::getpid()) + " " +
+                             std::to_string(st.st_size) + "\n";
+    if (::ftruncate(lock_fd_, 0) == 0 && ::pwrite(lock_fd_, note.data(), note.size(), 0) < 0) {
+      // A full file system: the next writer folds on time alone.
+    }
+  }
+  ::close(lock_fd_);
+  lock_fd_ = -1;
+  return snapshot_;
+}
+
 const Snapshot& ReaderCore::snapshot() {
+  if (options_.mode == ReaderOptions::Mode::kFold) return fold_snapshot();
   snapshot_.problems.clear();
   snapshot_.directory_error.clear();
   snapshot_.servers.clear();

@@ -21,6 +21,7 @@
 #include "common/label_rules.h"
 #include "common/owner_lock.h"
 #include "common/process_identity.h"
+#include "writer/folding.h"
 #include "writer/layout.h"
 
 namespace gym {
@@ -329,6 +330,8 @@ bool SegmentWriter::create_segment_locked(bool after_fork) {
   fd_ = fd;
   path_ = final_path;
   error_.clear();
+  fold_at_exit();
+  fold_exited_soon(dir_);
   return true;
 }
 

@@ -18,6 +18,7 @@
 #include "common/label_rules.h"
 #include "common/owner_lock.h"
 #include "common/process_identity.h"
+#include "gym/registry_reader.h"
 #include "writer/layout.h"
 
 namespace gym {
@@ -360,7 +361,7 @@ void SegmentWriter::release_gauge(uint32_t index) noexcept {
   }
 }
 
-// ---------------------------------------------------------------- fork
+// ---------------------------------------------------------------- fork and exit
 
 void SegmentWriter::prepare_fork() noexcept {
   writers_mutex().lock();
@@ -374,6 +375,43 @@ void SegmentWriter::prepare_fork() noexcept {
 void SegmentWriter::after_fork_parent() noexcept {
   for (SegmentWriter* w : writers()) w->mu_.unlock();
   writers_mutex().unlock();
+}
+
+void SegmentWriter::release_at_exit() noexcept {
+  std::vector<std::string> dirs;
+  try {
+    // Never wait at exit: a writer whose mutex is held keeps its segment,
+    // for the next writer or the exporter to fold once the process is gone.
+    std::unique_lock<std::mutex> all(writers_mutex(), std::try_to_lock);
+    if (!all.owns_lock()) return;
+    for (SegmentWriter* w : writers()) {
+      std::unique_lock<std::mutex> lock(w->mu_, std::try_to_lock);
+      if (!lock.owns_lock()) continue;
+      w->drop_marker();
+      if (w->fd_ < 0 || w->base_ == nullptr || w->detached_) continue;
+      // The mapping holds the file, and with it the owner lock: it is
+      // replaced by private pages (threads still writing write there, and
+      // never fault), then the file is closed: exited, as far as a reader
+      // can tell.
+      if (::mmap(w->base_, segment::kTotalBytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED)
+        continue;
+      w->detached_ = true;
+      ::close(w->fd_);
+      w->fd_ = -1;
+      if (std::find(dirs.begin(), dirs.end(), w->dir_) == dirs.end()) dirs.push_back(w->dir_);
+    }
+  } catch (...) {
+    return;  // out of memory: they are folded once the process is gone
+  }
+  // Processes exiting together take turns: each waits a little for another
+  // folding writer, so that the last one folds them all.
+  for (const std::string& dir : dirs) {
+    try {
+      RegistryReader::fold_exited(dir, std::chrono::milliseconds(200));
+    } catch (...) {
+    }
+  }
 }
 
 void SegmentWriter::after_fork_child() noexcept {
