@@ -198,7 +198,7 @@ TEST(ExporterConfig, ServerTargetsAndTheirErrors) {
   ConfigResult ok = parse_config(
       "memory:\n  interval_seconds: 2\n  pss_interval_seconds: 60\n"
       "  pss_max_stall_seconds: 0.004\n  pss_max_stall_fraction: 0.01\n"
-      "  pss_stall_seconds_per_gib: 0.05\n"
+      "  pss_stall_seconds_per_gib: 0.05\n  pss_max_cpu_fraction: 0.02\n"
       "servers:\n  proc_root: /host/proc\n  gone_server_ttl_seconds: 7\n"
       "  cgroup_v2_mount: /host/cg\n  targets:\n"
       "    - {name: a, server_type: model_server, pid: 42, pss: false}\n"
@@ -225,6 +225,7 @@ TEST(ExporterConfig, ServerTargetsAndTheirErrors) {
   EXPECT_EQ(budget.max_stall_seconds, 0.004);
   EXPECT_EQ(budget.max_stall_fraction, 0.01);
   EXPECT_EQ(budget.prior_seconds_per_gib, 0.05);
+  EXPECT_EQ(budget.max_cpu_fraction, 0.02);
   EXPECT_EQ(memory_config(parse_config("", "m.yml").config).budget.max_stall_seconds, 0.010)
       << "a 10 ms cap by default";
   EXPECT_EQ(servers.targets[3].match_cmdline, "gym\\.server");

@@ -446,9 +446,10 @@ TEST(MemoryCollector, RssOfAStoppedTreeEqualsItsSummedSmapsRollup) {
   EXPECT_EQ(testing::wait_exit(root), 0);
 }
 
-// Without PSS, RSS is statm's, which Linux 6.x sums exactly (as
-// smaps_rollup); stat's field 24 reads the per-CPU counters unsummed (a
-// 4-process tree of 133,464,064 B read 132,440,064 B).
+// Without PSS, RSS is status's VmRSS (statm's where there is no status),
+// which Linux 6.x sums exactly (as smaps_rollup); stat's field 24 reads the
+// per-CPU counters unsummed (a 4-process tree of 133,464,064 B read
+// 132,440,064 B). Its anon, file and shmem parts add up to it.
 TEST(MemoryCollector, RssOnlyTreesReadStatmNotTheApproximateStatCounter) {
   testing::Gate gate;
   testing::Ready ready;
@@ -475,8 +476,11 @@ TEST(MemoryCollector, RssOnlyTreesReadStatmNotTheApproximateStatCounter) {
   std::this_thread::sleep_for(50ms);
   const auto s = sample_pid(root, /*pss=*/false);
   EXPECT_FALSE(s.pss.has_value());
-  EXPECT_EQ(s.rss, rollup_sum(pids, "Rss")) << "exact: statm's RSS, not stat's";
+  EXPECT_EQ(s.rss, rollup_sum(pids, "Rss")) << "exact: status's RSS, not stat's";
   EXPECT_GT(s.rss, uint64_t(96) << 20);
+  ASSERT_TRUE(s.rss_anon && s.rss_file && s.rss_shmem);
+  EXPECT_EQ(*s.rss_anon + *s.rss_file + *s.rss_shmem, s.rss);
+  EXPECT_GE(*s.rss_anon, uint64_t(96) << 20) << "the four vectors are anonymous memory";
   for (pid_t p : pids) ::kill(p, SIGCONT);
   gate.open();
   EXPECT_EQ(testing::wait_exit(root), 0);

@@ -9,6 +9,8 @@
 
 #include "collectors/memory.h"
 #include "collectors/pss_budget.h"
+#include "gym/segment_writer.h"
+#include "gym/server_identity.h"
 #include "server_sampler.h"
 #include "test_support.h"
 
@@ -39,12 +41,17 @@ TEST(StallModel, PredictsFromThePriorUntilFourLargeReadsWereMeasured) {
 
 TEST(PssVerdict, RefusesOverTheCapDefersWithinTheShareAndObeysAForcedTarget) {
   const PssBudgetConfig c;  // 10 ms, 0.1%
-  EXPECT_EQ(pss_verdict(c, 0.011, std::nullopt, false), PssVerdict::kRefused);
-  EXPECT_EQ(pss_verdict(c, 0.011, std::nullopt, true), PssVerdict::kRead);
-  EXPECT_EQ(pss_verdict(c, 0.005, std::nullopt, false), PssVerdict::kRead) << "never read yet";
-  EXPECT_EQ(pss_verdict(c, 0.005, 4.9, false), PssVerdict::kDeferred) << "5 ms: every 5 s";
-  EXPECT_EQ(pss_verdict(c, 0.005, 5.0, false), PssVerdict::kRead);
-  EXPECT_EQ(pss_verdict(c, 0.0001, 0.1, false), PssVerdict::kRead);
+  EXPECT_EQ(pss_verdict(c, 0.011, std::nullopt, false, true), PssVerdict::kRefused);
+  EXPECT_EQ(pss_verdict(c, 0.011, std::nullopt, true, false), PssVerdict::kRead);
+  EXPECT_EQ(pss_verdict(c, 0.005, std::nullopt, false, true), PssVerdict::kRead)
+      << "never read yet";
+  EXPECT_EQ(pss_verdict(c, 0.005, 4.9, false, true), PssVerdict::kDeferred) << "5 ms: every 5 s";
+  EXPECT_EQ(pss_verdict(c, 0.005, 5.0, false, true), PssVerdict::kRead);
+  EXPECT_EQ(pss_verdict(c, 0.0001, 0.1, false, true), PssVerdict::kRead);
+  EXPECT_EQ(pss_verdict(c, 0.0001, 0.1, false, false), PssVerdict::kBusy)
+      << "the exporter spent this sample's budget";
+  EXPECT_EQ(pss_verdict(c, 0.011, std::nullopt, false, false), PssVerdict::kRefused)
+      << "a refusal is told as such whatever the budget";
 }
 
 // A child with `bytes` of its own memory touched, waiting on `gate`.
@@ -103,6 +110,37 @@ TEST(PssBudget, ATwoGiBTargetIsNeverReadUnderTheDefaultsItsRssIsServed) {
   EXPECT_EQ(testing::wait_exit(big), 0);
 }
 
+TEST(PssBudget, ADeclaredTwoGiBServerIsNeverReadUnderTheDefaults) {
+  testing::TempDir tmp;
+  testing::Ready ready;
+  testing::Gate gate;
+  const pid_t big = testing::spawn([&] {
+    ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
+    declare_server("policy_model", "model_server");
+    const uint64_t bytes = 2 * kGiB + 64 * kMiB;
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 2;
+    std::memset(p, 1, bytes);
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  auto registry = std::make_shared<SharedRegistry>(tmp.path());
+  testing::ServerSampler sampler(testing::SamplerConfig{}, registry, [](const std::string&) {});
+  sampler.sample();
+  sampler.sample();
+  ASSERT_EQ(sampler.servers().size(), 1u);
+  const auto s = sampler.servers().at(0);
+  EXPECT_EQ(s.name, "policy_model");
+  EXPECT_EQ(s.pss_reads, 0u) << "a declared server's PSS is within the budget too";
+  EXPECT_EQ(s.pss_refused, 2u);
+  EXPECT_FALSE(s.pss.has_value());
+  EXPECT_GE(s.rss, 2 * kGiB);
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(big), 0);
+}
+
 TEST(PssBudget, A300MiBTargetIsReadThenDeferredForItsShareOfWallTime) {
   testing::Ready ready;
   testing::Gate gate;
@@ -150,6 +188,40 @@ TEST(PssBudget, AForcedTargetIsReadAtEveryDueSampleAndAForbiddenOneNever) {
   EXPECT_EQ(skips(sampler, "stall_cap"), 0) << "only the forced target has skip series";
   gate.open();
   EXPECT_EQ(testing::wait_exit(big), 0);
+}
+
+TEST(PssBudget, TheExportersReadingBudgetGoesToTheTreesReadLongestAgo) {
+  testing::Ready ready;
+  testing::Gate gate;
+  std::vector<pid_t> small;
+  testing::SamplerConfig c;
+  c.budget.max_stall_fraction = 0;    // no per-process pacing: the order alone
+  c.budget.max_cpu_fraction = 1e-12;  // room for one read a sample
+  for (const char* name : {"a", "b", "c"}) {
+    small.push_back(spawn_resident(8 * kMiB, ready, gate));
+    ServerTarget t;
+    t.name = name;
+    t.server_type = "resources_server";
+    t.pid = small.back();
+    c.targets.push_back(t);
+  }
+  ready.wait(3);
+  testing::ServerSampler sampler(c, nullptr, [](const std::string&) {});
+  std::vector<uint64_t> reads_after_each;
+  for (int i = 0; i < 3; ++i) {
+    sampler.sample();
+    uint64_t reads = 0;
+    for (const auto& s : sampler.servers()) reads += s.pss_reads;
+    reads_after_each.push_back(reads);
+  }
+  EXPECT_EQ(reads_after_each, (std::vector<uint64_t>{1, 2, 3})) << "one read a sample";
+  for (const auto& s : sampler.servers()) {
+    EXPECT_EQ(s.pss_reads, 1u) << s.name << ": each tree in turn, none twice";
+    EXPECT_EQ(s.pss_busy, 2u) << s.name;
+  }
+  EXPECT_EQ(skips(sampler, "exporter_budget"), 2) << "the last server's count";
+  gate.open();
+  for (pid_t p : small) EXPECT_EQ(testing::wait_exit(p), 0);
 }
 
 }  // namespace

@@ -31,8 +31,9 @@ struct MemorySettings : SampledSettings {
   double max_stall = PssBudgetConfig{}.max_stall_seconds;
   double max_fraction = PssBudgetConfig{}.max_stall_fraction;
   double per_gib = PssBudgetConfig{}.prior_seconds_per_gib;
+  double max_cpu = PssBudgetConfig{}.max_cpu_fraction;
   MemoryConfig config() const {
-    return {interval_seconds, pss_interval_seconds, {max_stall, max_fraction, per_gib}};
+    return {interval_seconds, pss_interval_seconds, {max_stall, max_fraction, per_gib, max_cpu}};
   }
 };
 
@@ -41,7 +42,8 @@ GYM_REGISTER_COLLECTOR(sampled_kind<MemorySettings>(
     {{"pss_interval_seconds", &MemorySettings::pss_interval_seconds},
      {"pss_max_stall_seconds", &MemorySettings::max_stall},
      {"pss_max_stall_fraction", &MemorySettings::max_fraction},
-     {"pss_stall_seconds_per_gib", &MemorySettings::per_gib}},
+     {"pss_stall_seconds_per_gib", &MemorySettings::per_gib},
+     {"pss_max_cpu_fraction", &MemorySettings::max_cpu}},
     [](const MemorySettings& m, const CollectorContext& c) {
       return std::make_unique<MemoryCollector>(m.config(), c.servers, c.warn, c.board);
     }));
@@ -84,6 +86,7 @@ std::optional<MemoryCollector::Rollups> MemoryCollector::read_rollups(
       case procfs::ReadStatus::kOk: {
         const procfs::SmapsRollup one = procfs::parse_smaps_rollup(text);
         stall_.observe(one.rss.value_or(p->rss_pages * page), took.count());
+        pss_spent_ += took.count();
         if (!one.pss) {
           complete = false;
           count_error("parse", "no Pss line in " + path);
@@ -178,9 +181,12 @@ PssVerdict MemoryCollector::judge(const ServerProcesses::Tree& tree, PssState& s
   std::optional<double> since;
   if (state.last_read)
     since = std::chrono::duration<double>(sample_started_ - *state.last_read).count();
-  const PssVerdict v = pss_verdict(config_.budget, worst, since, tree.pss.value_or(false));
+  const bool budget_left = pss_spent_ < config_.budget.max_cpu_fraction * config_.interval_seconds;
+  const PssVerdict v =
+      pss_verdict(config_.budget, worst, since, tree.pss.value_or(false), budget_left);
   if (v == PssVerdict::kRefused) ++state.refused;
   if (v == PssVerdict::kDeferred) ++state.deferred;
+  if (v == PssVerdict::kBusy) ++state.busy;
   return v;
 }
 
@@ -196,6 +202,7 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerProcesses::Tr
     m.pss_reads = state.reads;
     m.pss_refused = state.refused;
     m.pss_deferred = state.deferred;
+    m.pss_busy = state.busy;
     return m;
   };
   if (tree.root == nullptr) {  // gone: 0 processes and 0 bytes
@@ -260,9 +267,21 @@ MemorySample MemoryCollector::take() {
       !pss_ever_ || config_.pss_interval_seconds <= 0 ||
       std::chrono::duration<double>(started - last_pss_).count() >= config_.pss_interval_seconds;
   std::set<std::string> names;
-  for (const ServerProcesses::Tree& t : view->trees) {
-    out.servers.push_back(measure(t, view->table, pss_due));
-    names.insert(t.name);
+  pss_spent_ = 0;
+  // The trees read longest ago (or never) first: they get this sample's
+  // reading budget; the servers keep the view's order.
+  std::vector<size_t> order(view->trees.size());
+  std::vector<std::optional<std::chrono::steady_clock::time_point>> last(order.size());
+  for (size_t i = 0; i < order.size(); ++i) {
+    order[i] = i;
+    if (auto it = pss_.find(view->trees[i].name); it != pss_.end()) last[i] = it->second.last_read;
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return last[a] < last[b]; });
+  out.servers.resize(order.size());
+  for (size_t i : order) {
+    out.servers[i] = measure(view->trees[i], view->table, pss_due);
+    names.insert(view->trees[i].name);
   }
   // Servers that went (past their TTL, or out of sight) take their state.
   if (view->proc_ok) {
@@ -346,6 +365,8 @@ void MemoryCollector::serve(const MemorySample& s, const Emit& emit) const {
       add_metric(*skips, l).counter.value = double(m.pss_refused);
       l.back().second = "stall_budget";
       add_metric(*skips, l).counter.value = double(m.pss_deferred);
+      l.back().second = "exporter_budget";
+      add_metric(*skips, l).counter.value = double(m.pss_busy);
     }
     MetricFamily& peaks = add_family(out, "gym_server_memory_sampled_peak_bytes");
     for (const auto& [key, value] : s.peaks) {

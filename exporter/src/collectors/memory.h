@@ -76,6 +76,7 @@ class MemoryCollector : public SampledCollector<MemorySample> {
     uint64_t pss_reads = 0;
     uint64_t pss_refused = 0;
     uint64_t pss_deferred = 0;
+    uint64_t pss_busy = 0;  // the exporter's own reading budget spent on others
   };
   // The last sample's servers (for tests).
   std::vector<ServerMemory> servers() const;
@@ -92,7 +93,7 @@ class MemoryCollector : public SampledCollector<MemorySample> {
   // A tree's PSS state: when its smaps_rollup was last read, and its counts.
   struct PssState {
     std::optional<std::chrono::steady_clock::time_point> last_read;
-    uint64_t reads = 0, refused = 0, deferred = 0;
+    uint64_t reads = 0, refused = 0, deferred = 0, busy = 0;
   };
   ServerMemory measure(const ServerProcesses::Tree& tree, const procfs::ProcessTable& table,
                        bool pss_due);
@@ -109,6 +110,7 @@ class MemoryCollector : public SampledCollector<MemorySample> {
   std::map<std::string, Rollups> rollups_;
   std::map<std::string, PssState> pss_;
   StallModel stall_;
+  double pss_spent_ = 0;  // seconds of smaps_rollup reads in this sample
   std::chrono::steady_clock::time_point sample_started_{};
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> peaks_;
   uint64_t host_peak_ = 0;

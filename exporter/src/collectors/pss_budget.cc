@@ -34,14 +34,14 @@ void StallModel::observe(uint64_t rss_bytes, double seconds) {
 }
 
 PssVerdict pss_verdict(const PssBudgetConfig& config, double worst_seconds,
-                       std::optional<double> since_last_read, bool forced) {
+                       std::optional<double> since_last_read, bool forced, bool budget_left) {
   if (forced) return PssVerdict::kRead;
   if (worst_seconds > config.max_stall_seconds) return PssVerdict::kRefused;
   // One read of `worst_seconds` at most every worst / fraction seconds.
   if (since_last_read && config.max_stall_fraction > 0 &&
       *since_last_read < worst_seconds / config.max_stall_fraction)
     return PssVerdict::kDeferred;
-  return PssVerdict::kRead;
+  return budget_left ? PssVerdict::kRead : PssVerdict::kBusy;
 }
 
 }  // namespace gym::exporter

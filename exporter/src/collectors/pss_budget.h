@@ -29,6 +29,10 @@ struct PssBudgetConfig {
   // The stall per GiB resident assumed until this host's reads have
   // measured it (above this kernel's 13 ms: the first guess errs on the safe side).
   double prior_seconds_per_gib = 0.020;
+  // The exporter spends at most this share of one core reading smaps_rollup
+  // (its budget each sample: this times the sample interval); the trees read
+  // longest ago go first, the rest wait for a later sample.
+  double max_cpu_fraction = 0.005;
 };
 
 // Seconds a smaps_rollup read stops a process, per GiB resident, learned
@@ -57,12 +61,14 @@ enum class PssVerdict {
   kRead,      // read it now
   kDeferred,  // within the cap, but read too recently for the wall-time share
   kRefused,   // a member's read would stop it beyond the single-stall cap
+  kBusy,      // the exporter spent this sample's reading budget on other trees
 };
 
 // The verdict for a tree whose largest member would stall `worst_seconds`
 // (predicted) and whose last read was `since_last_read` seconds ago (empty:
-// never read). `forced`: the target says `pss: true`, so it is read anyway.
+// never read), when the exporter has `budget_left` for reading this sample.
+// `forced`: the target says `pss: true`, so it is read anyway.
 PssVerdict pss_verdict(const PssBudgetConfig& config, double worst_seconds,
-                       std::optional<double> since_last_read, bool forced);
+                       std::optional<double> since_last_read, bool forced, bool budget_left);
 
 }  // namespace gym::exporter

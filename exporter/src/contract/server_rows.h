@@ -145,7 +145,8 @@ inline constexpr FamilySpec kServerFamilies[] = {
      "",
      "Due PSS reads of a server's tree not made, by reason: stall_cap (a process's read would "
      "stop it longer than memory.pss_max_stall_seconds), stall_budget (read again too soon "
-     "for memory.pss_max_stall_fraction of its wall time).",
+     "for memory.pss_max_stall_fraction of its wall time), exporter_budget (the exporter spent "
+     "its memory.pss_max_cpu_fraction on trees read longer ago).",
      {label::kServerName, label::kServerType, "reason"},
      ""},
     {"gym_exporter_pss_stall_seconds_per_gib",

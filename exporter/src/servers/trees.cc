@@ -258,7 +258,7 @@ std::vector<ServerTrees::Server> ServerTrees::resolve(const procfs::ProcessTable
   for (const Declarer& one : declared_) {
     const DeclaredServer& d = one.d;
     auto [it, fresh] = index.emplace(d.name, out.size());
-    if (fresh) out.push_back({d.name, d.server_type, true, false, {}});
+    if (fresh) out.push_back({d.name, d.server_type, std::nullopt, false, {}});
     if (!one.host_pid) {
       unseen.insert(d.name);
       if (unseen_logged_.insert(d.name).second)
