@@ -663,7 +663,9 @@ TEST(RegistryTrust, SeriesOfGoneWritersExpireAfterTheTtlAndMaxSeriesBoundsTheRes
   RegistryReader reader(tmp.path(), options);
   const Snapshot& snap = reader.snapshot();
   EXPECT_EQ(snap.stats.series, uint64_t{kWriters * kSeries});
-  EXPECT_EQ(snap.stats.retired_segments_total, uint64_t{kWriters});
+  // Folded by the writers that came after them (no exporter ran) or now.
+  EXPECT_LE(snap.stats.retired_segments_total, uint64_t{kWriters});
+  EXPECT_TRUE(tmp.files().empty());
   const uint64_t epoch = snap.series_epoch;
   std::this_thread::sleep_for(400ms);
   const Snapshot& later = reader.snapshot();

@@ -84,6 +84,7 @@ void ReaderCore::load_totals(bool adopt_folded) {
     std::string bad;
     const Record rec = record_of(s);
     const int32_t id = intern(rec, &bad);
+    if (id == kOverLimit) ++snapshot_.stats.series_over_limit_total;
     if (id < 0) continue;
     Accumulator& acc = retired(uint32_t(id));
     acc.present = true;

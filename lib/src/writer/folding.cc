@@ -67,7 +67,9 @@ void at_exit() {
 
 void fold_exited_soon(const std::string& dir) noexcept {
   try {
-    if (!fold_can_wait(dir)) RegistryReader::fold_exited(dir);
+    // Past the threshold it waits for a writer folding now (never for an
+    // exporter), so that segments that exit during one fold never pile up.
+    if (!fold_can_wait(dir)) RegistryReader::fold_exited(dir, std::chrono::milliseconds(50));
   } catch (...) {
     // Out of memory: the next writer, or the exporter, folds them.
   }

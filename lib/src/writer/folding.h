@@ -16,7 +16,8 @@ namespace gym::writer_internal {
 // the directory's lock in the last second (the lock file's modification
 // time) and the directory grew by less than half (and 8 entries) since the
 // last fold, so that a burst of forks pays for few folds, and exited
-// segments stay bounded by the live ones.
+// segments stay bounded by the live ones: past that threshold it waits (up
+// to 50 ms) for another writer's fold to end and folds after it.
 void fold_exited_soon(const std::string& dir) noexcept;
 
 // Registers (once a process, inherited by forked children) the exit hook

@@ -379,11 +379,13 @@ void SegmentWriter::after_fork_parent() noexcept {
 
 void SegmentWriter::release_at_exit() noexcept {
   std::vector<std::string> dirs;
+  // Held through the folds too: a fork meanwhile (prepare_fork takes it
+  // first) would give the child the descriptor that holds the lock.
+  std::unique_lock<std::mutex> all(writers_mutex(), std::try_to_lock);
+  if (!all.owns_lock()) return;
   try {
     // Never wait at exit: a writer whose mutex is held keeps its segment,
     // for the next writer or the exporter to fold once the process is gone.
-    std::unique_lock<std::mutex> all(writers_mutex(), std::try_to_lock);
-    if (!all.owns_lock()) return;
     for (SegmentWriter* w : writers()) {
       std::unique_lock<std::mutex> lock(w->mu_, std::try_to_lock);
       if (!lock.owns_lock()) continue;
