@@ -6,7 +6,11 @@
 //                                     (the guard runs N and 2N and divides the
 //                                     difference, so setup cancels out)
 //   cost_probe bytes                  prints "NAME VALUE" lines: /dev/shm bytes
-//                                     per writer shape, exporter heap per series
+//                                     per writer shape (a forked child's, and
+//                                     what 100 exited children leave with no
+//                                     exporter), exporter heap per series, and
+//                                     the largest process the default PSS
+//                                     budget reads (MiB)
 //
 // Instruction probes (and one bytes figure, the exemplars' /dev/shm per
 // histogram): observe (a histogram observation with native buckets),
@@ -17,7 +21,10 @@
 // first), scrape_text / scrape_openmetrics / scrape_protobuf (one scrape of
 // kScrapeWriters writers of 20 series each; the guard divides by the series).
 #include <malloc.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -33,6 +40,7 @@
 #include <vector>
 
 #include "collector.h"
+#include "collectors/pss_budget.h"
 #include "exposition/exposition.h"
 #include "exposition/protobuf.h"
 #include "exposition/text.h"
@@ -95,10 +103,14 @@ struct Scrape {
   }
 };
 
-size_t bytes_in(const std::string& dir) {
+// Blocks of the directory's segment files (`all`: of every file, the
+// totals and the lock file too, which a directory has once, whatever its
+// writers).
+size_t bytes_in(const std::string& dir, bool all = false) {
   size_t total = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     struct stat st {};
+    if (!all && e.path().extension() != ".seg") continue;
     if (::stat(e.path().c_str(), &st) == 0 && S_ISREG(st.st_mode))
       total += size_t(st.st_blocks) * 512;
   }
@@ -184,6 +196,77 @@ size_t shm_table_shape() {
   queued.release();
   waiter.join();
   return bytes;
+}
+
+// What a forked child of footprint's writer takes in /dev/shm while it lives,
+// having run one resources operation (its own segment; see docs/registry.md).
+size_t shm_forked_child() {
+  const std::string dir = gym::bench::scratch_dir("gym-cost-child");
+  gym::SegmentWriter writer(dir);
+  gym::OperationMetrics metrics(writer);
+  std::counting_semaphore<> limit(4);
+  for (int i = 0; i < 20; ++i)
+    gym::ResourcesOperation op(limit, gym::Operation::kVerify, gym::Executor::kSubprocess, {},
+                               metrics);
+  const size_t before = bytes_in(dir);
+  int ready[2];
+  if (::pipe(ready) != 0) return 0;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    {
+      gym::ResourcesOperation op(limit, gym::Operation::kVerify, gym::Executor::kSubprocess, {},
+                                 metrics);
+    }
+    char c = 'r';
+    if (::write(ready[1], &c, 1) != 1) ::_exit(1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c;
+  const bool ok = child > 0 && ::read(ready[0], &c, 1) == 1;
+  const size_t during = bytes_in(dir);
+  if (child > 0) {
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+  ::close(ready[0]);
+  ::close(ready[1]);
+  return ok && during > before ? during - before : 0;
+}
+
+// What 100 exited children of such a writer leave in /dev/shm with no
+// exporter running (their segments not yet folded, the totals and the lock
+// file): the writers' own folding keeps it bounded (docs/registry.md).
+size_t shm_after_forks() {
+  const std::string dir = gym::bench::scratch_dir("gym-cost-forks");
+  gym::SegmentWriter writer(dir);
+  gym::OperationMetrics metrics(writer);
+  std::counting_semaphore<> limit(4);
+  {
+    gym::ResourcesOperation op(limit, gym::Operation::kVerify, gym::Executor::kSubprocess, {},
+                               metrics);
+  }
+  for (int i = 0; i < 100; ++i) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      {
+        gym::ResourcesOperation op(limit, gym::Operation::kVerify, gym::Executor::kSubprocess, {},
+                                   metrics);
+      }
+      ::_exit(0);
+    }
+    if (child > 0) ::waitpid(child, nullptr, 0);
+  }
+  struct stat own {};
+  if (::stat(writer.path().c_str(), &own) != 0) return 0;
+  return bytes_in(dir, /*all=*/true) - size_t(own.st_blocks) * 512;
+}
+
+// The largest process (MiB resident) the default PSS budget lets the
+// exporter read before it has measured this host's stall per GiB.
+size_t pss_largest_default_read_mib() {
+  const gym::exporter::PssBudgetConfig c;
+  return size_t(c.max_stall_seconds / c.prior_seconds_per_gib * 1024);
 }
 
 // The exporter's heap per series it serves: after the second scrape of
@@ -296,6 +379,9 @@ int main(int argc, char** argv) {
     std::printf("shm_bytes_one_limit %zu\n", shm_one_limit());
     std::printf("shm_bytes_table_shape %zu\n", shm_table_shape());
     std::printf("shm_bytes_exemplars_per_histogram %zu\n", shm_exemplars_per_histogram());
+    std::printf("shm_bytes_forked_child %zu\n", shm_forked_child());
+    std::printf("shm_bytes_after_100_forks %zu\n", shm_after_forks());
+    std::printf("pss_largest_default_read_mib %zu\n", pss_largest_default_read_mib());
     std::printf("heap_bytes_per_series %.0f\n", heap_per_series());
     std::printf("heap_bytes_scrape_peak_per_series %.0f\n", scrape_peak_heap_per_series());
     std::printf("scrape_series %d\n", kScrapeWriters * kSeriesPerWriter);

@@ -2,14 +2,16 @@
 """What the per-server collectors (memory, cpu, cgroup) cost the exporter with
 N declared servers (1,000 by default): N live processes, each declaring a
 server through gym_metrics and holding one limit, sampled by gym-exporter at
-its default 5 s interval; the exporter's CPU as a share of one core, with
-PSS read at every sample, every 30 s and every 60 s
-(memory.pss_interval_seconds), with the memory collector off (the cpu and
-cgroup collectors alone) and with all three off. Measure over at least one
-PSS interval (--seconds 60).
+its default 5 s interval; the exporter's CPU as a share of one core, with the
+default configuration (PSS within its stall and CPU budgets), with PSS read
+at every sample as before the budgets (memory.pss_max_cpu_fraction: 1), with
+the memory collector off (the cpu and cgroup collectors alone) and with all
+three off. Measure over at least one PSS interval (--seconds 60).
+--servers takes a list (10,100,1000): each count is measured in turn, to see
+the cost grow with the servers; --cases picks cases by number (0: defaults).
 
     PYTHONPATH=build-release/python /usr/bin/python3 bench/sampler_cost.py \\
-        [--build build-release] [--servers 1000] [--seconds 60]
+        [--build build-release] [--servers 10,100,1000] [--seconds 60] [--cases 0,1]
 """
 import argparse
 import os
@@ -93,32 +95,35 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default="build-release")
-    ap.add_argument("--servers", type=int, default=1000)
+    ap.add_argument("--servers", default="1000")
     ap.add_argument("--seconds", type=float, default=60)
+    ap.add_argument("--cases", default="0,1,2,3")
     a = ap.parse_args()
     sys.path.insert(0, os.path.join(os.path.abspath(a.build), "python"))
-    registry = tempfile.mkdtemp(prefix="gym-bench-sampler-", dir="/dev/shm")
-    pids = start_servers(registry, a.servers)
-    try:
-        cases = [
-            ("PSS at every sample", "memory:\n  pss_interval_seconds: 0\n"),
-            ("PSS every 30 s", "memory:\n  pss_interval_seconds: 30\n"),
-            ("PSS every 60 s", "memory:\n  pss_interval_seconds: 60\n"),
-            ("memory collector off (cpu, cgroup)", "memory:\n  enabled: false\n"),
-            ("all three off (the registry alone)",
-             "memory:\n  enabled: false\ncpu:\n  enabled: false\ncgroup:\n  enabled: false\n"),
-        ]
-        print(f"{a.servers} declared servers, {a.seconds:g} s each:")
-        for name, text in cases:
-            cpu, took = exporter_cpu(a.build, registry, text, a.seconds)
-            extra = f", memory sample {took * 1000:.0f} ms" if took else ""
-            print(f"  {name}: {cpu:.2f}% of a core{extra}", flush=True)
-    finally:
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        for pid in pids:
-            os.waitpid(pid, 0)
-        shutil.rmtree(registry, ignore_errors=True)
+    cases = [
+        ("defaults (PSS within its budgets)", ""),
+        ("PSS at every sample (no CPU budget)", "memory:\n  pss_max_cpu_fraction: 1\n"),
+        ("memory collector off (cpu, cgroup)", "memory:\n  enabled: false\n"),
+        ("all three off (the registry alone)",
+         "memory:\n  enabled: false\ncpu:\n  enabled: false\ncgroup:\n  enabled: false\n"),
+    ]
+    picked = [cases[int(i)] for i in a.cases.split(",")]
+    for servers in (int(n) for n in a.servers.split(",")):
+        registry = tempfile.mkdtemp(prefix="gym-bench-sampler-", dir="/dev/shm")
+        pids = start_servers(registry, servers)
+        try:
+            print(f"{servers} declared servers, {a.seconds:g} s each:")
+            for name, text in picked:
+                cpu, took = exporter_cpu(a.build, registry, text, a.seconds)
+                extra = f", memory sample {took * 1000:.0f} ms" if took else ""
+                print(f"  {name}: {cpu:.2f}% of a core ({cpu * 1000 / servers:.2f}% per 1,000 "
+                      f"servers){extra}", flush=True)
+        finally:
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            for pid in pids:
+                os.waitpid(pid, 0)
+            shutil.rmtree(registry, ignore_errors=True)
     return 0
 
 
