@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <fcntl.h>
@@ -706,6 +707,45 @@ TEST(MemoryCollector, ANewRootFromAPidfileStartsWithoutTheOldRootsLineage) {
   gate.open();
   testing::wait_exit(old_root);
   testing::wait_exit(new_root);
+}
+
+// A pidfile names a pid that a process started 0.2 s after the file was
+// written now holds: the server that wrote it is gone. Its start time is
+// read against this kernel's exact boot instant, not /proc/stat's btime
+// (truncated to the second: with a one-second slack beside it, such a
+// process was taken for the server, whatever the boot's fraction).
+TEST(MemoryCollector, AProcessStartedAFifthOfASecondAfterItsPidfileIsNotTheServer) {
+  testing::TempDir tmp;
+  const std::string pidfile = tmp.path() + "/server.pid";
+  std::ofstream(pidfile) << "1\n";
+  struct stat written {};
+  ASSERT_EQ(::stat(pidfile.c_str(), &written), 0);
+  std::this_thread::sleep_for(200ms);
+  testing::Gate gate;
+  testing::Ready ready;
+  const pid_t younger = testing::spawn([&] {
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  std::ofstream(pidfile) << younger << "\n";  // as if the pid had been reused
+  const timespec times[2] = {written.st_atim, written.st_mtim};
+  ASSERT_EQ(::utimensat(AT_FDCWD, pidfile.c_str(), times, 0), 0);
+  testing::SamplerConfig c;
+  ServerTarget t;
+  t.name = "agent";
+  t.server_type = "agent_server";
+  t.pidfile = pidfile;
+  c.targets = {t};
+  testing::ServerSampler sampler(c, nullptr, kQuiet);
+  sampler.sample();
+  EXPECT_FALSE(sampler.servers().at(0).root_pid.has_value()) << "stale: it started after";
+  ASSERT_EQ(::utimensat(AT_FDCWD, pidfile.c_str(), nullptr, 0), 0);  // written by it now
+  sampler.sample();
+  EXPECT_EQ(sampler.servers().at(0).root_pid, younger);
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(younger), 0);
 }
 
 TEST(MemoryCollector, AProcRootThatCannotBeReadLeavesEveryServerAbsentAndCountsProc) {

@@ -63,10 +63,29 @@ const procfs::ProcStat* ServerTrees::first_seen(Target& t, pid_t pid,
   return p->start_ticks == *t.root_start ? p : nullptr;
 }
 
+namespace {
+// This kernel's boot instant (Unix seconds, to the nanosecond): the real-time
+// clock less the time since boot, which is what /proc/stat's btime truncates
+// to the second.
+double boot_instant_now() {
+  timespec real{}, since{};
+  ::clock_gettime(CLOCK_REALTIME, &real);
+  ::clock_gettime(CLOCK_BOOTTIME, &since);
+  return double(real.tv_sec - since.tv_sec) + double(real.tv_nsec - since.tv_nsec) * 1e-9;
+}
+}  // namespace
+
 std::optional<double> ServerTrees::started_at(const procfs::ProcStat& p,
                                               const procfs::ProcessTable& table) {
-  if (!boot_time_) boot_time_ = procfs::read_boot_time(table.proc_root());
-  if (!boot_time_) return std::nullopt;
+  if (!boot_time_) {
+    boot_time_ = procfs::read_boot_time(table.proc_root());
+    if (!boot_time_) return std::nullopt;
+    // This kernel's proc root: btime is the exact instant truncated.
+    const double exact = boot_instant_now();
+    if (exact >= double(*boot_time_) - 0.001 && exact < double(*boot_time_) + 1.001)
+      boot_exact_ = exact;
+  }
+  if (boot_exact_) return *boot_exact_ + double(p.start_ticks) / procfs::ticks_per_second();
   return procfs::started_unix_seconds(*boot_time_, p.start_ticks);
 }
 
@@ -136,9 +155,11 @@ const procfs::ProcStat* ServerTrees::from_pidfile(Target& t, const procfs::Proce
   const procfs::ProcStat* p = table.find(t.pidfile_pid);
   if (p == nullptr) return nullptr;
   // A process that started after the pidfile was written did not write it:
-  // the server is gone and its pid reused. (Boot time has whole seconds.)
+  // the server is gone and its pid reused. A start time reads early, never
+  // late; a file's time lags the write by up to a timer tick (the kernel's
+  // coarse clock): 20 ms covers that.
   const double written = t.pidfile_mtime;
-  if (auto started = started_at(*p, table); started && *started > written + 1.0) return nullptr;
+  if (auto started = started_at(*p, table); started && *started > written + 0.02) return nullptr;
   // A rewritten pidfile names its process afresh (a restart may reuse a pid).
   if (written != t.pidfile_written) t.root_start.reset();
   t.pidfile_written = written;

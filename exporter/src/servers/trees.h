@@ -88,11 +88,15 @@ class ServerTrees {
                                             const procfs::ProcessTable& table);
   // Keeps the oldest max_roots of `roots`, counting an overflow.
   void bound(Target& t, std::vector<const procfs::ProcStat*>& roots, const char* rule);
-  // Seconds since the epoch at which `p` started (nullopt: boot time unknown).
+  // Seconds since the epoch at which `p` started (nullopt: boot time
+  // unknown), never later than it did: to a clock tick from this kernel's
+  // exact boot instant when the proc root is its own, else from btime
+  // (truncated to the second: up to a second early).
   std::optional<double> started_at(const procfs::ProcStat& p, const procfs::ProcessTable& table);
 
   ServersConfig config_;
   std::optional<uint64_t> boot_time_;  // btime of the proc root, read once
+  std::optional<double> boot_exact_;   // the boot's instant, when the proc root is this kernel's
   std::vector<Target> targets_;
   bool prepared_ = false;
   std::vector<Declarer> declared_;  // as prepare() read them
