@@ -88,6 +88,15 @@ double skips(testing::ServerSampler& sampler, const std::string& reason) {
   return n;
 }
 
+// What the exporter serves as its stall per GiB.
+double per_gib(testing::ServerSampler& sampler) {
+  double v = -1;
+  sampler.collect([&](const prometheus::MetricFamily& f) {
+    if (f.name == "gym_exporter_pss_stall_seconds_per_gib") v = f.metric.at(0).gauge.value;
+  });
+  return v;
+}
+
 TEST(PssBudget, ATwoGiBTargetIsNeverReadUnderTheDefaultsItsRssIsServed) {
   testing::Ready ready;
   testing::Gate gate;
@@ -153,13 +162,18 @@ TEST(PssBudget, A300MiBTargetIsReadThenDeferredForItsShareOfWallTime) {
   ASSERT_TRUE(s.pss.has_value());
   EXPECT_GE(*s.pss, 300 * kMiB);
   // Read again at once, it would stop the process for more than 0.1% of
-  // the time since: the last values stand (the tree is the same).
+  // the time since: the last values stand (the tree is the same). (Or, on
+  // a host so loaded that the first read took over 33 ms a GiB, the cost it
+  // taught puts the process over the cap: refused, its PSS absent.)
   sampler.sample();
   s = sampler.servers().at(0);
-  EXPECT_EQ(s.pss_reads, 1u);
-  EXPECT_EQ(s.pss_deferred, 1u);
-  EXPECT_EQ(skips(sampler, "stall_budget"), 1);
-  EXPECT_TRUE(s.pss.has_value()) << "the last read stands while the tree is the same";
+  EXPECT_EQ(s.pss_reads, 1u) << "not read again so soon";
+  EXPECT_EQ(s.pss_deferred + s.pss_refused, 1u);
+  EXPECT_EQ(skips(sampler, "stall_budget"), double(s.pss_deferred));
+  if (s.pss_deferred == 1)
+    EXPECT_TRUE(s.pss.has_value()) << "the last read stands while the tree is the same";
+  else
+    EXPECT_GT(per_gib(sampler), 0.033) << "what the first read taught";
   gate.open();
   EXPECT_EQ(testing::wait_exit(mid), 0);
 }

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include "gym/metered_semaphore.h"
@@ -675,6 +676,48 @@ TEST(RegistryTrust, SeriesOfGoneWritersExpireAfterTheTtlAndMaxSeriesBoundsTheRes
   EXPECT_TRUE(later.series.empty());
   RegistryReader restarted(tmp.path(), options);
   EXPECT_EQ(restarted.snapshot().stats.series, 0u) << "expired series are gone from the totals";
+}
+
+// Writers fold exited segments while no exporter runs; an exporter started
+// long after serves what they counted for its TTL from its own start.
+TEST(RegistryTrust, SeriesTheWritersFoldedAreServedForTheTtlFromTheReadersStart) {
+  TempDir tmp;
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    w.counter("early_total", {}).add(3);
+    return 0;
+  });
+  ASSERT_EQ(testing::wait_exit(pid), 0);
+  EXPECT_EQ(RegistryReader::fold_exited(tmp.path()), 1u) << "as a writer does";
+  EXPECT_TRUE(tmp.files().empty());
+  std::this_thread::sleep_for(400ms);  // longer ago than the TTL
+  ReaderOptions options;
+  options.retired_series_ttl = 300ms;
+  auto reader = std::make_unique<RegistryReader>(tmp.path(), options);
+  ASSERT_NE(find_series(reader->snapshot(), "early_total"), nullptr) << "served once it starts";
+  EXPECT_EQ(find_series(reader->snapshot(), "early_total")->counter, 3u);
+  reader.reset();  // restarted within the TTL: it began at the first start
+  std::this_thread::sleep_for(400ms);
+  RegistryReader again(tmp.path(), options);
+  EXPECT_EQ(find_series(again.snapshot(), "early_total"), nullptr) << "then its TTL ran out";
+}
+
+// (The rest of the TTL's course, served then expired within one reader.)
+TEST(RegistryTrust, ASeriesTheWritersFoldedExpiresOnceServedForTheTtl) {
+  TempDir tmp;
+  pid_t pid = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    w.counter("early_total", {}).add(3);
+    return 0;
+  });
+  ASSERT_EQ(testing::wait_exit(pid), 0);
+  EXPECT_EQ(RegistryReader::fold_exited(tmp.path()), 1u);
+  ReaderOptions options;
+  options.retired_series_ttl = 300ms;
+  RegistryReader reader(tmp.path(), options);
+  ASSERT_NE(find_series(reader.snapshot(), "early_total"), nullptr);
+  std::this_thread::sleep_for(400ms);
+  EXPECT_EQ(find_series(reader.snapshot(), "early_total"), nullptr) << "then its TTL runs";
 }
 
 TEST(RegistryTrust, FormatVersionOneIsReadAndReportedAndANewerOneIsRefused) {

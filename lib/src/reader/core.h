@@ -63,6 +63,11 @@ inline constexpr time_t kStaleTempSeconds = 60;
 // A totals file larger than this is not ours.
 inline constexpr off_t kMaxTotalsBytes = off_t{64} << 20;
 inline constexpr const char* kTotalsTemp = ".exporter-totals.new";
+// A series' last change in the totals when a folding writer folded it and
+// no serving reader has had it since: such a reader starts its
+// retired_series_ttl when it loads it (so that what writers counted while no
+// exporter ran is served for the TTL once one starts, however long ago).
+inline constexpr int64_t kNotYetServed = INT64_MAX;
 // What a folding writer writes before its pid in the lock file.
 inline constexpr const char* kFolderTag = "fold ";
 

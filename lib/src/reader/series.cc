@@ -199,7 +199,7 @@ void ReaderCore::retire(Segment& s) {
   if (!s.damaged) {
     read_segment(s, /*gauges=*/false);
     if (!s.damaged) {
-      const int64_t now = now_ns();
+      const int64_t now = options_.mode == ReaderOptions::Mode::kFold ? kNotYetServed : now_ns();
       for (const Segment::Entry& e : s.entries)
         if (e.kind != SeriesKind::kGauge) series_.last_change(e.id) = now;
     }

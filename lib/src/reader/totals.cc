@@ -80,6 +80,7 @@ void ReaderCore::load_totals(bool adopt_folded) {
     return;
   }
   retired_dropped_ = t.dropped_series;
+  bool served_now = false;  // series folded by writers, served from now on
   for (const detail::TotalsSeries& s : t.series) {
     std::string bad;
     const Record rec = record_of(s);
@@ -97,9 +98,14 @@ void ReaderCore::load_totals(bool adopt_folded) {
         acc.buckets[b] = sat_add(acc.buckets[b], s.buckets[b]);
     }
     acc.note_created(s.created_ns);
-    series_.last_change(uint32_t(id)) = s.last_change_ns;
+    const bool first_served =
+        options_.mode != ReaderOptions::Mode::kFold && s.last_change_ns == kNotYetServed;
+    series_.last_change(uint32_t(id)) = first_served ? now_ns() : s.last_change_ns;
+    served_now = served_now || first_served;
   }
   adopt_folded_names(t, adopt_folded);
+  // The holder writes when their TTL began, so that a restart keeps it.
+  if (adopt_folded && served_now) totals_dirty_ = true;
 }
 
 // The segments the totals say are folded: the holder's own (folded before
