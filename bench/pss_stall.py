@@ -12,15 +12,15 @@ the exporter said of its PSS reads and skips.
     python3 bench/pss_stall.py [--build build-release] [--gib 8] [--seconds 30]
 """
 import argparse
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+from exporter_run import Exporter
 
 TARGET = r"""
 import mmap, sys, time
@@ -42,26 +42,6 @@ while True:
         lat = []
         next_report += 1
 """
-
-
-def start_exporter(build, registry, pid, pss):
-    d = tempfile.mkdtemp(prefix="gym-bench-pss-")
-    cfg = os.path.join(d, "gym.yml")
-    with open(cfg, "w") as f:
-        f.write("servers:\n  targets:\n"
-                f"    - {{name: big, server_type: model_server, pid: {pid}, pss: {pss}}}\n")
-    log = os.path.join(d, "exporter.log")
-    p = subprocess.Popen([f"{build}/exporter/gym-exporter", f"--config.file={cfg}",
-                          f"--registry.dir={registry}", "--web.listen-address=127.0.0.1:0"],
-                         stderr=open(log, "w"))
-    port = None
-    for _ in range(500):
-        m = re.search(r"\(port (\d+)\)", open(log).read())
-        if m:
-            port = int(m.group(1))
-            break
-        time.sleep(0.01)
-    return p, port, d
 
 
 def pss_counts(port):
@@ -107,14 +87,11 @@ def main():
         worst, p999, n = phase(target, a.seconds)
         print(f"  alone: worst {worst:.2f} ms, 99.9% {p999:.3f} ms ({n} rounds)", flush=True)
         for name, pss in (("defaults (stall budget)", "auto"), ("pss: true", "true")):
-            p, port, d = start_exporter(a.build, registry, target.pid, pss)
-            try:
+            config = ("servers:\n  targets:\n    - {name: big, server_type: model_server, "
+                      f"pid: {target.pid}, pss: {pss}}}\n")
+            with Exporter(a.build, registry, config) as ex:
                 worst, p999, n = phase(target, a.seconds)
-                counts = pss_counts(port) if port else {}
-            finally:
-                p.send_signal(signal.SIGTERM)
-                p.wait()
-                shutil.rmtree(d, ignore_errors=True)
+                counts = pss_counts(ex.port) if ex.port else {}
             said = ", ".join(f"{k} {v:g}" for k, v in sorted(counts.items()))
             print(f"  exporter, {name}: worst {worst:.2f} ms, 99.9% {p999:.3f} ms ({n} rounds); "
                   f"exporter: {said}", flush=True)

@@ -18,11 +18,12 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+from exporter_run import Exporter
 
 
 def cpu_seconds(pid):
@@ -59,36 +60,18 @@ def start_servers(registry, n):
 def exporter_cpu(build, registry, config_text, seconds):
     """% of one core the exporter used over `seconds` after a warm-up, and the
     memory sample's duration it reported last."""
-    d = tempfile.mkdtemp(prefix="gym-bench-sampler-")
-    cfg = os.path.join(d, "gym.yml")
-    with open(cfg, "w") as f:
-        f.write(config_text)
-    log = os.path.join(d, "exporter.log")
-    p = subprocess.Popen([f"{build}/exporter/gym-exporter", f"--config.file={cfg}",
-                          f"--registry.dir={registry}", "--web.listen-address=127.0.0.1:0"],
-                         stderr=open(log, "w"))
-    try:
-        port = None
-        for _ in range(500):
-            m = re.search(r"\(port (\d+)\)", open(log).read())
-            if m:
-                port = int(m.group(1))
-                break
-            time.sleep(0.01)
+    with Exporter(build, registry, config_text) as ex:
         time.sleep(6)  # the first samples (PSS included) and the reader's first view
-        before, t0 = cpu_seconds(p.pid), time.time()
+        before, t0 = cpu_seconds(ex.proc.pid), time.time()
         time.sleep(seconds)
-        used = cpu_seconds(p.pid) - before
+        used = cpu_seconds(ex.proc.pid) - before
         took = None
-        if port:
-            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read()
+        if ex.port:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{ex.port}/metrics",
+                                          timeout=30).read()
             m = re.search(rb"^gym_exporter_memory_sample_duration_seconds (\S+)$", text, re.M)
             took = float(m.group(1)) if m else None
         return 100 * used / (time.time() - t0), took
-    finally:
-        p.send_signal(signal.SIGTERM)
-        p.wait()
-        shutil.rmtree(d, ignore_errors=True)
 
 
 def main():

@@ -588,6 +588,17 @@ ServerTarget target_of(const std::string& name, pid_t pid) {
   return t;
 }
 
+// An agent server whose root a pidfile names.
+testing::SamplerConfig pidfile_config(const std::string& pidfile) {
+  testing::SamplerConfig c;
+  ServerTarget t;
+  t.name = "agent";
+  t.server_type = "agent_server";
+  t.pidfile = pidfile;
+  c.targets = {t};
+  return c;
+}
+
 // Waits until `pid` (a child not yet reaped) is a zombie.
 void wait_zombie(pid_t pid) {
   for (int i = 0; i < 1000; ++i) {
@@ -675,13 +686,7 @@ TEST(MemoryCollector, ANewRootFromAPidfileStartsWithoutTheOldRootsLineage) {
   ready.wait(2);
   const std::string pidfile = tmp.path() + "/server.pid";
   std::ofstream(pidfile) << old_root << "\n";
-  testing::SamplerConfig c;
-  ServerTarget t;
-  t.name = "agent";
-  t.server_type = "agent_server";
-  t.pidfile = pidfile;
-  c.targets = {t};
-  testing::ServerSampler sampler(c, nullptr, kQuiet);
+  testing::ServerSampler sampler(pidfile_config(pidfile), nullptr, kQuiet);
   sampler.sample();
   EXPECT_EQ(sampler.servers().at(0).processes, 3u);
   middle_exits.open();
@@ -732,13 +737,7 @@ TEST(MemoryCollector, AProcessStartedAFifthOfASecondAfterItsPidfileIsNotTheServe
   std::ofstream(pidfile) << younger << "\n";  // as if the pid had been reused
   const timespec times[2] = {written.st_atim, written.st_mtim};
   ASSERT_EQ(::utimensat(AT_FDCWD, pidfile.c_str(), times, 0), 0);
-  testing::SamplerConfig c;
-  ServerTarget t;
-  t.name = "agent";
-  t.server_type = "agent_server";
-  t.pidfile = pidfile;
-  c.targets = {t};
-  testing::ServerSampler sampler(c, nullptr, kQuiet);
+  testing::ServerSampler sampler(pidfile_config(pidfile), nullptr, kQuiet);
   sampler.sample();
   EXPECT_FALSE(sampler.servers().at(0).root_pid.has_value()) << "stale: it started after";
   ASSERT_EQ(::utimensat(AT_FDCWD, pidfile.c_str(), nullptr, 0), 0);  // written by it now

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "collectors/memory.h"
@@ -54,9 +55,12 @@ TEST(PssVerdict, RefusesOverTheCapDefersWithinTheShareAndObeysAForcedTarget) {
       << "a refusal is told as such whatever the budget";
 }
 
-// A child with `bytes` of its own memory touched, waiting on `gate`.
-pid_t spawn_resident(uint64_t bytes, testing::Ready& ready, testing::Gate& gate) {
+// A child with `bytes` of its own memory touched, waiting on `gate`; it
+// runs `first` first (declares a server, say).
+pid_t spawn_resident(uint64_t bytes, testing::Ready& ready, testing::Gate& gate,
+                     const std::function<void()>& first = {}) {
   return testing::spawn([&] {
+    if (first) first();
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return 2;
     std::memset(p, 1, bytes);
@@ -123,16 +127,9 @@ TEST(PssBudget, ADeclaredTwoGiBServerIsNeverReadUnderTheDefaults) {
   testing::TempDir tmp;
   testing::Ready ready;
   testing::Gate gate;
-  const pid_t big = testing::spawn([&] {
+  const pid_t big = spawn_resident(2 * kGiB + 64 * kMiB, ready, gate, [&] {
     ::setenv(SegmentWriter::kDirEnv, tmp.path().c_str(), 1);
     declare_server("policy_model", "model_server");
-    const uint64_t bytes = 2 * kGiB + 64 * kMiB;
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return 2;
-    std::memset(p, 1, bytes);
-    ready.signal();
-    gate.wait();
-    return 0;
   });
   ready.wait(1);
   auto registry = std::make_shared<SharedRegistry>(tmp.path());

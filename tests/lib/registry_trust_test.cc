@@ -678,17 +678,23 @@ TEST(RegistryTrust, SeriesOfGoneWritersExpireAfterTheTtlAndMaxSeriesBoundsTheRes
   EXPECT_EQ(restarted.snapshot().stats.series, 0u) << "expired series are gone from the totals";
 }
 
-// Writers fold exited segments while no exporter runs; an exporter started
-// long after serves what they counted for its TTL from its own start.
-TEST(RegistryTrust, SeriesTheWritersFoldedAreServedForTheTtlFromTheReadersStart) {
-  TempDir tmp;
+// A writer that counted early_total 3 and exited, folded as the next
+// writer would (no exporter running).
+void fold_one_exited_writer(const TempDir& tmp) {
   pid_t pid = testing::spawn([&] {
     SegmentWriter w(tmp.path());
     w.counter("early_total", {}).add(3);
     return 0;
   });
   ASSERT_EQ(testing::wait_exit(pid), 0);
-  EXPECT_EQ(RegistryReader::fold_exited(tmp.path()), 1u) << "as a writer does";
+  EXPECT_EQ(RegistryReader::fold_exited(tmp.path()), 1u);
+}
+
+// Writers fold exited segments while no exporter runs; an exporter started
+// long after serves what they counted for its TTL from its own start.
+TEST(RegistryTrust, SeriesTheWritersFoldedAreServedForTheTtlFromTheReadersStart) {
+  TempDir tmp;
+  fold_one_exited_writer(tmp);
   EXPECT_TRUE(tmp.files().empty());
   std::this_thread::sleep_for(400ms);  // longer ago than the TTL
   ReaderOptions options;
@@ -705,13 +711,7 @@ TEST(RegistryTrust, SeriesTheWritersFoldedAreServedForTheTtlFromTheReadersStart)
 // (The rest of the TTL's course, served then expired within one reader.)
 TEST(RegistryTrust, ASeriesTheWritersFoldedExpiresOnceServedForTheTtl) {
   TempDir tmp;
-  pid_t pid = testing::spawn([&] {
-    SegmentWriter w(tmp.path());
-    w.counter("early_total", {}).add(3);
-    return 0;
-  });
-  ASSERT_EQ(testing::wait_exit(pid), 0);
-  EXPECT_EQ(RegistryReader::fold_exited(tmp.path()), 1u);
+  fold_one_exited_writer(tmp);
   ReaderOptions options;
   options.retired_series_ttl = 300ms;
   RegistryReader reader(tmp.path(), options);
