@@ -139,10 +139,11 @@ void run_and_check(Ending ending) {
   for (int i = 0; i < kWriters; ++i)
     writers.push_back(start_forker(dir, run_seconds(), ending, report[1], 7 + i));
   // Watch the directory while they run: exited segments wait for the next
-  // writer's fold, which comes once 8 entries (or half the directory) were
-  // added since the last; with those that exit while it runs, never twice
-  // that beside the live ones (without folding: thousands, a child a
-  // millisecond or so).
+  // writer's fold, which comes once 4 entries (or a quarter of the
+  // directory) were added since the last, plus those that exit while a fold
+  // runs: a few, unless the folding writer is descheduled while it holds
+  // the lock (28 seen with both cores busy compiling, at 1,800 forks a
+  // second). Without folding: thousands, a child a millisecond or so.
   int observations = 0, most_exited = 0;
   uint64_t most_other = 0;
   Did total;
@@ -160,7 +161,7 @@ void run_and_check(Ending ending) {
     ++observations;
     most_exited = std::max(most_exited, u.exited);
     most_other = std::max(most_other, u.other_bytes);
-    EXPECT_LE(u.exited, 2 * (8 + u.live)) << "exited segments beside " << u.live << " live ones";
+    EXPECT_LE(u.exited, 64 + 2 * u.live) << "exited segments beside " << u.live << " live ones";
   }
   if (ending == Ending::kKilled)
     for (pid_t w : writers) ::kill(w, SIGKILL);

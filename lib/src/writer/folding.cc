@@ -40,7 +40,7 @@ int64_t noted_size(const std::string& lock) {
 
 // Whether the directory's exited segments may wait: a writer or an exporter
 // took the lock less than a second ago and, on tmpfs (whose directories
-// are 20 bytes an entry long), the directory grew by less than half, or 8
+// are 20 bytes an entry long), the directory grew by less than a quarter, or 4
 // entries, since the last fold.
 bool fold_can_wait(const std::string& dir) {
   struct stat lk {};
@@ -56,7 +56,7 @@ bool fold_can_wait(const std::string& dir) {
     return true;
   const int64_t then = noted_size(lock);
   constexpr int64_t kEntry = 20;  // tmpfs's BOGO_DIRENT_SIZE
-  return then < 0 || d.st_size <= then + std::max(8 * kEntry, then / 2);
+  return then < 0 || d.st_size <= then + std::max(4 * kEntry, then / 4);
 }
 
 void at_exit() {

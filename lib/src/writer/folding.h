@@ -14,7 +14,7 @@ namespace gym::writer_internal {
 // After a writer made its segment (at first use, or in a forked child):
 // folds the directory's exited segments unless a writer or an exporter took
 // the directory's lock in the last second (the lock file's modification
-// time) and the directory grew by less than half (and 8 entries) since the
+// time) and the directory grew by less than a quarter (and 4 entries) since the
 // last fold, so that a burst of forks pays for few folds, and exited
 // segments stay bounded by the live ones: past that threshold it waits (up
 // to 50 ms) for another writer's fold to end and folds after it.
