@@ -842,12 +842,19 @@ def test_protobuf_carries_each_familys_unit_under_both_name_schemes(exporter):
     the durations' names, not their unit."""
     utf8 = ("application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
             "encoding=delimited;escaping=allow-utf-8")
-    units = {}
-    for accept in (PROTOBUF, utf8):
-        headers, body = get_bytes(exporter, accept)
-        assert ("escaping=allow-utf-8" in headers["Content-Type"]) == (accept == utf8)
-        units[accept] = {f["name"]: f["unit"] for f in decode_delimited(body)}
-    plain, otel = units[PROTOBUF], units[utf8]
+    # Two scrapes that serve as many families: one that comes and goes
+    # (gym_server_oldest_process_seconds, while a verifier lives) may be in
+    # one and not the other.
+    for _ in range(10):
+        units = {}
+        for accept in (PROTOBUF, utf8):
+            headers, body = get_bytes(exporter, accept)
+            assert ("escaping=allow-utf-8" in headers["Content-Type"]) == (accept == utf8)
+            units[accept] = {f["name"]: f["unit"] for f in decode_delimited(body)}
+        plain, otel = units[PROTOBUF], units[utf8]
+        if len(plain) == len(otel):
+            break
+    assert len(plain) == len(otel), "no two scrapes in ten served as many families"
     assert plain["gym_concurrency_wait_duration_seconds"] == "seconds"
     assert otel["gym.concurrency.wait_duration"] == "seconds"
     assert otel["gym.resources.operation.duration"] == "seconds"
