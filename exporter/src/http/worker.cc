@@ -1,6 +1,8 @@
 // The workers: each runs the handler for one connection's request at a
 // time, renders the reply and tries one send; what the socket does not take
 // at once, the reactor sends (loop.h). A worker never waits on a peer.
+#include <openssl/crypto.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -16,12 +18,24 @@ void HttpLoop::State::work_loop(std::shared_ptr<State> self) {
   for (;;) {
     if (self->ready.empty() && !self->stopping) {
       ++self->idle_workers;
-      const bool woke = self->work.wait_for(lock, self->opts.worker_idle,
-                                            [&] { return !self->ready.empty() || self->stopping; });
+      (void)self->work.wait_for(lock, self->opts.worker_idle,
+                                [&] { return !self->ready.empty() || self->stopping; });
       --self->idle_workers;
-      if (!woke) break;  // idle too long: retire
     }
-    if (self->ready.empty()) break;  // stopping
+    if (self->ready.empty()) {
+      // Leaving (idle too long, or stopping). This thread's OpenSSL state
+      // is freed now, while the loop's owner waits for it: a worker is
+      // detached, and left to its exit, OpenSSL's thread destructor takes a
+      // global lock that OpenSSL's own atexit cleanup may already have freed
+      // (ThreadSanitizer saw it once in a suite run: heap-use-after-free in
+      // CRYPTO_THREAD_write_lock). A request that came meanwhile keeps it:
+      // the reactor counted it as a worker and spawned none for it.
+      lock.unlock();
+      OPENSSL_thread_stop();
+      lock.lock();
+      if (self->ready.empty()) break;
+      continue;
+    }
     Conn* c = self->ready.front();
     self->ready.pop_front();
     lock.unlock();
