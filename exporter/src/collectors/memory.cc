@@ -197,23 +197,27 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerProcesses::Tr
   m.name = tree.name;
   m.server_type = tree.server_type;
   m.pss_wanted = tree.pss.value_or(true);
-  PssState& state = pss_[tree.name];
-  auto counted = [&]() -> ServerMemory& {
-    m.pss_reads = state.reads;
-    m.pss_refused = state.refused;
-    m.pss_deferred = state.deferred;
-    m.pss_busy = state.busy;
-    return m;
-  };
   if (tree.root == nullptr) {  // gone: 0 processes and 0 bytes
     if (m.pss_wanted) m.pss = m.uss = m.swap = 0;
     rollups_.erase(tree.name);
-    return counted();
+  } else {
+    m.up = true;
+    m.processes = tree.usage.live.size();
+    read_resident(tree.usage.live, table, m);
+    if (m.pss_wanted) measure_pss(tree, table, pss_due, m);
   }
-  m.up = true;
-  m.processes = tree.usage.live.size();
-  read_resident(tree.usage.live, table, m);
-  if (!m.pss_wanted) return counted();
+  const PssState& state = pss_[tree.name];
+  m.pss_reads = state.reads;
+  m.pss_refused = state.refused;
+  m.pss_deferred = state.deferred;
+  m.pss_busy = state.busy;
+  return m;
+}
+
+void MemoryCollector::measure_pss(const ServerProcesses::Tree& tree,
+                                  const procfs::ProcessTable& table, bool pss_due,
+                                  ServerMemory& m) {
+  PssState& state = pss_[tree.name];
   const PssVerdict verdict = pss_due ? judge(tree, state) : PssVerdict::kDeferred;
   if (verdict == PssVerdict::kRefused) rollups_.erase(tree.name);
   const bool fresh = pss_due && verdict == PssVerdict::kRead;
@@ -222,7 +226,7 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerProcesses::Tr
     state.last_read = sample_started_;
     ++state.reads;
     std::optional<Rollups> r = read_rollups(tree.usage.live, table);
-    if (!r) return counted();  // RSS only
+    if (!r) return;  // RSS only
     // All of one read: RSS too, and only the processes that were read.
     m.rss = r->rss;
     m.processes = r->members.size();
@@ -231,13 +235,12 @@ MemoryCollector::ServerMemory MemoryCollector::measure(const ServerProcesses::Tr
   // Between PSS reads the last values stand while the tree is the same and
   // they still fit in its RSS.
   auto it = rollups_.find(tree.name);
-  if (it == rollups_.end()) return counted();
+  if (it == rollups_.end()) return;
   const Rollups& r = it->second;
-  if (!fresh && (r.members != tree.usage.members || r.pss > m.rss)) return counted();
+  if (!fresh && (r.members != tree.usage.members || r.pss > m.rss)) return;
   m.pss = r.pss;
   m.uss = r.uss;
   m.swap = r.swap;
-  return counted();
 }
 
 std::optional<procfs::MemInfo> MemoryCollector::read_host() {

@@ -97,6 +97,10 @@ class MemoryCollector : public SampledCollector<MemorySample> {
   };
   ServerMemory measure(const ServerProcesses::Tree& tree, const procfs::ProcessTable& table,
                        bool pss_due);
+  // Its PSS, USS and swap into `m` (read now, or the last read's): those of
+  // a server whose target wants them.
+  void measure_pss(const ServerProcesses::Tree& tree, const procfs::ProcessTable& table,
+                   bool pss_due, ServerMemory& m);
   // Whether the budget lets `tree` be read now (kRead), else counts the skip.
   PssVerdict judge(const ServerProcesses::Tree& tree, PssState& state);
   std::optional<Rollups> read_rollups(const std::vector<const procfs::ProcStat*>& live,
