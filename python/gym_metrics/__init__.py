@@ -94,9 +94,13 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
     a cancellation.
 
     Waiters are served first come, first served, and a release with waiters
-    hands its slot straight to the first one: the exported free slots, slots in
-    use and queue depth agree with the semaphore at every instant (a free slot
-    is never shown beside a queue). The ages of the oldest waiter and holder
+    hands its slot straight to the first one, whose admission is counted at
+    that instant: the exported free slots, slots in use and queue depth agree
+    with the semaphore at every instant (a free slot is never shown beside a
+    queue). A waiter cancelled after it was handed a slot, before its task
+    resumed, was admitted: its hold ends at once and the slot goes on to the
+    next waiter. Every wait's trace (admitted, timed out or cancelled) is its
+    wait-duration bucket's exemplar. The ages of the oldest waiter and holder
     follow each task: a release ends the releasing task's own hold, or the
     oldest hold when the task holds none."""
 
@@ -195,14 +199,14 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
             return True
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
-        # [future, wait, timed out]: the wait is None once its end is
+        # [future, wait, timed out, trace]: the wait is None once its end is
         # counted, which happens before a slot can be freed beside it (never
         # a free slot beside a queue). A slot handed to the future is counted
-        # as this wait's admission when the waiter resumes with it: a waiter
-        # cancelled before then never held it, and its wait is a cancelled one.
+        # as this wait's admission at the hand-off itself, so the library's
+        # queue and holds are the semaphore's at every instant.
         if not given:
             trace = _trace(None, None)
-        entry: List[Any] = [fut, _abi.limit_wait_started(self._handle), False]
+        entry: List[Any] = [fut, _abi.limit_wait_started(self._handle), False, trace]
         self._line.append(entry)
         self._queued += 1
         timer = None
@@ -212,10 +216,8 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
             handed = await fut
         except BaseException:
             if fut.done() and not fut.cancelled() and not entry[2]:
-                # Handed a slot, cancelled before it resumed: the caller never
-                # held it. Its wait ends cancelled, then the slot goes on.
-                _abi.limit_wait_cancelled(self._handle, entry[1])
-                entry[1] = None
+                # Handed a slot (an admission, counted), cancelled before it
+                # resumed: the caller lets go of the slot at once, to the next.
                 self._hand_on(fut.result())
             elif entry[1] is not None:  # cancelled (also by an outer wait_for)
                 self._end_wait(entry, _abi.limit_wait_cancelled)
@@ -227,22 +229,21 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
             raise TimeoutError(
                 f"no slot of {self._attributes['nemo_gym_concurrency_limit_name']} became "
                 f"free within {self._admission_timeout_s} s")
-        # Admitted now: the handed hold becomes this task's.
-        if trace is None:
-            self._keep_hold(_abi.limit_handed_off(self._handle, handed, entry[1]))
-        else:
-            self._keep_hold(_abi.limit_handed_off(self._handle, handed, entry[1], *trace))
-        entry[1] = None
+        self._keep_hold(handed)  # admitted at the hand-off: the hold is this task's
         return True
 
     def _end_wait(self, entry: List[Any], how: Any) -> None:
-        """Counts the end of a wait that got no slot (timed out, cancelled)."""
+        """Counts the end of a wait that got no slot (timed out, cancelled),
+        with the waiter's trace as its bucket's exemplar."""
         try:
             self._line.remove(entry)
         except ValueError:
             pass  # _hand_on took it off the line already
         self._queued -= 1
-        how(self._handle, entry[1])
+        if entry[3] is None:
+            how(self._handle, entry[1])
+        else:
+            how(self._handle, entry[1], *entry[3])
         entry[1] = None
 
     def _time_out(self, entry: List[Any]) -> None:
@@ -255,8 +256,8 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
         fut.set_result(_TIMED_OUT)
 
     def _hand_on(self, hold: int) -> None:
-        """Gives the slot of `hold` to the first live waiter (still held by
-        `hold` until the waiter resumes and counts its admission), or frees it."""
+        """Gives the slot of `hold` to the first live waiter, its admission
+        counted now (the future holds the new hold's ticket), or frees it."""
         while self._line:
             entry = self._line.popleft()
             fut = entry[0]
@@ -264,7 +265,12 @@ class MeteredSemaphore(asyncio.BoundedSemaphore):
                 self._end_wait(entry, _abi.limit_wait_cancelled)
                 continue
             self._queued -= 1
-            fut.set_result(hold)
+            if entry[3] is None:
+                handed = _abi.limit_handed_off(self._handle, hold, entry[1])
+            else:
+                handed = _abi.limit_handed_off(self._handle, hold, entry[1], *entry[3])
+            entry[1] = None
+            fut.set_result(handed)
             return
         self._free += 1
         _abi.limit_released(self._handle, hold)

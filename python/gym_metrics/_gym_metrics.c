@@ -68,9 +68,28 @@ static gym_limit* limit_of(PyObject* capsule) {
 
 LIMIT_START(limit_acquired, gym_limit_acquired_t)
 LIMIT_START(limit_wait_started, gym_limit_wait_started_t)
-LIMIT_END(limit_wait_timed_out, gym_limit_wait_timed_out_t)
-LIMIT_END(limit_wait_cancelled, gym_limit_wait_cancelled_t)
 LIMIT_END(limit_released, gym_limit_released_t)
+
+/* A wait that got no slot ends (handle, wait[, trace_id, span_id]): with a
+ * trace context the failed wait is its bucket's exemplar, as an admitted one
+ * is (the slow wait that failed is the one whose trace a user wants). */
+#define WAIT_FAILED(name, call)                                                              \
+  static PyObject* name(PyObject* self, PyObject* const* args, Py_ssize_t n) {               \
+    (void)self;                                                                              \
+    const uint8_t *trace_id = NULL, *span_id = NULL;                                         \
+    if (n != 2 && n != 4) {                                                                  \
+      PyErr_SetString(PyExc_TypeError, #name "(handle, wait[, trace_id, span_id])");         \
+      return NULL;                                                                           \
+    }                                                                                        \
+    if (n == 4 && gympy_trace_args(args[2], args[3], &trace_id, &span_id) != 0) return NULL; \
+    gym_limit* l = limit_of(args[0]);                                                        \
+    if (l == NULL) return NULL;                                                              \
+    long long wait = PyLong_AsLongLong(args[1]);                                             \
+    if (wait == -1 && PyErr_Occurred()) return NULL;                                         \
+    int rc = call(l, (int64_t)wait, trace_id, span_id);                                      \
+    if (rc != GYM_OK) return gympy_raise_error(rc);                                          \
+    Py_RETURN_NONE;                                                                          \
+  }
 
 static PyObject* limit_wait_admitted(PyObject* self, PyObject* const* args, Py_ssize_t n) {
   (void)self;
@@ -104,6 +123,9 @@ int gympy_trace_args(PyObject* trace, PyObject* span, const uint8_t** trace_id,
   *span_id = (const uint8_t*)PyBytes_AS_STRING(span);
   return 0;
 }
+
+WAIT_FAILED(limit_wait_timed_out, gym_limit_wait_timed_out_x)
+WAIT_FAILED(limit_wait_cancelled, gym_limit_wait_cancelled_x)
 
 /* (handle, hold, wait[, trace_id, span_id]) -> the new hold's ticket */
 static PyObject* limit_handed_off(PyObject* self, PyObject* const* args, Py_ssize_t n) {
@@ -302,9 +324,9 @@ static PyMethodDef kMethods[] = {
     {"limit_wait_admitted", (PyCFunction)(void (*)(void))limit_wait_admitted, METH_FASTCALL,
      "(handle, wait): a waiting caller got a slot; the hold."},
     {"limit_wait_timed_out", (PyCFunction)(void (*)(void))limit_wait_timed_out, METH_FASTCALL,
-     "(handle, wait): a wait ran out of time."},
+     "(handle, wait[, trace_id, span_id]): a wait ran out of time."},
     {"limit_wait_cancelled", (PyCFunction)(void (*)(void))limit_wait_cancelled, METH_FASTCALL,
-     "(handle, wait): a wait was cancelled."},
+     "(handle, wait[, trace_id, span_id]): a wait was cancelled."},
     {"limit_released", (PyCFunction)(void (*)(void))limit_released, METH_FASTCALL,
      "(handle, hold): a slot was returned."},
     {"limit_handed_off", (PyCFunction)(void (*)(void))limit_handed_off, METH_FASTCALL,

@@ -118,23 +118,28 @@ def test_cancelled_waits_are_counted_also_under_wait_for():
     run(body())
 
 
-def test_a_waiter_cancelled_after_being_handed_a_slot_is_a_cancelled_wait():
-    """What the caller saw is the truth: a wait that ended in CancelledError
-    is cancelled, and the slot it was handed goes on to the next waiter."""
+def test_a_waiter_cancelled_after_being_handed_a_slot_was_admitted_and_passes_it_on():
+    """The hand-off is the admission (the semaphore's state changes there):
+    a waiter cancelled after it and before its task resumed was admitted, and
+    its hold ends at once, handing the slot to the next waiter."""
     async def body():
         sem = MeteredSemaphore(1, "agent_server", "handed", admission_timeout_s=60)
         await sem.acquire()
         first = asyncio.ensure_future(sem.acquire())
         second = asyncio.ensure_future(sem.acquire())
         await asyncio.sleep(0.01)
-        sem.release()   # the slot is handed to `first`...
-        first.cancel()  # ...which is cancelled before it resumes
+        sem.release()   # the slot is handed to `first`, admitted now...
+        s = scrape()
+        assert (sem.active, sem.queued) == (1, 1)
+        assert value(s, "gym_concurrency_queue_depth", **labels("handed")) == 1
+        assert value(s, "gym_concurrency_admissions_total", **labels("handed")) == 2
+        first.cancel()  # ...and cancelled before it resumes
         with pytest.raises(asyncio.CancelledError):
             await first
         assert await second is True  # the slot went on
         s = scrape()
-        assert value(s, "gym_concurrency_admission_cancelled_total", **labels("handed")) == 1
-        assert value(s, "gym_concurrency_admissions_total", **labels("handed")) == 2
+        assert value(s, "gym_concurrency_admission_cancelled_total", **labels("handed")) == 0
+        assert value(s, "gym_concurrency_admissions_total", **labels("handed")) == 3
         assert value(s, "gym_concurrency_queue_depth", **labels("handed")) == 0
         assert value(s, "gym_concurrency_active", **labels("handed")) == 1
         sem.release()
@@ -175,14 +180,16 @@ def test_under_random_cancels_and_timeouts_the_counts_are_what_callers_saw():
                 t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         s = scrape()
-        # Every admission a caller got, and no other. A waiter cancelled after
-        # its admission timeout fired but before it resumed sees
-        # CancelledError and is counted a timeout (counted when it fired):
-        # the two ends together are exact.
-        assert value(s, "gym_concurrency_admissions_total", **labels("random")) == seen["ok"]
-        assert (value(s, "gym_concurrency_admission_cancelled_total", **labels("random")) +
-                value(s, "gym_concurrency_admission_timeouts_total", **labels("random")) ==
-                seen["cancelled"] + seen["timeout"])
+        # Every wait's end counted once. A waiter cancelled after its slot
+        # was handed to it (or after its admission timeout fired) but before
+        # it resumed sees CancelledError and is counted an admission (or a
+        # timeout), as the semaphore saw it when its state changed.
+        ends = seen["ok"] + seen["cancelled"] + seen["timeout"]
+        admitted = value(s, "gym_concurrency_admissions_total", **labels("random"))
+        failed = (value(s, "gym_concurrency_admission_cancelled_total", **labels("random")) +
+                  value(s, "gym_concurrency_admission_timeouts_total", **labels("random")))
+        assert admitted + failed == ends
+        assert seen["ok"] <= admitted
         assert value(s, "gym_concurrency_queue_depth", **labels("random")) == 0
         assert value(s, "gym_concurrency_active", **labels("random")) == 0
     run(body())
@@ -451,6 +458,28 @@ def test_an_operations_and_a_waits_trace_are_their_buckets_exemplars(served_expo
     assert any(t == TRACE and s == SPAN and v >= 0.01 for t, s, v in ops), ops
     waits = exemplars(served_exporter, "gym_concurrency_wait_duration_seconds")
     assert any(t == TRACE and s == SPAN and v >= 0.02 for t, s, v in waits), waits
+
+
+def test_a_timed_out_and_a_cancelled_waits_traces_are_their_buckets_exemplars(served_exporter):
+    """As the C and C++ writers do: the slow wait that failed is the one
+    whose trace a user wants."""
+    late, gone = "ab" * 16, "cd" * 16
+    async def body():
+        sem = MeteredSemaphore(1, "resources_server", "failed_traced_waits",
+                               admission_timeout_s=0.03)
+        await sem.acquire()
+        with pytest.raises(TimeoutError):
+            await sem.acquire(trace_id=late, span_id=SPAN)
+        waiter = asyncio.ensure_future(sem.acquire(trace_id=gone, span_id=SPAN))
+        await asyncio.sleep(0.01)
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+        sem.release()
+    run(body())
+    waits = exemplars(served_exporter, "gym_concurrency_wait_duration_seconds")
+    assert any(t == late and s == SPAN and v >= 0.03 for t, s, v in waits), waits
+    assert any(t == gone and s == SPAN and v >= 0.01 for t, s, v in waits), waits
 
 
 def test_the_current_opentelemetry_span_is_taken_when_no_ids_are_given(served_exporter,
