@@ -77,19 +77,37 @@ void HttpLoop::State::accept_new() {
   }
 }
 
-// A new connection, within its peer's cap: at the cap, the peer's own
-// connection that has waited the longest makes room; with none waiting (all
-// at a worker), the new one is closed.
+int HttpLoop::State::counted(const std::string& peer) const {
+  const auto p = peers.find(peer);
+  if (p == peers.end()) return 0;
+  int n = 0;
+  for (const Conn* c : p->second) {
+    const bool at_worker = c->events == 0;  // the reactor's own field: no race
+    n += at_worker ? !c->finishing.load(std::memory_order_acquire)
+                   : c->state != HttpStats::kLingering;
+  }
+  return n;
+}
+
+bool HttpLoop::State::make_room_for(const std::string& peer) {
+  const auto oldest = std::find_if(waiting.begin(), waiting.end(), [&](const Conn* w) {
+    return w->peer == peer && w->state != HttpStats::kLingering;
+  });
+  if (oldest == waiting.end()) return false;
+  drop(*oldest, HttpStats::kEvicted);
+  return true;
+}
+
+// A new connection, within its peer's cap. A connection that is done (its
+// last reply wholly sent, or being finished by a worker) does not count: a
+// client that closes one connection before it opens the next is never
+// refused. At the cap, the peer's own connection that has waited the longest
+// makes room; with none waiting (all at a worker), the new one is closed.
 void HttpLoop::State::admit(int fd, std::string peer) {
-  if (auto p = peers.find(peer); p != peers.end() && p->second >= opts.max_connections_per_peer) {
-    const auto oldest = std::find_if(waiting.begin(), waiting.end(),
-                                     [&](const Conn* w) { return w->peer == peer; });
-    if (oldest == waiting.end()) {
-      ::close(fd);
-      stats->closed(HttpStats::kEvicted);
-      return;
-    }
-    drop(*oldest, HttpStats::kEvicted);
+  if (counted(peer) >= opts.max_connections_per_peer && !make_room_for(peer)) {
+    ::close(fd);
+    stats->closed(HttpStats::kEvicted);
+    return;
   }
   const int on = 1;
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
@@ -113,7 +131,7 @@ void HttpLoop::State::admit(int fd, std::string peer) {
     c->handshaken = true;
   }
   c->peer = std::move(peer);
-  ++peers[c->peer];
+  peers[c->peer].push_back(c);
   open.fetch_add(1);
   stats->enter(HttpStats::kWaiting);
   wait_for(c, EPOLLIN | EPOLLRDHUP,

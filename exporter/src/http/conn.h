@@ -6,6 +6,7 @@
 
 #include <openssl/ssl.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <list>
@@ -23,6 +24,10 @@ struct Conn {
   int fd = -1;
   SSL* ssl = nullptr;
   std::string peer;  // the peer's address, raw bytes (the per-peer cap)
+  // Set by a worker before the last send of a reply that closes the
+  // connection, cleared when the reactor takes it back: the peer may have
+  // all of it (and connect again) before the worker hands it back.
+  std::atomic<bool> finishing{false};
   bool handshaken = false;
   bool peeked = false;  // TLS: the first byte was seen to start a handshake
   std::string in;       // received, not yet answered
@@ -44,6 +49,7 @@ struct Conn {
   size_t sent = 0;
   Clock::time_point reply_deadline;  // all of it sent by then
   uint64_t unacked = 0;              // bytes the kernel held, at the last look
+  Clock::time_point progress_at;     // when the peer was last seen to acknowledge
 
   size_t unsent() const { return out_head.size() + out_body.size() - sent; }
 };

@@ -17,10 +17,12 @@
 //              send tried (a streamed reply: one send a piece as it is
 //              rendered). Pipelined requests already here are served in turn.
 //   sending    the reactor: what the socket did not take at once is sent as
-//              the peer reads. Progress is the bytes the kernel accepted or
-//              the peer acknowledged (a 4 MiB send buffer may not report
-//              room for seconds while the peer reads steadily):
-//              write_timeout without any, or reply_timeout in all, closes it.
+//              the peer reads. Progress is the bytes the peer acknowledged
+//              (the socket's queue fell), looked at on each event and every
+//              quarter of write_timeout, never bytes the kernel took into
+//              its buffers (an autotuned send buffer takes more from a peer
+//              that reads nothing): write_timeout after the last progress
+//              (a quarter later at most), or reply_timeout in all, closes it.
 //   lingering  the reactor: after a reply that closes the connection, the
 //              write side is shut and what the peer still sends is read and
 //              dropped, kLinger at most (closing over unread data sends a
@@ -33,9 +35,10 @@
 // Limits: a head over kMaxHead gets 431. At max_connections, a new
 // connection closes the one that has waited the longest in the reactor (or,
 // with all of them at a worker, waits in the kernel's backlog). One peer
-// address holds max_connections_per_peer at most: beyond, its own oldest
-// waiting connection makes room. Replies being sent hold kMaxSending bytes
-// at most: beyond, the oldest is closed. At most kMaxWorkers requests are
+// address holds max_connections_per_peer at most, counting connections that
+// are not done (a connection lingering after its last reply, or at a worker
+// sending it, is done): beyond, its own oldest waiting connection makes room. Replies being sent
+// hold kMaxSending bytes at most: beyond, the oldest is closed. At most kMaxWorkers requests are
 // answered at once; more wait, in order, for a worker.
 //
 // Thread-safety: start() and the destructor from one thread; the handler is

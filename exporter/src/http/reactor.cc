@@ -43,7 +43,10 @@ void HttpLoop::State::close_now(Conn* c, HttpStats::Close why) {
   if (c->state == HttpStats::kSending) sending_bytes -= std::min(sending_bytes, c->unsent());
   stats->leave(c->state);
   stats->closed(why);
-  if (auto p = peers.find(c->peer); p != peers.end() && --p->second <= 0) peers.erase(p);
+  if (auto p = peers.find(c->peer); p != peers.end()) {
+    std::erase(p->second, c);
+    if (p->second.empty()) peers.erase(p);
+  }
   open.fetch_sub(1);
   http::release(c);
 }
@@ -70,7 +73,7 @@ void HttpLoop::State::on_event(Conn* c) {
     if (!http::drain(c->fd)) drop(c, c->why);
     return;
   }
-  if (c->state == HttpStats::kSending) return on_sending(c, /*expired=*/false);
+  if (c->state == HttpStats::kSending) return on_sending(c);
   if (!c->handshaken) {
     if (!c->peeked) {
       // Before the handshake: what is not a TLS record is not served. Plain
@@ -152,11 +155,14 @@ void HttpLoop::State::read_head(Conn* c) {
   }
 }
 
-// Sends what the socket takes of a reply the peer reads slowly. On an event,
-// bytes taken are progress; when its deadline has come, bytes the peer
-// acknowledged are too (with a large send buffer, room may be reported long
-// after the peer started reading again).
-void HttpLoop::State::on_sending(Conn* c, bool expired) {
+// Sends what the socket takes of a reply the peer reads slowly. Progress is
+// what the peer acknowledged (the socket's queue fell since the last look),
+// never bytes the kernel took into its buffers: a send buffer autotuned
+// larger takes more of a reply from a peer that reads nothing. The reply is
+// given up write_timeout after the last progress, which a look every quarter
+// of it dates (so within a quarter late).
+void HttpLoop::State::on_sending(Conn* c) {
+  const bool acked = http::acknowledged(c);  // before this send adds to the queue
   bool moved = false;
   const size_t before = c->unsent();
   const http::Sent r = http::send_some(c, &moved);
@@ -164,12 +170,12 @@ void HttpLoop::State::on_sending(Conn* c, bool expired) {
   if (r == http::Sent::kFailed) return drop(c, HttpStats::kPeerClosed);
   if (r == http::Sent::kAll) return after_reply(c);
   const auto now = Clock::now();
-  if (expired && !(http::acknowledged(c) || moved)) return drop(c, HttpStats::kWriteTimeout);
-  if (now >= c->reply_deadline) return drop(c, HttpStats::kWriteTimeout);
-  if (moved || expired) {
-    (void)http::acknowledged(c);  // the queue now, to tell progress from
-    c->deadline = std::min<Clock::time_point>(now + opts.write_timeout, c->reply_deadline);
-  }
+  if (acked) c->progress_at = now;
+  if (now - c->progress_at >= opts.write_timeout || now >= c->reply_deadline)
+    return drop(c, HttpStats::kWriteTimeout);
+  c->deadline = std::min(
+      {c->progress_at + opts.write_timeout, now + opts.write_timeout / 4, c->reply_deadline});
+  (void)http::acknowledged(c);  // the queue after this send, to tell progress from
   wait_for(c, EPOLLOUT);
 }
 
@@ -214,6 +220,10 @@ void HttpLoop::State::take_back() {
     back.swap(returned);
   }
   for (Conn* c : back) {
+    // Back with the reactor: its state says whether it still counts. A peer
+    // that connected again while it was being finished and is now over its
+    // cap (the last send did not take it all) loses its oldest waiting one.
+    c->finishing.store(false, std::memory_order_relaxed);
     if (c->failed) {
       drop(c, c->why);  // a send failed (peer_closed), or a stream (bad_request)
     } else if (c->unsent() > 0) {
@@ -221,13 +231,17 @@ void HttpLoop::State::take_back() {
       sending_bytes += c->unsent();
       c->unacked = 0;
       (void)http::acknowledged(c);
+      c->progress_at = Clock::now();
       wait_for(c, EPOLLOUT,
-               std::min<Clock::duration>(opts.write_timeout, c->reply_deadline - Clock::now()));
+               std::min<Clock::duration>(opts.write_timeout / 4, c->reply_deadline - Clock::now()));
       make_room_for_sending(c);
     } else {
       after_reply(c);
     }
   }
+  for (Conn* c : back)
+    if (c->fd >= 0 && counted(c->peer) > opts.max_connections_per_peer)
+      (void)make_room_for(c->peer);
 }
 
 // Over kMaxSending bytes of replies being sent: the oldest go (not `keep`).
@@ -244,7 +258,7 @@ void HttpLoop::State::expire() {
     Conn* c = *it++;
     if (c->deadline > now) continue;
     if (c->state == HttpStats::kSending) {
-      on_sending(c, /*expired=*/true);
+      on_sending(c);
     } else if (c->state == HttpStats::kLingering) {
       drop(c, c->why);
     } else {

@@ -46,11 +46,11 @@ struct HttpLoop::State : std::enable_shared_from_this<HttpLoop::State> {
   std::atomic<int> open{0};  // connections, wherever they are
 
   // The reactor's own.
-  std::list<Conn*> waiting;                  // connections in epoll, oldest first
-  std::map<std::string, int> peers;          // connections open by peer address
-  size_t sending_bytes = 0;                  // unsent bytes of replies it sends
-  bool accepting = true;                     // the listener is in epoll
-  std::optional<Clock::time_point> stop_by;  // stopping: give up sending then
+  std::list<Conn*> waiting;                         // connections in epoll, oldest first
+  std::map<std::string, std::vector<Conn*>> peers;  // open connections by peer address
+  size_t sending_bytes = 0;                         // unsent bytes of replies it sends
+  bool accepting = true;                            // the listener is in epoll
+  std::optional<Clock::time_point> stop_by;         // stopping: give up sending then
   // Closed during this round of events, deleted after it: a later event of
   // the same round may still name one.
   std::vector<Conn*> dropped;
@@ -78,9 +78,14 @@ struct HttpLoop::State : std::enable_shared_from_this<HttpLoop::State> {
   bool stop_round();
   void accept_new();
   void admit(int fd, std::string peer);
+  // The peer's connections that count against its cap: not done (lingering
+  // after its last reply, or at a worker finishing it).
+  int counted(const std::string& peer) const;
+  // Closes the peer's oldest waiting connection that counts, if any.
+  bool make_room_for(const std::string& peer);
   void on_event(Conn* c);
   void read_head(Conn* c);
-  void on_sending(Conn* c, bool writable);
+  void on_sending(Conn* c);
   void after_reply(Conn* c);
   void wait_for(Conn* c, uint32_t events, std::optional<Clock::duration> timeout = {});
   void unwait(Conn* c);

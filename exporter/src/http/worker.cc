@@ -93,6 +93,7 @@ bool HttpLoop::State::answer(Conn* c) {
   } else {
     reply_to(c, req);
   }
+  if (c->closing) c->finishing.store(true, std::memory_order_release);  // its last send
   if (!send_held(c)) return false;  // the reactor sends the rest, or closes
   std::string().swap(c->out_body);
   return !c->closing && http::head_end(c->in) != 0;  // pipelined
