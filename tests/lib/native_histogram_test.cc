@@ -329,6 +329,47 @@ TEST(NativeHistogram, AWriterKilledWhileItObservesFlatOutLeavesCountsThatAddUp) 
   }
 }
 
+// A writer killed in the middle of an observation leaves a sum that agrees
+// with its count: two threads observe 7 ms flat out, and after each of 100
+// kills the folded sum is exactly the count times 7 ms. (Before the shards
+// published their sum and count, an observation killed between its bucket's
+// add and its sum's left the sum 7 ms short: 91 to 97 of 100 kills, the two
+// threads' adds to the one joint word contending.)
+TEST(NativeHistogram, AWriterKilledWhileItObservesLeavesASumThatAgreesWithItsCount) {
+  const int64_t bounds[] = {1000000, 5000000, 100000000};  // 1, 5, 100 ms
+  constexpr int64_t kValue = 7000000;
+  int short_sums = 0;
+  for (int round = 0; round < 100; ++round) {
+    TempDir tmp;
+    testing::Ready ready;
+    const pid_t writer = testing::spawn([&] {
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test
+      SegmentWriter w(tmp.path());
+      Histogram h = w.histogram("op_seconds", {}, bounds, 1e9, /*native=*/true);
+      std::vector<std::thread> threads;
+      for (int t = 0; t < 2; ++t)
+        threads.emplace_back([&] {
+          h.observe(kValue);
+          ready.signal();
+          for (;;) h.observe(kValue);
+        });
+      for (auto& t : threads) t.join();
+      return 0;
+    });
+    ready.wait(2);
+    ::usleep(500 + 37 * round);
+    ::kill(writer, SIGKILL);
+    ASSERT_EQ(testing::wait_exit(writer), 128 + SIGKILL);
+    RegistryReader reader(tmp.path());  // meets the segment dead
+    const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
+    ASSERT_NE(s, nullptr) << "round " << round;
+    ASSERT_GE(s->count(), 2u) << "round " << round;
+    short_sums += s->sum != int64_t(s->count()) * kValue;
+    EXPECT_EQ(s->sum, int64_t(s->count()) * kValue) << "round " << round;
+  }
+  EXPECT_EQ(short_sums, 0);
+}
+
 // The reader views a live histogram's words where one segment has them and
 // adds them up where several do (writers sharing labels), and adds what
 // exited writers left on top: each way, snapshot after snapshot, exact.

@@ -116,15 +116,24 @@
 //                lines, its native counts between its buckets and its sum.)
 //                (v8) A histogram with native_words != 0 has `shards`
 //                shards of one line, each its int64 sum at word 0 and its
-//                uint64 count at word 1 (added after the joint word and the
-//                sum, released: a reader that finds every shard's count and
-//                sum as it last read them keeps what it read), then one
+//                uint64 count at word 1 (added after the sum and the joint
+//                word, released: a reader that finds every shard's count and
+//                sum as it last read them keeps what it read); an own shard
+//                (all but the last) then stores its sum and count as of
+//                that completed observation at words 2 and 3 (the
+//                published pair; zeros before the first, and from writers
+//                before 2026-12-06, which added the joint word first). One
 //                joint array of native_words + n uint64 words, every
 //                shard's: word w + i counts the values in native word w and
 //                classic bucket i (joint_word). One atomic add counts a
 //                value in both kinds of bucket, so a reader's copy always
 //                adds up, even of a writer killed in the middle of an
-//                observation. The reader splits the array: native word w
+//                observation. A killed writer's own shard whose count is
+//                its published one but whose sum is not was in the middle
+//                of an observation of value sum - published sum; the
+//                joint array counts J - (the shards' counts) such values
+//                (read_joint takes out those it did not count). The reader
+//                splits the array: native word w
 //                and bucket i are the word's, w + i = j, with i the number
 //                of bounds k whose joint_word(native word of bound k, k)
 //                is below j. A histogram without native buckets keeps the

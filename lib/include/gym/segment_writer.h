@@ -245,17 +245,26 @@ class Histogram {
     auto* sum = reinterpret_cast<int64_t*>(shard + sum_index_);
     const bool own = __builtin_expect(s != shard_mask_, 1);  // this thread's own shard
     if (native_ != nullptr) {
-      // One add counts the value in its native and its classic bucket (the
-      // joint array, every shard's): no reader sees one without the other.
-      // Then the sum, and the shard's count of them (released: a reader
-      // that finds the counts as it last read them skips the array).
+      // The sum first; then one add counts the value in its native and its
+      // classic bucket (the joint array, every shard's): no reader sees one
+      // without the other; then the shard's count of them (released: a
+      // reader that finds the counts as it last read them skips the array).
+      // An own shard then publishes its sum and count as of this completed
+      // observation: the reader of a writer killed in the middle of one
+      // finds it by them and takes its value out of the sum when its bucket
+      // was never counted (segment_format.h, version 8).
       const uint32_t w = native::word_of(double(v) * unit_scale_);
-      segment::add_relaxed(&native_[segment::joint_word(w, i)], uint64_t{1});
       if (own) {
-        segment::add_owned(sum, v);
-        segment::add_owned_release(shard + 1, uint64_t{1});
+        const int64_t total = segment::load_relaxed(sum) + v;
+        segment::store_relaxed(sum, total);
+        segment::add_relaxed(&native_[segment::joint_word(w, i)], uint64_t{1});
+        const uint64_t count = segment::load_relaxed(shard + 1) + 1;
+        segment::store_release(shard + 1, count);
+        segment::store_relaxed(reinterpret_cast<int64_t*>(shard + 2), total);
+        segment::store_relaxed(shard + 3, count);
       } else {
         segment::add_relaxed(sum, v);
+        segment::add_relaxed(&native_[segment::joint_word(w, i)], uint64_t{1});
         segment::add_release(shard + 1, uint64_t{1});
       }
       return;

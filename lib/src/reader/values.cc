@@ -104,8 +104,41 @@ void joint_bound_words(const SeriesInfo& info, uint32_t native_words, uint32_t* 
 // observation ended since: `last`'s buckets stand, and its native counts too
 // (kNativeAsLast), without reading the array. (`info`'s bounds are the
 // record's, as its identity; kInconsistent, last values kept, were they not.)
+// A killed writer's observations in flight (format 8, `to` as read_joint
+// fills it): an own shard whose count is its published one and whose sum is
+// not was adding a value, sum - published sum. The joint array counted
+// (buckets - counts) of them; each it did not count is taken out of its
+// shard's sum. Which ones those are is known when none was counted or all
+// the values are equal; otherwise (two threads killed around the one add,
+// with different values: the sum stays at most their values off), or when
+// the shared last shard may hold one too, the sums stay as read.
+void settle_in_flight(uint32_t shards, uint32_t classic, const uint64_t* line, uint64_t counts,
+                      uint64_t* to) {
+  const uint32_t stride = segment::kLineBytes / 8;
+  uint32_t at[segment::kHistogramShards];
+  int64_t value[segment::kHistogramShards];
+  uint32_t n = 0;
+  for (uint32_t k = 0; k + 1 < shards && k < segment::kHistogramShards; ++k) {
+    const uint64_t* shard = line + k * stride;
+    auto& sum = reinterpret_cast<int64_t&>(to[k * (classic + 1u) + classic]);
+    const auto published = int64_t(segment::load_relaxed(&shard[2]));
+    if (segment::load_relaxed(&shard[1]) != segment::load_relaxed(&shard[3]) || sum == published)
+      continue;
+    at[n] = k;
+    value[n++] = sum - published;
+  }
+  uint64_t buckets = 0;
+  for (uint32_t b = 0; b < classic; ++b) buckets += to[b];
+  const uint64_t counted = buckets - std::min(buckets, counts);
+  if (n == 0 || counted >= n) return;
+  const bool equal = std::all_of(value, value + n, [&](int64_t v) { return v == value[0]; });
+  if (counted != 0 && !equal) return;
+  for (uint32_t m = counted; m < n; ++m)  // equal values: which ones does not matter
+    to[at[m] * (classic + 1u) + classic] -= uint64_t(value[m]);
+}
+
 ReadOutcome read_joint(const SeriesInfo& info, uint32_t shards, uint32_t bound_count,
-                       uint32_t native_words, const uint64_t* line, const uint64_t* last,
+                       uint32_t native_words, const uint64_t* line, const uint64_t* last, bool gone,
                        uint64_t* to) {
   if (info.bounds.size() != bound_count) return ReadOutcome::kInconsistent;
   const uint32_t classic = bound_count + 1u;
@@ -118,7 +151,7 @@ ReadOutcome read_joint(const SeriesInfo& info, uint32_t shards, uint32_t bound_c
     sum += (to[k * (classic + 1u) + classic] = segment::load_relaxed(&line[k * stride]));
   }
   for (uint32_t b = 0; b < classic; ++b) last_count += last[b];
-  if (count == last_count && sum == last[classic + native_words]) {
+  if (!gone && count == last_count && sum == last[classic + native_words]) {
     std::copy(last, last + classic, to);
     return ReadOutcome::kNativeAsLast;
   }
@@ -134,6 +167,7 @@ ReadOutcome read_joint(const SeriesInfo& info, uint32_t shards, uint32_t bound_c
     to[i] = sat_add(to[i], n);
     native_to[j - i] = sat_add(native_to[j - i], n);
   }
+  if (gone) settle_in_flight(shards, classic, line, count, to);
   return ReadOutcome::kRead;
 }
 
@@ -142,7 +176,7 @@ ReadOutcome read_joint(const SeriesInfo& info, uint32_t shards, uint32_t bound_c
 // Copies the segment's header counts, states and values out of shared memory
 // into scratch_ with aligned atomic loads (untorn), under the SIGBUS guard.
 // False when the mapping faulted (the file lost pages under us).
-bool ReaderCore::read_values(Segment& s, uint32_t* count) {
+bool ReaderCore::read_values(Segment& s, bool gone, uint32_t* count) {
   uint32_t n = 0;
   uint64_t dropped = 0;
   if (!guarded(s.base, s.size, [&] {
@@ -178,7 +212,7 @@ bool ReaderCore::read_values(Segment& s, uint32_t* count) {
         read_exemplars(seg, e.id, e.record, e.bound_count);
       if (seg.version >= segment::kJointVersion && e.native_words != 0) {
         outcome[j] = read_joint(*series_.info(e.id), e.shards, e.bound_count, e.native_words, line,
-                                seg.last.data() + e.last, to);
+                                seg.last.data() + e.last, gone, to);
         continue;
       }
       if (seg.version >= segment::kSharedNativeVersion) {
@@ -481,7 +515,7 @@ void ReaderCore::read_segment(Segment& s, bool gauges) {
       return damage(s, "truncated to " + std::to_string(st.st_size) + " bytes");
   }
   uint32_t count = 0;
-  if (!read_values(s, &count)) return damage(s, "a page faulted while reading");
+  if (!read_values(s, /*gone=*/!gauges, &count)) return damage(s, "a page faulted while reading");
   const int64_t now = now_ns();
   bool declared = false;
   for (size_t j = 0; j < s.entries.size(); ++j) {
