@@ -92,9 +92,11 @@ int64_t gym_limit_queued(const gym_limit* limit);
  * inline, thread, process, subprocess or other. outcome: ok, error, timeout,
  * cancelled or crashed. */
 int gym_operation_queued(const char* operation, const char* executor);
-/* A queued operation that will not start (cancelled while waiting).
- * dequeued and started need a queued operation of the same kind in this
- * process, finished a started one: otherwise GYM_ESTATE, changing nothing. */
+/* A queued operation that will not start (cancelled while waiting): its
+ * wait is recorded as cancelled (gym_operation_abandoned_k says how long and
+ * how it ended). dequeued and started need a queued operation of the same
+ * kind in this process, finished a started one: otherwise GYM_ESTATE,
+ * changing nothing. */
 int gym_operation_dequeued(const char* operation, const char* executor);
 int gym_operation_started(const char* operation, const char* executor, double queue_seconds);
 int gym_operation_finished(const char* operation, const char* executor, double duration_seconds,
@@ -124,6 +126,13 @@ int gym_operation_finished_t(const char* operation, const char* executor, double
 int gym_operation_kind(const char* operation, const char* executor);
 int gym_operation_queued_k(int kind, int64_t* queued);
 int gym_operation_dequeued_k(int kind, int64_t queued);
+/* A queued operation that will not start, its wait of queue_ns ended by
+ * `outcome`: GYM_OUTCOME_TIMEOUT (an admission timeout) or
+ * GYM_OUTCOME_CANCELLED (anything else; another outcome is GYM_EINVAL).
+ * Recorded in the queue duration histogram with
+ * nemo_gym_concurrency_wait_outcome, so that every wait that ended adds its
+ * time (what dequeued does, measured from the ticket). */
+int gym_operation_abandoned_k(int kind, int64_t queue_ns, int outcome, int64_t queued);
 int gym_operation_started_k(int kind, int64_t queue_ns, int64_t queued, int64_t* active);
 int gym_operation_finished_k(int kind, int64_t duration_ns, int outcome, int64_t active);
 /* The same with the operation's trace context (as the _x calls of a limit):

@@ -76,9 +76,15 @@ static int open_inner(Operation* op, int exit) {
   return op->inner == NULL ? -1 : 0;
 }
 
-/* The wait ended without a slot (raised or closed): no longer queued. */
+/* The wait ended without a slot (raised or closed): no longer queued, its
+ * wait recorded as timed out (TimeoutError, as MeteredSemaphore's admission
+ * timeout raises) or cancelled (anything else). The error stays set. */
 static void dequeue(Operation* op) {
-  gym_operation_dequeued_k(op->kind, op->queued);
+  const int how = PyErr_Occurred() != NULL && PyErr_ExceptionMatches(PyExc_TimeoutError)
+                      ? GYM_OUTCOME_TIMEOUT
+                      : GYM_OUTCOME_CANCELLED;
+  const int64_t waited = now_ns() - op->queued_at;
+  gym_operation_abandoned_k(op->kind, waited > 0 ? waited : 0, how, op->queued);
   op->step = kIdle;
 }
 

@@ -24,7 +24,12 @@ def counts(operation, executor):
     return {
         "queued": get("gym_resources_operation_queued"),
         "active": get("gym_resources_operation_active"),
-        "waited": get("gym_resources_operation_queue_duration_seconds_count"),
+        "waited": get("gym_resources_operation_queue_duration_seconds_count",
+                      nemo_gym_concurrency_wait_outcome="admitted"),
+        "gave_up": get("gym_resources_operation_queue_duration_seconds_count",
+                       nemo_gym_concurrency_wait_outcome="cancelled"),
+        "timed_out": get("gym_resources_operation_queue_duration_seconds_count",
+                         nemo_gym_concurrency_wait_outcome="timeout"),
         "ok": get("gym_resources_operation_duration_seconds_count",
                   nemo_gym_resources_operation_outcome="ok"),
         "error": get("gym_resources_operation_duration_seconds_count",
@@ -90,6 +95,7 @@ def test_a_limit_whose_enter_raises_leaves_nothing_queued_and_its_error_propagat
         after = counts("other", "process")
         assert after["queued"] == 0 and after["active"] == 0
         assert after["waited"] == before["waited"], "a wait that never got a slot"
+        assert after["gave_up"] - before["gave_up"] == 1, "is recorded as abandoned"
         assert limit.exited == 0
     run(body())
 
@@ -127,6 +133,7 @@ def test_a_cancellation_or_a_timeout_while_queued_ends_the_wait_uncounted_as_run
         after = counts("other", "inline")
         assert after["queued"] == 0 and after["active"] == 0
         assert after["waited"] == before["waited"]
+        assert after["gave_up"] - before["gave_up"] == 2  # cancelled, and by wait_for
         assert after["ok"] == before["ok"] and after["error"] == before["error"]
         sem.release()
         assert sem._value == 1 and not sem._waiters, "the semaphore's line is as it was"
@@ -209,3 +216,25 @@ def test_arguments_are_taken_as_a_python_function_with_keyword_only_ids_takes_th
     ]:
         with pytest.raises(TypeError, match=message):
             resources_operation(*args, **kwargs)
+
+
+def test_an_admission_timeout_is_a_timed_out_wait_with_its_length():
+    """Every wait that ends adds its time to the queue duration, so that
+    the time waited per second is the mean number queued (Little's law)."""
+    async def body():
+        from gym_metrics import MeteredSemaphore
+        sem = MeteredSemaphore(1, "resources_server", "scope_timeouts", admission_timeout_s=0.03)
+        await sem.acquire()
+        before = counts("verify", "thread")
+        with pytest.raises(TimeoutError):
+            async with resources_operation(sem, "verify", "thread"):
+                pytest.fail("admitted")
+        after = counts("verify", "thread")
+        assert after["timed_out"] - before["timed_out"] == 1
+        assert after["gave_up"] == before["gave_up"] and after["waited"] == before["waited"]
+        waited = value(scrape(), "gym_resources_operation_queue_duration_seconds_sum",
+                       nemo_gym_resources_operation="verify", nemo_gym_resources_executor="thread",
+                       nemo_gym_concurrency_wait_outcome="timeout")
+        assert waited >= 0.03
+        sem.release()
+    run(body())

@@ -54,7 +54,8 @@ CONTRACT = {
     "gym_concurrency_queue_depth": ("gauge", LIMIT_LABELS),
     "gym_concurrency_admission_timeouts_total": ("counter", LIMIT_LABELS),
     "gym_concurrency_admission_cancelled_total": ("counter", LIMIT_LABELS),
-    "gym_resources_operation_queue_duration_seconds": ("histogram", OP_LABELS | {"le"}),
+    "gym_resources_operation_queue_duration_seconds": (
+        "histogram", OP_LABELS | {"le", "nemo_gym_concurrency_wait_outcome"}),
     "gym_resources_operation_duration_seconds": (
         "histogram", OP_LABELS | {"le", "nemo_gym_resources_operation_outcome"}),
     "gym_resources_operation_queued": ("gauge", OP_LABELS),

@@ -126,8 +126,10 @@ TEST(ExporterProcess, OnceServesTheWritersSeriesAndPromtoolAcceptsIt) {
       sample(out, "gym_resources_operation_duration_seconds_bucket{" + op +
                       ",nemo_gym_resources_operation_outcome=\"ok\"," + server + ",le=\"+Inf\"}"),
       2);
-  EXPECT_EQ(sample(out, "gym_resources_operation_queue_duration_seconds_count{" + op + "," +
-                            server + "}"),
+  EXPECT_EQ(sample(out,
+                   "gym_resources_operation_queue_duration_seconds_count{"
+                   "nemo_gym_concurrency_wait_outcome=\"admitted\"," +
+                       op + "," + server + "}"),
             4);
   EXPECT_EQ(sample(out, "gym_resources_operation_active{" + op + "," + server + "}"), 0);
   EXPECT_EQ(sample(out, "gym_exporter_registry_segments{format_version=\"" +

@@ -83,6 +83,12 @@ TEST(CAbi, EventsByKindLandInTheSeriesOfTheirOperationExecutorAndOutcome) {
       if (gym_operation_started_k(kind, 3000000, wait, &run) != GYM_OK) return 2;        // 3 ms
       if (gym_operation_finished_k(kind, 1500000000, outcome, run) != GYM_OK) return 3;  // 1.5 s
     }
+    // Waits that end without a slot are recorded too, by how they ended.
+    if (gym_operation_queued_k(kind, &wait) != GYM_OK) return 4;
+    if (gym_operation_abandoned_k(kind, 2000000000, GYM_OUTCOME_TIMEOUT, wait) != GYM_OK) return 5;
+    if (gym_operation_queued_k(kind, &wait) != GYM_OK) return 6;
+    if (gym_operation_abandoned_k(kind, 1, GYM_OUTCOME_OK, wait) != GYM_EINVAL) return 7;
+    if (gym_operation_abandoned_k(kind, 7000000, GYM_OUTCOME_CANCELLED, wait) != GYM_OK) return 8;
     std::fflush(nullptr);
     ::_exit(0);
     return 0;
@@ -101,11 +107,19 @@ TEST(CAbi, EventsByKindLandInTheSeriesOfTheirOperationExecutorAndOutcome) {
   EXPECT_EQ(duration("timeout")->sum, 3000000000) << "integer nanoseconds, exactly";
   ASSERT_NE(duration("ok"), nullptr);
   EXPECT_EQ(duration("ok")->count(), 1u);
-  const SeriesSample* queue = find_series(
-      snap, "gym_resources_operation_queue_duration_seconds",
-      {{"nemo_gym_resources_executor", "process"}, {"nemo_gym_resources_operation", "tool"}});
-  ASSERT_NE(queue, nullptr);
-  EXPECT_EQ(queue->sum, 9000000);
+  auto queue = [&](const char* how) {
+    return find_series(snap, "gym_resources_operation_queue_duration_seconds",
+                       {{"nemo_gym_concurrency_wait_outcome", how},
+                        {"nemo_gym_resources_executor", "process"},
+                        {"nemo_gym_resources_operation", "tool"}});
+  };
+  ASSERT_NE(queue("admitted"), nullptr);
+  EXPECT_EQ(queue("admitted")->sum, 9000000);
+  ASSERT_NE(queue("timeout"), nullptr);
+  EXPECT_EQ(queue("timeout")->sum, 2000000000);
+  ASSERT_NE(queue("cancelled"), nullptr);
+  EXPECT_EQ(queue("cancelled")->sum, 7000000);
+  EXPECT_EQ(queue("cancelled")->count(), 1u) << "the refused call records nothing";
 }
 
 // The names of the string forms are whole and case-sensitive: a prefix, an
@@ -202,9 +216,9 @@ TEST(CAbi, MisuseReturnsAnErrorAndChangesNothing) {
       const SeriesSample* s = find_series(snap, f, inline_tool);
       if (s != nullptr && s->gauge != 0) return 13;
     }
-    const SeriesSample* qd =
-        find_series(snap, "gym_resources_operation_queue_duration_seconds", inline_tool);
-    if (qd != nullptr && qd->count() != 0) return 14;
+    for (const SeriesSample& qd : snap.series)
+      if (qd.info->family == "gym_resources_operation_queue_duration_seconds" && qd.count() != 0)
+        return 14;
     return 0;
   });
   EXPECT_EQ(testing::wait_exit(pid), 0) << "the exit code names the check that failed";

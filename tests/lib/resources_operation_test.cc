@@ -21,6 +21,11 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 Labels op_labels(std::string op, std::string ex) {
   return {{"nemo_gym_resources_executor", ex}, {"nemo_gym_resources_operation", op}};
 }
+Labels wait_labels(std::string op, std::string ex, std::string how) {
+  return {{"nemo_gym_concurrency_wait_outcome", how},
+          {"nemo_gym_resources_executor", ex},
+          {"nemo_gym_resources_operation", op}};
+}
 Labels outcome_labels(std::string op, std::string ex, std::string outcome) {
   return {{"nemo_gym_resources_executor", ex},
           {"nemo_gym_resources_operation", op},
@@ -48,8 +53,10 @@ TEST(ResourcesOperation, RecordsQueueTimeActiveAndDurationWithOutcomeOk) {
     ASSERT_NE(find_series(snap, "gym_resources_operation_active", labels), nullptr);
     EXPECT_EQ(find_series(snap, "gym_resources_operation_active", labels)->gauge, 1);
     EXPECT_EQ(find_series(snap, "gym_resources_operation_queued", labels)->gauge, 0);
-    EXPECT_EQ(find_series(snap, "gym_resources_operation_queue_duration_seconds", labels)->count(),
-              1u);
+    const SeriesSample* queue = find_series(snap, "gym_resources_operation_queue_duration_seconds",
+                                            wait_labels("verify", "subprocess", "admitted"));
+    ASSERT_NE(queue, nullptr);
+    EXPECT_EQ(queue->count(), 1u);
     std::this_thread::sleep_for(12ms);
   }
   const Snapshot& snap = f.reader.snapshot();
@@ -158,10 +165,33 @@ TEST(ResourcesOperation, CountsAsQueuedWhileWaitingForTheLimit) {
   waiter.join();
   const Snapshot& snap = f.reader.snapshot();
   EXPECT_EQ(find_series(snap, "gym_resources_operation_queued", labels)->gauge, 0);
-  EXPECT_EQ(find_series(snap, "gym_resources_operation_queue_duration_seconds", labels)->count(),
-            0u)
-      << "an operation that never started records no durations";
+  const auto how = [&](std::string outcome) {
+    return find_series(snap, "gym_resources_operation_queue_duration_seconds",
+                       {{"nemo_gym_concurrency_wait_outcome", outcome}, labels[0], labels[1]});
+  };
+  EXPECT_EQ(how("admitted"), nullptr) << "an operation that never started was not admitted";
+  ASSERT_NE(how("cancelled"), nullptr) << "its wait is recorded, as cancelled";
+  EXPECT_EQ(how("cancelled")->count(), 1u);
+  EXPECT_GT(how("cancelled")->sum, 0) << "with the time it waited";
   sem.release();
+}
+
+// A wait that ran out of the limit's admission timeout is recorded with its
+// length as a timeout: the queue time adds up to the time operations spent
+// queued (Little's law), failed waits included.
+TEST(ResourcesOperation, AWaitThatTimesOutIsRecordedAsATimeoutWithItsLength) {
+  Fixture f;
+  MeteredSemaphore sem(1, Component::kResourcesServer, "judges", {}, 20ms, f.writer);
+  sem.acquire();
+  EXPECT_THROW(ResourcesOperation(sem, Operation::kJudge, Executor::kThread, {}, f.metrics),
+               AdmissionTimeout);
+  sem.release();
+  const SeriesSample* s =
+      find_series(f.reader.snapshot(), "gym_resources_operation_queue_duration_seconds",
+                  wait_labels("judge", "thread", "timeout"));
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(s->count(), 1u);
+  EXPECT_GE(s->sum, 20000000);
 }
 
 TEST(ResourcesOperation, ADeclaredServerLabelsTheOperationSeries) {

@@ -30,6 +30,16 @@ void assign_histogram(HistogramView& h, const SeriesSample& s) {
         s.cumulative_buckets[b]};
 }
 
+// Adds s into h (histograms of the same bounds: an operation's queue
+// durations by how the wait ended); h empty takes s as it is.
+void add_histogram(HistogramView& h, const SeriesSample& s) {
+  if (h.buckets.empty()) return assign_histogram(h, s);
+  if (h.buckets.size() != s.cumulative_buckets.size()) return;  // not the same bounds
+  h.count += s.count();
+  h.sum += double(s.sum) / s.info->unit_divisor;
+  for (size_t b = 0; b < h.buckets.size(); ++b) h.buckets[b].second += s.cumulative_buckets[b];
+}
+
 }  // namespace
 
 std::optional<double> HistogramView::quantile(double q) const {
@@ -138,6 +148,7 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
     out.operations = operations_;
     out.shape = shape_;
   }
+  for (OperationView& o : out.operations) o.queue_duration = {};  // summed below
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     const SeriesSample& s = snap.series[i];
@@ -169,7 +180,7 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
         out.operations[slot.row].active = s.gauge;
         break;
       case Field::kQueueDuration:
-        assign_histogram(out.operations[slot.row].queue_duration, s);
+        add_histogram(out.operations[slot.row].queue_duration, s);  // every way a wait ended
         break;
       case Field::kDuration:
         assign_histogram(out.operations[slot.row].duration[slot.outcome], s);

@@ -57,7 +57,7 @@ struct LimitView {
 struct OperationView {
   std::string operation, executor, server_name;
   int64_t queued = 0, active = 0;
-  HistogramView queue_duration;
+  HistogramView queue_duration;  // every wait that ended: admitted, timed out or cancelled
   std::map<std::string, HistogramView> duration;  // by outcome
   std::string key() const { return server_name + "\x1f" + operation + "\x1f" + executor; }
   uint64_t finished() const;

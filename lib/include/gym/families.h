@@ -150,8 +150,9 @@ inline constexpr FamilySpec kRegistryFamilies[] = {
      MetricType::kHistogram,
      Source::kRegistry,
      "seconds",
-     "Time resources operations waited for their limit.",
-     {label::kOperation, label::kExecutor, label::kServerName},
+     "Time resources operations waited for their limit, by how the wait ended (admitted, or "
+     "abandoned: timeout, cancelled).",
+     {label::kOperation, label::kExecutor, label::kServerName, label::kWaitOutcome},
      "gym.resources.operation.queue_duration"},
     {family::kOperationDuration,
      MetricType::kHistogram,

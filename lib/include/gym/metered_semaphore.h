@@ -20,8 +20,8 @@
 //
 // Fork-safety: as the registry's; a child inherits the semaphore's state.
 //
-// API (docs/api.md): AdmissionError, AdmissionTimeout, AdmissionCancelled,
-// MeteredSemaphore's public members and SemaphoreGuard.
+// API (docs/api.md): MeteredSemaphore's public members and SemaphoreGuard
+// (and, from gym/admission.h, the exceptions its waits end in).
 #pragma once
 
 #include <algorithm>
@@ -34,22 +34,10 @@
 #include <stop_token>
 #include <string_view>
 
+#include "gym/admission.h"
 #include "gym/limit_meter.h"
 
 namespace gym {
-
-// A wait for a slot that ended without one.
-class AdmissionError : public std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-// No slot became free within the admission timeout.
-class AdmissionTimeout : public AdmissionError {
-  using AdmissionError::AdmissionError;
-};
-// The wait was cancelled (its stop_token) before a slot was free.
-class AdmissionCancelled : public AdmissionError {
-  using AdmissionError::AdmissionError;
-};
 
 class MeteredSemaphore {
  public:

@@ -1,7 +1,10 @@
 // The resources-operation scope: bounded work (a verifier subprocess, a judge
 // call) entered over any limit with acquire()/release(). While waiting it
-// counts as queued; on entry it records the queue duration; inside it counts
-// as active; on exit it records the duration with the outcome (the
+// counts as queued; every wait that ends is recorded in the queue duration,
+// by how it ended (admitted, or abandoned when the limit's acquire throws:
+// timeout for AdmissionTimeout, cancelled for anything else), so that the
+// time waited adds up to the number queued over time (Little's law); inside
+// it counts as active; on exit it records the duration with the outcome (the
 // gym_resources_operation_* families).
 //
 //   gym::ResourcesOperation op(semaphore, gym::Operation::kVerify,
@@ -32,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "gym/admission.h"
 #include "gym/contract.h"
 #include "gym/segment_writer.h"
 
@@ -41,7 +45,6 @@ namespace detail {
 // The registry handles of one (operation, executor): internal, no
 // compatibility promise (docs/api.md).
 struct OperationCell {
-  Histogram queue_duration;
   Gauge queued;
   Gauge active;
   AgeSlots queued_ages;  // gym_resources_operation_oldest_queued_seconds
@@ -49,12 +52,32 @@ struct OperationCell {
   // The duration histogram of `outcome`, registered when the first
   // operation ends with it: outcomes that never happen take no space.
   const Histogram& duration(Outcome outcome) const;
+  // The queue duration histogram of waits that ended so, registered at the
+  // first: an operation that never times out has no such series. Inline:
+  // every operation takes it (the duration's is one of five outcomes).
+  const Histogram& queue_duration(WaitOutcome how) const {
+    return queue_durations[static_cast<size_t>(how)].get(
+        [this, how] { return make_queue_duration(how); });
+  }
+  Histogram make_queue_duration(WaitOutcome how) const;
 
   SegmentWriter* writer = nullptr;
   std::vector<Label> labels;        // views of label_values, outcome last
   std::vector<std::string> values;  // the labels' values
   std::array<LazyHistogram, kOutcomes.size()> durations;
+  std::array<LazyHistogram, kWaitOutcomes.size()> queue_durations;
 };
+
+// How a wait that threw ended: timeout for AdmissionTimeout, else cancelled.
+inline WaitOutcome abandoned_wait(const std::exception_ptr& e) noexcept {
+  try {
+    std::rethrow_exception(e);
+  } catch (const AdmissionTimeout&) {
+    return WaitOutcome::kTimeout;
+  } catch (...) {
+    return WaitOutcome::kCancelled;
+  }
+}
 }  // namespace detail
 
 // The registry handles behind resources operations, for one writer, each
@@ -104,7 +127,7 @@ class ResourcesOperation {
   using Clock = std::chrono::steady_clock;
 
   // Waits for `limit` (passing `stop` to it when it takes one); an exception
-  // from the wait propagates and records no duration.
+  // from the wait propagates, its wait recorded as abandoned.
   ResourcesOperation(Limit& limit, Operation op, Executor ex, std::stop_token stop = {},
                      OperationMetrics& metrics = OperationMetrics::process())
       : limit_(limit), cell_(metrics.cell(op, ex)), stop_(std::move(stop)) {
@@ -149,7 +172,7 @@ class ResourcesOperation {
     if constexpr (requires { limit.try_acquire(); }) {
       if (limit.try_acquire()) {
         started_ = Clock::now();
-        cell_.queue_duration.observe(0);
+        cell_.queue_duration(WaitOutcome::kAdmitted).observe(0);
         active_ticket_ = cell_.active_ages.begin(started_.time_since_epoch().count());
         cell_.active.add(1);
         exceptions_ = std::uncaught_exceptions();
@@ -165,12 +188,14 @@ class ResourcesOperation {
       else
         limit.acquire();
     } catch (...) {
+      cell_.queue_duration(detail::abandoned_wait(std::current_exception()))
+          .observe((Clock::now() - queued_at).count());
       cell_.queued_ages.end(queued_ticket);
       cell_.queued.add(-1);
       throw;
     }
     started_ = Clock::now();
-    cell_.queue_duration.observe((started_ - queued_at).count());
+    cell_.queue_duration(WaitOutcome::kAdmitted).observe((started_ - queued_at).count());
     active_ticket_ = cell_.active_ages.begin(started_.time_since_epoch().count());
     cell_.queued_ages.end(queued_ticket);
     cell_.queued.add(-1);

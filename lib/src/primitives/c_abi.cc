@@ -1,6 +1,7 @@
 // The C ABI (gym_metrics.h) over the C++ primitives.
 #include "gym_metrics.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <new>
@@ -315,14 +316,29 @@ int gym_operation_queued_k(int kind, int64_t* queued) {
   });
 }
 
-int gym_operation_dequeued_k(int kind, int64_t queued) {
+int gym_operation_abandoned_k(int kind, int64_t queue_ns, int outcome, int64_t queued) {
   return guarded([&] {
     const Kind k = kind_or_throw(kind);
+    if (queue_ns < 0) throw std::invalid_argument("queue_ns must be >= 0");
+    if (outcome != GYM_OUTCOME_TIMEOUT && outcome != GYM_OUTCOME_CANCELLED)
+      throw std::invalid_argument("an abandoned wait's outcome is timeout or cancelled");
     const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
     if (!take_one(cell.queued.raw())) return fail(GYM_ESTATE, "no such operation is queued");
+    cell.queue_duration(outcome == GYM_OUTCOME_TIMEOUT ? gym::WaitOutcome::kTimeout
+                                                       : gym::WaitOutcome::kCancelled)
+        .observe(queue_ns);
     cell.queued_ages.end(queued);
     return GYM_OK;
   });
+}
+
+// Without the wait's length: measured from its ticket's start (the coarse
+// clock's, so up to a tick long), or 0 s without a ticket.
+int gym_operation_dequeued_k(int kind, int64_t queued) {
+  const int64_t start = queued > 0 ? gym::segment::ticket_start(queued) : 0;
+  const int64_t waited =
+      start > 0 ? std::max<int64_t>(gym::segment::precise_now_ns() - start, 0) : 0;
+  return gym_operation_abandoned_k(kind, waited, GYM_OUTCOME_CANCELLED, queued);
 }
 
 int gym_operation_started_k(int kind, int64_t queue_ns, int64_t queued, int64_t* active) {
@@ -332,7 +348,7 @@ int gym_operation_started_k(int kind, int64_t queue_ns, int64_t queued, int64_t*
     const auto& cell = gym::OperationMetrics::process().cell(k.op, k.ex);
     if (!take_one(cell.queued.raw())) return fail(GYM_ESTATE, "no such operation is queued");
     cell.active.add(1);
-    cell.queue_duration.observe(queue_ns);
+    cell.queue_duration(gym::WaitOutcome::kAdmitted).observe(queue_ns);
     const int64_t t = cell.active_ages.begin(gym::segment::stamp_now_ns());
     cell.queued_ages.end(queued);
     if (active != nullptr) *active = t;

@@ -52,8 +52,6 @@ const OperationMetrics::Cell& OperationMetrics::register_cell(Slot& s, Operation
   c.labels = {{label::kOperation, c.values[0]}, {label::kExecutor, c.values[1]}};
   if (server) c.labels.push_back({label::kServerName, c.values[2]});
   const std::span<const Label> labels = c.labels;
-  c.queue_duration = writer_.histogram(family::kOperationQueueDuration, labels, kOperationBoundsNs,
-                                       double(kNanosPerSecond), /*native=*/true);
   c.queued = writer_.gauge(family::kOperationQueued, labels);
   c.active = writer_.gauge(family::kOperationActive, labels);
   c.queued_ages = writer_.ages(family::kOperationOldestQueued, labels);
@@ -61,6 +59,13 @@ const OperationMetrics::Cell& OperationMetrics::register_cell(Slot& s, Operation
   c.labels.push_back({label::kOutcome, {}});  // its value: the outcome's, when it registers
   s.cell.store(&c, std::memory_order_release);
   return c;
+}
+
+Histogram detail::OperationCell::make_queue_duration(WaitOutcome how) const {
+  std::vector<Label> l(labels.begin(), labels.end() - 1);  // not the outcome
+  l.push_back({label::kWaitOutcome, kWaitOutcomes[static_cast<size_t>(how)]});
+  return writer->histogram(family::kOperationQueueDuration, l, kOperationBoundsNs,
+                           double(kNanosPerSecond), /*native=*/true);
 }
 
 const Histogram& detail::OperationCell::duration(Outcome outcome) const {
