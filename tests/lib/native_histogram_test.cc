@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <new>
 #include <random>
@@ -281,26 +282,35 @@ TEST(NativeHistogram, AVersion7SegmentsShardsAndNativeArrayAreAddedUp) {
 // reader that meets them for the first time serves all of them. (Format 7's
 // two adds left one observation counted in a classic bucket only in about 1
 // of 30 such kills, and then a new reader served the histogram empty.)
+// A writer of op_seconds (1, 5, 100 ms bounds) whose two threads observe
+// value(thread, rng) flat out, each once before it signals `ready`.
+pid_t observe_flat_out(const std::string& dir, testing::Ready& ready, uint64_t seed,
+                       const std::function<int64_t(std::mt19937_64&)>& value) {
+  static const int64_t bounds[] = {1000000, 5000000, 100000000};
+  return testing::spawn([&] {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test
+    SegmentWriter w(dir);
+    Histogram h = w.histogram("op_seconds", {}, bounds, 1e9, /*native=*/true);
+    std::vector<std::thread> threads;
+    for (uint64_t t = 0; t < 2; ++t)
+      threads.emplace_back([&, t] {
+        std::mt19937_64 rng{seed * 2 + t};
+        h.observe(1);
+        ready.signal();
+        for (;;) h.observe(value(rng));
+      });
+    for (auto& t : threads) t.join();
+    return 0;
+  });
+}
+
 TEST(NativeHistogram, AWriterKilledWhileItObservesFlatOutLeavesCountsThatAddUp) {
-  const int64_t bounds[] = {1000000, 5000000, 100000000};  // 1, 5, 100 ms
   for (int round = 0; round < 20; ++round) {
     TempDir tmp;
     testing::Ready ready;
-    const pid_t writer = testing::spawn([&] {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test
-      SegmentWriter w(tmp.path());
-      Histogram h = w.histogram("op_seconds", {}, bounds, 1e9, /*native=*/true);
-      std::vector<std::thread> threads;
-      for (int t = 0; t < 2; ++t)
-        threads.emplace_back([&, t] {
-          std::mt19937_64 rng{static_cast<uint64_t>(round * 2 + t)};
-          std::lognormal_distribution<double> seconds(std::log(0.005), 2.0);
-          h.observe(1);
-          ready.signal();
-          for (;;) h.observe(static_cast<int64_t>(seconds(rng) * 1e9));
-        });
-      for (auto& t : threads) t.join();
-      return 0;
+    std::lognormal_distribution<double> seconds(std::log(0.005), 2.0);
+    const pid_t writer = observe_flat_out(tmp.path(), ready, uint64_t(round), [&](auto& rng) {
+      return static_cast<int64_t>(seconds(rng) * 1e9);
     });
     ready.wait(2);
     uint64_t before = 0;
@@ -336,26 +346,13 @@ TEST(NativeHistogram, AWriterKilledWhileItObservesFlatOutLeavesCountsThatAddUp) 
 // add and its sum's left the sum 7 ms short: 91 to 97 of 100 kills, the two
 // threads' adds to the one joint word contending.)
 TEST(NativeHistogram, AWriterKilledWhileItObservesLeavesASumThatAgreesWithItsCount) {
-  const int64_t bounds[] = {1000000, 5000000, 100000000};  // 1, 5, 100 ms
   constexpr int64_t kValue = 7000000;
   int short_sums = 0;
   for (int round = 0; round < 100; ++round) {
     TempDir tmp;
     testing::Ready ready;
-    const pid_t writer = testing::spawn([&] {
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the test
-      SegmentWriter w(tmp.path());
-      Histogram h = w.histogram("op_seconds", {}, bounds, 1e9, /*native=*/true);
-      std::vector<std::thread> threads;
-      for (int t = 0; t < 2; ++t)
-        threads.emplace_back([&] {
-          h.observe(kValue);
-          ready.signal();
-          for (;;) h.observe(kValue);
-        });
-      for (auto& t : threads) t.join();
-      return 0;
-    });
+    const pid_t writer =
+        observe_flat_out(tmp.path(), ready, uint64_t(round), [](auto&) { return kValue; });
     ready.wait(2);
     ::usleep(500 + 37 * round);
     ::kill(writer, SIGKILL);
@@ -364,8 +361,10 @@ TEST(NativeHistogram, AWriterKilledWhileItObservesLeavesASumThatAgreesWithItsCou
     const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
     ASSERT_NE(s, nullptr) << "round " << round;
     ASSERT_GE(s->count(), 2u) << "round " << round;
-    short_sums += s->sum != int64_t(s->count()) * kValue;
-    EXPECT_EQ(s->sum, int64_t(s->count()) * kValue) << "round " << round;
+    // Each thread's first observation is 1 ns (before it signals).
+    const int64_t want = int64_t(s->count() - 2) * kValue + 2;
+    short_sums += s->sum != want;
+    EXPECT_EQ(s->sum, want) << "round " << round;
   }
   EXPECT_EQ(short_sums, 0);
 }
