@@ -1,13 +1,16 @@
-// Fuzz target: the procfs parsers (stat, meminfo, smaps_rollup, status) and the
+// Fuzz target: the procfs parsers (stat, meminfo, smaps_rollup, status), the
+// kernel's process events (a proc connector datagram), and the
 // cgroup parsers (mountinfo, a process's cgroups, pressure, cpu.max,
 // key-value counts) and the cgroup collector's totals file on arbitrary
 // bytes.
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "collectors/cgroup_totals.h"
 #include "host/cgroup.h"
+#include "host/proc_events.h"
 #include "host/procfs.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -31,6 +34,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (const std::optional<double> cores = cg::parse_cpu_max(text))
     if (!(*cores >= 0)) __builtin_trap();  // a quota over a period: never negative or NaN
   (void)cg::find_count(text, "oom_kill");
+  std::vector<gym::exporter::procev::ProcEvent> events;
+  (void)gym::exporter::procev::parse_proc_events(text, events);
+  for (const auto& e : events)
+    if (e.pid <= 0) __builtin_trap();
   // The totals file: what it accepts it writes back the same, and reads again.
   gym::exporter::CgroupTotals totals;
   std::string why;

@@ -2,13 +2,18 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 
 #include "build_info.h"
+#include "http/request.h"
 #include "landing_page.h"
 #include "logging.h"
 #include "self_metrics.h"
+#include "servers/deaths.h"
 #include "servers/watcher.h"
 #include "snapshot/view.h"
 
@@ -72,11 +77,12 @@ std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
 
 namespace {
 CollectorContext context_for(std::shared_ptr<SharedRegistry> registry,
-                             std::shared_ptr<ServerBoard> board = nullptr) {
+                             std::shared_ptr<ServerBoard> board = nullptr,
+                             std::shared_ptr<DeathLog> deaths = nullptr) {
   // A problem seen at every scrape or sample is one line a minute.
   static RateLimitedLog warnings;
   return {std::move(registry), [](const std::string& problem) { warnings.warn(problem); }, nullptr,
-          std::move(board)};
+          std::move(board), std::move(deaths)};
 }
 }  // namespace
 
@@ -93,7 +99,10 @@ int print_once(const Loaded& loaded) {
 }
 
 App::App(Flags flags, const Loaded& loaded)
-    : flags_(std::move(flags)), config_(loaded.config.config), web_(loaded.web.config) {}
+    : flags_(std::move(flags)),
+      config_(loaded.config.config),
+      web_(loaded.web.config),
+      deaths_(std::make_shared<DeathLog>()) {}
 
 App::~App() {
   stop();
@@ -109,9 +118,9 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
   app->registry_ = std::make_shared<SharedRegistry>(c.registry_dir, reader_options(c));
   // One retiring reader per directory.
   if (!app->registry_->with([&](RegistryReader& r) { return r.claim(error); })) return nullptr;
-  app->exposition_ =
-      std::make_unique<Exposition>(make_collectors(c, context_for(app->registry_, app->board_)),
-                                   [](const std::string& e) { spdlog::error("{}", e); });
+  app->exposition_ = std::make_unique<Exposition>(
+      make_collectors(c, context_for(app->registry_, app->board_, app->deaths_)),
+      [](const std::string& e) { spdlog::error("{}", e); });
   app->exposition_->start();
   app->page_ = landing_page(c, flags.config_file);
   App* self = app.get();
@@ -120,7 +129,10 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
                            c.max_connections,
                            app->web_,
                            [self] { return self->snapshot_json(); },
-                           c.max_connections_per_peer};
+                           c.max_connections_per_peer,
+                           [self](const std::string& query, std::string* error) {
+                             return self->deaths_json(query, error);
+                           }};
   app->server_ = HttpServer::start(
       http, *app->exposition_,
       [self] {
@@ -197,7 +209,7 @@ void App::apply(Config next, const WebConfig& web) {
       std::lock_guard<std::mutex> lock(state_mu_);
       board_ = board;
     }
-    exposition_->replace(make_collectors(next, context_for(registry_, board)));
+    exposition_->replace(make_collectors(next, context_for(registry_, board, deaths_)));
   }
   if (!(next.sd == config_.sd)) {
     std::string error;
@@ -226,6 +238,30 @@ std::string App::snapshot_json() {
   const auto figures = board->read();
   return registry->with(
       [&](RegistryReader& r) { return to_json(make_view(r.snapshot(), dir, figures, boot)); });
+}
+
+std::string App::deaths_json(const std::string& query, std::string* error) const {
+  const auto one = [&](const char* key) {
+    std::vector<std::string> v = query_values(query, key);
+    return v.empty() ? std::string() : v.back();
+  };
+  const std::string server = one("server"), reason = one("reason"), since_text = one("since");
+  double since = 0;
+  if (!since_text.empty()) {
+    char* end = nullptr;
+    since = std::strtod(since_text.c_str(), &end);
+    if (end == since_text.c_str() || *end != '\0' || !std::isfinite(since)) {
+      *error = "since must be Unix seconds, not '" + since_text + "'";
+      return {};
+    }
+  }
+  if (!reason.empty() &&
+      std::find(kDeathReasons.begin(), kDeathReasons.end(), reason) == kDeathReasons.end()) {
+    *error = "reason must be exit_zero, exit_nonzero, signal or oom_kill, not '" + reason + "'";
+    return {};
+  }
+  return gym::exporter::deaths_json(deaths_->records(server, since, reason),
+                                    deaths_->connected() ? "connector" : "sampling");
 }
 
 void App::stop() {

@@ -66,6 +66,8 @@ class App {
   // /api/v1/snapshot: the registry as gym-stat --json shows it, its servers
   // as the collectors' last samples (the board) say.
   std::string snapshot_json();
+  // /api/v1/deaths: the death records that match the query.
+  std::string deaths_json(const std::string& query, std::string* error) const;
 
   Flags flags_;
   Config config_;
@@ -78,6 +80,8 @@ class App {
   SdFile sd_;  // this exporter's file_sd entry, while it runs
   // What the collectors' last samples say of each server, for the snapshot.
   std::shared_ptr<ServerBoard> board_ = std::make_shared<ServerBoard>();
+  // Deaths of servers' processes: kept across reloads (the collectors' go).
+  std::shared_ptr<DeathLog> deaths_;
 };
 
 }  // namespace gym::exporter

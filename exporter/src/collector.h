@@ -33,6 +33,7 @@ class YamlReader;
 struct Config;
 class ServerWatcher;
 class ServerBoard;
+class DeathLog;
 
 // What a family's samples carry that prometheus-cpp's types have no field
 // for, by the index of the sample in the family.
@@ -125,6 +126,9 @@ struct CollectorContext {
   // Where per-server collectors post their samples' figures for the views
   // that show servers (servers/board.h); may be null.
   std::shared_ptr<ServerBoard> board = nullptr;
+  // Where process deaths are recorded (servers/deaths.h), kept across
+  // reloads; null: the deaths collector keeps its own.
+  std::shared_ptr<DeathLog> deaths = nullptr;
 };
 
 struct CollectorKind {

@@ -17,10 +17,10 @@ class SelfMetrics {
  public:
   // The `path` label: the telemetry path is "metrics"; a path the exporter
   // does not serve is "other" (so that clients cannot make new series).
-  static constexpr std::array<std::string_view, 6> kPaths = {"metrics", "snapshot", "healthy",
-                                                             "ready",   "landing",  "other"};
+  static constexpr std::array<std::string_view, 7> kPaths = {
+      "metrics", "snapshot", "deaths", "healthy", "ready", "landing", "other"};
   // The `code` label: every status the handler answers with.
-  static constexpr std::array<int, 4> kCodes = {200, 401, 404, 405};
+  static constexpr std::array<int, 5> kCodes = {200, 400, 401, 404, 405};
 
   static SelfMetrics& process();
 

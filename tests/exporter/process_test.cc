@@ -252,6 +252,14 @@ TEST(ExporterProcess, EveryEndpointThroughARealClient) {
   EXPECT_NE(landing.body.find("<a href=\"/metrics\">"), std::string::npos);
   EXPECT_NE(landing.body.find(tmp.path()), std::string::npos) << "shows the configuration";
   EXPECT_EQ(http(ex.port(), "GET", "/nope").status, 404);
+  Response deaths = http(ex.port(), "GET", "/api/v1/deaths?server=x&reason=signal&since=0");
+  EXPECT_EQ(deaths.status, 200);
+  EXPECT_EQ(deaths.headers["content-type"], "application/json");
+  EXPECT_NE(deaths.body.find("\"deaths\":[]"), std::string::npos) << deaths.body;
+  Response bad = http(ex.port(), "GET", "/api/v1/deaths?reason=old_age");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("reason must be"), std::string::npos) << bad.body;
+  EXPECT_EQ(http(ex.port(), "GET", "/api/v1/deaths?since=yesterday").status, 400);
   // Each of those requests is counted, by path and status.
   const std::string counted = http(ex.port(), "GET", "/metrics").body;
   auto requests = [&](const char* code, const char* path) {
@@ -266,6 +274,8 @@ TEST(ExporterProcess, EveryEndpointThroughARealClient) {
   EXPECT_EQ(requests("200", "landing"), 1);
   EXPECT_EQ(requests("404", "other"), 1) << "an unknown path is `other`, not a new series";
   EXPECT_EQ(requests("200", "snapshot"), 0);
+  EXPECT_EQ(requests("200", "deaths"), 1);
+  EXPECT_EQ(requests("400", "deaths"), 2);
   // Concurrent scrapes.
   std::vector<std::thread> clients;
   std::atomic<int> ok{0};

@@ -125,8 +125,9 @@ inline constexpr FamilySpec kSelfFamilies[] = {
      MetricType::kCounter,
      Source::kExporter,
      "",
-     "HTTP requests the exporter answered, by path (metrics, snapshot, healthy, ready, landing, "
-     "other) and status code; those its connection loop refused itself (400, 431, 500, 505) "
+     "HTTP requests the exporter answered, by path (metrics, snapshot, deaths, healthy, ready, "
+     "landing, other) and status code; those its connection loop refused itself (400, 431, 500, "
+     "505) "
      "under other.",
      {"code", "path"},
      ""},

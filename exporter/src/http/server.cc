@@ -125,6 +125,7 @@ static_assert(HttpServer::kNotFound == SelfMetrics::kPaths.size() - 1, "the rout
 size_t HttpServer::route(const std::string& uri) const {
   if (uri == options_.telemetry_path) return kTelemetry;
   if (uri == "/api/v1/snapshot" && options_.snapshot_json) return kSnapshot;
+  if (uri == "/api/v1/deaths" && options_.deaths_json) return kDeaths;
   if (uri == "/-/healthy") return kHealthy;
   if (uri == "/-/ready") return kReady;
   if (uri == "/") return kLanding;
@@ -170,6 +171,12 @@ HttpReply HttpServer::serve(const HttpRequest& req, size_t to) {
       return serve_telemetry(req, head);
     case kSnapshot:
       return reply(200, "application/json", options_.snapshot_json(), head);
+    case kDeaths: {
+      std::string error;
+      std::string body = options_.deaths_json(req.query, &error);
+      if (!error.empty()) return reply(400, "text/plain; charset=utf-8", error + "\n", head);
+      return reply(200, "application/json", std::move(body), head);
+    }
     case kHealthy:
     case kReady:
       return reply(200, "text/plain; charset=utf-8", "OK\n", head);

@@ -26,7 +26,7 @@ class HttpServer {
  public:
   // What a request asks for, decided once (SelfMetrics::kPaths order): the
   // reply and the request's count both follow from it.
-  enum Route : size_t { kTelemetry, kSnapshot, kHealthy, kReady, kLanding, kNotFound };
+  enum Route : size_t { kTelemetry, kSnapshot, kDeaths, kHealthy, kReady, kLanding, kNotFound };
   size_t route(const std::string& uri) const;
 
   struct Options {
@@ -38,6 +38,10 @@ class HttpServer {
     // none: 404.
     std::function<std::string()> snapshot_json;
     int max_connections_per_peer = 0;  // 0: a quarter of max_connections
+    // The deaths of servers' processes as JSON at /api/v1/deaths
+    // (docs/deaths.schema.json), for the request's query (server=, since=,
+    // reason=); a query it refuses sets `error` (a 400); none: 404.
+    std::function<std::string(const std::string& query, std::string* error)> deaths_json;
   };
   // Starts serving, or returns nullptr with a one-line reason in `error`.
   static std::unique_ptr<HttpServer> start(const Options& options, Exposition& exposition,

@@ -208,3 +208,35 @@ std::string to_json(const View& v) {
 }
 
 }  // namespace gym::exporter
+
+namespace gym::exporter {
+
+std::string deaths_json(const std::vector<ProcessDeath>& deaths, const std::string& source) {
+  Json j;
+  j.open('{');
+  j.field("schema_version", 1.0);
+  j.field("source", source);
+  j.key("deaths");
+  j.open('[');
+  for (const ProcessDeath& d : deaths) {
+    j.open('{');
+    j.field("time_seconds", d.time);
+    j.field("server_name", d.server);
+    j.field("server_type", d.server_type);
+    j.field("pid", double(d.pid));
+    j.field("parent_pid", double(d.parent));
+    j.field("command", d.command);
+    j.optional_number("lifetime_seconds", d.lifetime_seconds);
+    j.field("reason", d.reason);
+    j.optional_number("exit_code", d.exit_code);
+    j.optional_number("signal", d.signal);
+    j.optional_number("rss_bytes", d.rss_bytes);
+    j.close('}');
+  }
+  j.close(']');
+  j.close('}');
+  j.out += '\n';
+  return j.out;
+}
+
+}  // namespace gym::exporter

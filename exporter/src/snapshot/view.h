@@ -152,6 +152,20 @@ View make_view(const Snapshot& snap, const std::string& registry_dir,
 // The boot time from <proc_root>/stat (0 when unknown).
 double boot_time_seconds(const std::string& proc_root = "/proc");
 
+// A process of a server that died (servers/deaths.h records them).
+struct ProcessDeath {
+  double time = 0;  // Unix seconds
+  std::string server, server_type;
+  pid_t pid = 0, parent = 0;
+  std::string command;  // at its last exec (or its parent's)
+  std::optional<double> lifetime_seconds;
+  std::string reason;  // exit_zero, exit_nonzero, signal, oom_kill
+  std::optional<int> exit_code, signal;
+  std::optional<uint64_t> rss_bytes;  // the last the exporter saw (a sample's)
+};
+// /api/v1/deaths (docs/deaths.schema.json): the records, oldest first, and
+// the source of process events ("connector" or "sampling").
+std::string deaths_json(const std::vector<ProcessDeath>& deaths, const std::string& source);
 std::string to_json(const View& v);
 // `s` as a JSON string literal, quoted and escaped.
 std::string json_quote(const std::string& s);

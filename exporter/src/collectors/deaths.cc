@@ -1,0 +1,128 @@
+#include "collectors/deaths.h"
+
+#include <time.h>
+#include <unistd.h>
+
+#include "contract/families.h"
+#include "host/procfs.h"
+
+namespace gym::exporter {
+
+namespace {
+
+GYM_REGISTER_COLLECTOR({.name = "deaths",
+                        .order = 50,
+                        .parse = nullptr,
+                        .make = [](const CollectorSettings*, const CollectorContext& c) {
+                          return std::make_unique<DeathsCollector>(c.servers, c.deaths, c.warn);
+                        }});
+
+double boot_now() {
+  timespec t{};
+  clock_gettime(CLOCK_BOOTTIME, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
+}
+
+}  // namespace
+
+DeathsCollector::DeathsCollector(std::shared_ptr<ServerWatcher> servers,
+                                 std::shared_ptr<DeathLog> deaths, Log log, bool connect)
+    : SampledCollector(std::chrono::duration<double>(servers->config().interval_seconds), "deaths",
+                       std::move(log)),
+      watcher_(std::move(servers)),
+      deaths_(deaths ? std::move(deaths) : std::make_shared<DeathLog>()),
+      since_(unix_now_seconds()) {
+  std::string why;
+  if (connect) connector_ = procev::ProcConnector::open(&why);
+  if (!connector_) {
+    if (connect) this->log()("process events: " + why + "; process exits are not counted");
+    return;
+  }
+  deaths_->set_connected(true);
+  reader_ = std::thread([this] { read_events(); });
+}
+
+DeathsCollector::~DeathsCollector() {
+  stopping_ = true;
+  if (reader_.joinable()) reader_.join();
+  if (connector_) deaths_->set_connected(false);
+  stop();
+}
+
+void DeathsCollector::read_events() {
+  const std::string proc_root = watcher_->config().proc_root;
+  const auto command = [&](pid_t pid) {
+    std::string comm;
+    if (procfs::read_file(proc_root + "/" + std::to_string(pid) + "/comm", comm) !=
+        procfs::ReadStatus::kOk)
+      return std::string();
+    if (!comm.empty() && comm.back() == '\n') comm.pop_back();
+    return comm;
+  };
+  std::vector<procev::ProcEvent> events;
+  while (!stopping_.load(std::memory_order_relaxed)) {
+    events.clear();
+    uint64_t malformed = 0;
+    const auto r = connector_->read(events, std::chrono::milliseconds(200), &malformed);
+    malformed_.fetch_add(malformed, std::memory_order_relaxed);
+    if (r == procev::ProcConnector::Read::kLost) lost_.fetch_add(1, std::memory_order_relaxed);
+    if (r == procev::ProcConnector::Read::kClosed) return;
+    const double now = boot_now(), unix_now = unix_now_seconds();
+    for (const procev::ProcEvent& e : events) deaths_->on_event(e, now, unix_now, command);
+  }
+}
+
+DeathsSample DeathsCollector::take() {
+  DeathsSample out;
+  out.connected = connector_ != nullptr;
+  out.since = since_;
+  if (out.connected) {
+    const double taken = boot_now();
+    view_ = watcher_->view(std::chrono::duration<double>(watcher_->config().interval_seconds / 2),
+                           view_);
+    std::vector<DeathMember> members;
+    const double ticks = procfs::ticks_per_second();
+    static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));
+    for (const ServerProcesses::Tree& t : view_->trees)
+      for (const procfs::ProcStat* p : t.usage.live)
+        members.push_back({p->pid, p->ppid, t.name, t.server_type, p->comm,
+                           double(p->start_ticks) / ticks, p->rss_pages * page});
+    // Walked after `taken`: a fork between the two is in both, which is fine.
+    if (view_->proc_ok) deaths_->resync(members, taken);
+  }
+  out.lost = lost_.load(std::memory_order_relaxed);
+  out.malformed = malformed_.load(std::memory_order_relaxed);
+  return out;
+}
+
+void DeathsCollector::serve(const DeathsSample& s, const Emit& emit) const {
+  Families out;
+  FamilyExtras created;
+  // The counts as they are now, as /api/v1/deaths lists the records: both
+  // read the log, never a sample of it.
+  const std::vector<DeathLog::Count> counts =
+      s.connected ? deaths_->counts() : std::vector<DeathLog::Count>();
+  if (s.connected && !counts.empty()) {
+    auto [exits] = add_families(out, {"gym_server_process_exits_total"});
+    for (const DeathLog::Count& c : counts)
+      for (size_t i = 0; i < kDeathReasons.size(); ++i) {
+        LabelPairs l = server_labels(c.server, c.server_type);
+        l.emplace_back("reason", kDeathReasons[i]);
+        add_metric(*exits, l).counter.value = double(c.exits[i]);
+        created.created.push_back(s.since);
+      }
+  }
+  auto [source] = add_families(out, {"gym_exporter_process_events_source"});
+  add_metric(*source, {{"source", "connector"}}).gauge.value = s.connected ? 1 : 0;
+  add_metric(*source, {{"source", "sampling"}}).gauge.value = s.connected ? 0 : 1;
+  add_simple(out, "gym_exporter_process_events_lost_total", double(s.lost));
+  add_simple(out, "gym_exporter_process_events_malformed_total", double(s.malformed));
+  for (const Family& f : out) {
+    if (f.name == "gym_server_process_exits_total")
+      emit(f, &created);
+    else
+      emit(f);
+  }
+}
+
+}  // namespace gym::exporter

@@ -1,0 +1,120 @@
+#include "servers/deaths.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+
+namespace gym::exporter {
+
+DeathLog::DeathLog(DeathLimits limits) : limits_(limits) {}
+
+size_t DeathLog::server_index(const std::string& name, const std::string& type) {
+  for (size_t i = 0; i < servers_.size(); ++i)
+    if (servers_[i].server == name && servers_[i].server_type == type) return i;
+  servers_.push_back({name, type, {}});
+  return servers_.size() - 1;
+}
+
+void DeathLog::resync(const std::vector<DeathMember>& members, double taken) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<pid_t, Watched> next;
+  for (const DeathMember& m : members) {
+    Watched w;
+    w.server = server_index(m.server, m.server_type);
+    w.parent = m.parent;
+    w.command = m.command;
+    w.born = m.start_seconds;
+    w.added = taken;
+    w.rss_bytes = m.rss_bytes;
+    if (auto it = watched_.find(m.pid); it != watched_.end() && it->second.server == w.server) {
+      if (w.command.empty()) w.command = it->second.command;
+      w.added = std::min(w.added, it->second.added);
+    }
+    next[m.pid] = std::move(w);
+  }
+  // Forked since the sample was taken: not in it yet, still the server's.
+  for (auto& [pid, w] : watched_)
+    if (w.added > taken && !next.contains(pid)) next[pid] = std::move(w);
+  watched_ = std::move(next);
+}
+
+void DeathLog::on_event(const procev::ProcEvent& e, double now, double unix_now,
+                        const std::function<std::string(pid_t)>& command) {
+  using Kind = procev::ProcEvent::Kind;
+  std::string name;
+  if (e.kind == Kind::kExec) name = command(e.pid);  // outside the lock: a read of procfs
+  std::lock_guard<std::mutex> lock(mu_);
+  switch (e.kind) {
+    case Kind::kFork: {
+      auto parent = watched_.find(e.parent);
+      if (parent == watched_.end()) {
+        watched_.erase(e.pid);  // a pid reused by a process of no server
+        return;
+      }
+      Watched child = parent->second;
+      child.parent = e.parent;
+      child.born = now;
+      child.added = now;
+      watched_[e.pid] = std::move(child);
+      return;
+    }
+    case Kind::kExec:
+      if (auto it = watched_.find(e.pid); it != watched_.end() && !name.empty())
+        it->second.command = std::move(name);
+      return;
+    case Kind::kExit:
+      if (auto it = watched_.find(e.pid); it != watched_.end()) {
+        died(e.pid, it->second, e.status, now, unix_now);
+        watched_.erase(it);
+      }
+      return;
+  }
+}
+
+void DeathLog::died(pid_t pid, const Watched& w, uint32_t status, double now, double unix_now) {
+  ProcessDeath d;
+  d.time = unix_now;
+  d.server = servers_[w.server].server;
+  d.server_type = servers_[w.server].server_type;
+  d.pid = pid;
+  d.parent = w.parent;
+  d.command = w.command;
+  if (w.born > 0 && now >= w.born) d.lifetime_seconds = now - w.born;
+  d.rss_bytes = w.rss_bytes;
+  size_t reason = 2;  // signal
+  if (WIFEXITED(status)) {
+    d.exit_code = WEXITSTATUS(status);
+    reason = *d.exit_code == 0 ? 0 : 1;
+  } else {
+    d.signal = WTERMSIG(status);
+  }
+  d.reason = kDeathReasons[reason];
+  ++servers_[w.server].exits[reason];
+  records_.push_back(std::move(d));
+  while (records_.size() > limits_.records ||
+         (!records_.empty() && records_.front().time < unix_now - limits_.max_age_seconds))
+    records_.pop_front();
+}
+
+std::vector<DeathLog::Count> DeathLog::counts() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return servers_;
+}
+
+std::vector<ProcessDeath> DeathLog::records(const std::string& server, double since,
+                                            const std::string& reason) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<ProcessDeath> out;
+  for (const ProcessDeath& d : records_)
+    if ((server.empty() || d.server == server) && d.time >= since &&
+        (reason.empty() || d.reason == reason))
+      out.push_back(d);
+  return out;
+}
+
+size_t DeathLog::watched() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return watched_.size();
+}
+
+}  // namespace gym::exporter

@@ -1,0 +1,99 @@
+// Every death of every process of a server, from the kernel's process
+// events (host/proc_events.h): a fork under a server's process joins the
+// server at once, an exec renames it, an exit is counted by reason and kept
+// as a record, however short the process's life. The sampled trees seed and
+// resynchronise who is whose (resync): a process the events missed (lost,
+// or before the log began) is the server's from the next sample.
+//
+// Reasons: exit_zero, exit_nonzero, signal (its number in the record), and
+// oom_kill (a signal the kernel's OOM killer sent; reserved: not told apart
+// yet, counted as signal).
+//
+// Thread-safety: every member may be called from any thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "host/proc_events.h"
+#include "snapshot/view.h"
+
+namespace gym::exporter {
+
+inline constexpr std::array<const char*, 4> kDeathReasons = {"exit_zero", "exit_nonzero", "signal",
+                                                             "oom_kill"};
+
+// A server's process as a sample saw it.
+struct DeathMember {
+  pid_t pid = 0, parent = 0;
+  std::string server, server_type, command;
+  double start_seconds = 0;  // since boot
+  std::optional<uint64_t> rss_bytes;
+};
+
+// How many death records a host keeps (about 200 bytes each).
+struct DeathLimits {
+  size_t records = 10000;         // kept at most
+  double max_age_seconds = 3600;  // and none older
+};
+
+class DeathLog {
+ public:
+  explicit DeathLog(DeathLimits limits = {});
+
+  // The servers' processes at a sample taken at `taken` (seconds since boot,
+  // CLOCK_BOOTTIME): watched from now on. A process the log holds from a
+  // fork after `taken` stays; one it holds from before that the sample did
+  // not see is dropped (it died unseen, or left).
+  void resync(const std::vector<DeathMember>& members, double taken);
+  // One event at `now` (seconds since boot; `unix_now` for the record).
+  // `command` reads a process's command at its exec ("" when gone).
+  void on_event(const procev::ProcEvent& e, double now, double unix_now,
+                const std::function<std::string(pid_t)>& command);
+
+  struct Count {
+    std::string server, server_type;
+    std::array<uint64_t, kDeathReasons.size()> exits{};
+  };
+  // Exits by server (every server ever resynced) and reason.
+  std::vector<Count> counts() const;
+  // Records, oldest first: of `server` (empty: any), at or after `since`
+  // (Unix seconds), of `reason` (empty: any).
+  std::vector<ProcessDeath> records(const std::string& server, double since,
+                                    const std::string& reason) const;
+  size_t watched() const;
+  // Whether process events feed it (the deaths collector says so).
+  void set_connected(bool on) { connected_.store(on, std::memory_order_relaxed); }
+  bool connected() const { return connected_.load(std::memory_order_relaxed); }
+
+ private:
+  struct Watched {
+    size_t server = 0;  // index into servers_
+    pid_t parent = 0;
+    std::string command;
+    double born = 0;   // seconds since boot
+    double added = 0;  // when the log learnt of it
+    std::optional<uint64_t> rss_bytes;
+  };
+  size_t server_index(const std::string& name, const std::string& type);
+  void died(pid_t pid, const Watched& w, uint32_t status, double now, double unix_now);
+
+  const DeathLimits limits_;
+  mutable std::mutex mu_;
+  std::map<pid_t, Watched> watched_;
+  std::vector<Count> servers_;
+  std::deque<ProcessDeath> records_;
+  std::atomic<bool> connected_{false};
+};
+
+}  // namespace gym::exporter
