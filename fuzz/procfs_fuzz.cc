@@ -1,5 +1,6 @@
 // Fuzz target: the procfs parsers (stat, meminfo, smaps_rollup, status), the
-// kernel's process events (a proc connector datagram), and the
+// kernel's process events (a proc connector datagram) and OOM records (its
+// log's lines), and the
 // cgroup parsers (mountinfo, a process's cgroups, pressure, cpu.max,
 // key-value counts) and the cgroup collector's totals file on arbitrary
 // bytes.
@@ -10,6 +11,7 @@
 
 #include "collectors/cgroup_totals.h"
 #include "host/cgroup.h"
+#include "host/kmsg.h"
 #include "host/proc_events.h"
 #include "host/procfs.h"
 
@@ -38,6 +40,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)gym::exporter::procev::parse_proc_events(text, events);
   for (const auto& e : events)
     if (e.pid <= 0) __builtin_trap();
+  gym::exporter::kmsg::OomParser oom;
+  std::string_view rest = text;
+  while (!rest.empty()) {  // line by line, as records come
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    (void)gym::exporter::kmsg::record_message(line);
+    if (auto k = oom.message(line))
+      if (k->pid <= 0) __builtin_trap();
+    rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+  }
   // The totals file: what it accepts it writes back the same, and reads again.
   gym::exporter::CgroupTotals totals;
   std::string why;

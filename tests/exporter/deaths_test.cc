@@ -1,14 +1,17 @@
 // Deaths of servers' processes (servers/deaths.h, collectors/deaths.h): the
-// kernel's process events parsed from bytes in its exact layout; the log's
+// kernel's process events parsed from bytes in its exact layout, and its
+// OOM records from its log's lines (kernels 4.19 to 6.18); the log's
 // attribution (a fork joins its parent's server, a reused pid is nobody's,
 // records bounded); and, with the real proc connector, a server that forks
 // a thousand short children counted exactly by reason and listed with their
-// codes.
+// codes, and a sandbox OOM-killed in a real 32 MiB cgroup a moment after it
+// started counted as an OOM kill of its server.
 #include <gtest/gtest.h>
 #include <linux/cn_proc.h>
 #include <linux/connector.h>
 #include <linux/netlink.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include <vector>
 
 #include "collectors/deaths.h"
+#include "real_cgroup.h"
 #include "servers/watcher.h"
 #include "test_support.h"
 
@@ -87,6 +91,58 @@ TEST(ProcEvents, TruncatedOrForeignMessagesAreCountedNotParsed) {
   EXPECT_EQ(procev::parse_proc_events(exit.substr(0, 8), got), 0u);
 }
 
+// A memory cgroup's OOM as 6.x logs it (the lines between left out).
+TEST(Kmsg, AMemoryCgroupsOomKillIsReadWithItsCgroupUsageLimitAndRss) {
+  kmsg::OomParser p;
+  EXPECT_EQ(kmsg::record_message("6,3568,6940742447,-;memory: usage 32768kB, limit 32768kB, "
+                                 "failcnt 96\n SUBSYSTEM=memory\n"),
+            "memory: usage 32768kB, limit 32768kB, failcnt 96");
+  EXPECT_FALSE(p.message("memory: usage 32768kB, limit 32768kB, failcnt 96"));
+  EXPECT_FALSE(p.message("Tasks state (memory values in pages):"));
+  EXPECT_FALSE(p.message(
+      "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,"
+      "oom_memcg=/gym-test-17060,task_memcg=/gym-test-17060/box,task=sandbox,pid=17064,uid=0"));
+  const auto k = p.message(
+      "Memory cgroup out of memory: Killed process 17064 (sandbox) total-vm:133680kB, "
+      "anon-rss:75212kB, file-rss:4052kB, shmem-rss:0kB, UID:0 pgtables:1380kB "
+      "oom_score_adj:0");
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->pid, 17064);
+  EXPECT_EQ(k->task, "sandbox");
+  EXPECT_EQ(k->oom_memcg, "/gym-test-17060");
+  EXPECT_EQ(k->task_memcg, "/gym-test-17060/box");
+  EXPECT_EQ(k->anon_rss_bytes, 75212u << 10);
+  EXPECT_EQ(k->file_rss_bytes, 4052u << 10);
+  EXPECT_EQ(k->memcg_usage_bytes, 32768u << 10);
+  EXPECT_EQ(k->memcg_limit_bytes, 32768u << 10);
+}
+
+// The host's OOM (no memory cgroup), and an older kernel's lone line.
+TEST(Kmsg, AHostOomAndAnOlderKernelsKillAreReadTooAndNoiseIsNot) {
+  kmsg::OomParser p;
+  EXPECT_FALSE(
+      p.message("oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,"
+                "mems_allowed=0,global_oom,task_memcg=/user.slice,task=python3,"
+                "pid=4242,uid=1000"));
+  const auto host = p.message(
+      "Out of memory: Killed process 4242 (python3) total-vm:9000kB, anon-rss:8000kB, "
+      "file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:40kB oom_score_adj:0");
+  ASSERT_TRUE(host);
+  EXPECT_EQ(host->task_memcg, "/user.slice");
+  EXPECT_EQ(host->oom_memcg, "");
+  EXPECT_FALSE(host->memcg_limit_bytes);
+  const auto old = p.message(
+      "Killed process 77 (a (b) c) total-vm:10kB, anon-rss:4kB, "
+      "file-rss:0kB, shmem-rss:0kB");
+  ASSERT_TRUE(old);
+  EXPECT_EQ(old->pid, 77);
+  EXPECT_EQ(old->task, "a (b) c");
+  EXPECT_FALSE(p.message("oom_reaper: reaped process 77 (x), now anon-rss:0kB"));
+  EXPECT_FALSE(p.message("Killed process x (y)"));
+  EXPECT_FALSE(p.message("Killed process 0 (y) total-vm:1kB"));
+  EXPECT_EQ(kmsg::record_message("no header here"), "");
+}
+
 ProcEvent fork_of(pid_t parent, pid_t child) {
   return {ProcEvent::Kind::kFork, child, parent, 0};
 }
@@ -151,6 +207,19 @@ TEST(DeathLog, RecordsAreBoundedByCountAndAge) {
   EXPECT_EQ(log.records("", 0, "").size(), 1u) << "older than 10 s at 1100";
 }
 
+// The watcher of one configured server, "sandboxes", the process `pid`,
+// sampled once (at start).
+std::shared_ptr<ServerWatcher> sandboxes(pid_t pid) {
+  ServerTarget t;
+  t.name = "sandboxes";
+  t.server_type = "resources_server";
+  t.pid = pid;
+  ServersConfig config;
+  config.targets = {t};
+  config.interval_seconds = 3600;
+  return make_watcher(config);
+}
+
 // The real connector: a configured server forks 1,000 children, most living
 // under 10 ms, that exit 0, exit 7, are killed (SIGKILL) or crash (SIGSEGV).
 TEST(Deaths, AThousandShortChildrenAreCountedExactlyByReasonAndListed) {
@@ -176,15 +245,8 @@ TEST(Deaths, AThousandShortChildrenAreCountedExactlyByReasonAndListed) {
     ::pause();
     return 0;
   });
-  ServersConfig config;
-  ServerTarget t;
-  t.name = "sandboxes";
-  t.server_type = "resources_server";
-  t.pid = server;
-  config.targets = {t};
-  config.interval_seconds = 3600;  // one sample, at start
   auto log = std::make_shared<DeathLog>();
-  DeathsCollector deaths(make_watcher(config), log, kQuiet);
+  DeathsCollector deaths(sandboxes(server), log, kQuiet);
   ASSERT_TRUE(deaths.connected());
   deaths.start();
   gate.open();
@@ -216,6 +278,76 @@ TEST(Deaths, AThousandShortChildrenAreCountedExactlyByReasonAndListed) {
   }
   EXPECT_EQ(codes, (std::map<std::string, int>{
                        {"exit 0", 250}, {"exit 7", 250}, {"signal 9", 250}, {"signal 11", 250}}));
+}
+
+// The sandbox: a server forks one that moves itself into a 32 MiB
+// memory cgroup and takes 1 MiB every 10 ms, OOM-killed about 0.3 s after
+// it starts, between samples; then a process of no server is OOM-killed
+// in the same cgroup. One oom_kill, the server's, listed with its cgroup
+// and the cgroup's limit; the cgroup removed, nothing changes.
+TEST(Deaths, ASandboxOomKilledAMomentAfterItStartsIsItsServersOomKill) {
+  std::string why;
+  if (!procev::ProcConnector::open(&why)) GTEST_SKIP() << "no process events here: " << why;
+  if (!kmsg::KmsgReader::open("/dev/kmsg", &why)) GTEST_SKIP() << "no kernel log: " << why;
+  RealMemoryCgroup cg(32u << 20);
+  if (!cg.ok()) GTEST_SKIP() << "no memory cgroup can be made here: " << cg.why();
+  testing::Gate go;
+  const pid_t server = testing::spawn([&] {
+    go.wait();
+    const pid_t sandbox = testing::spawn([&]() -> int {
+      if (!cg.join()) return 2;
+      for (;;) {
+        void* p =
+            ::mmap(nullptr, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED) std::memset(p, 1, 1 << 20);
+        std::this_thread::sleep_for(10ms);
+      }
+    });
+    const int status = testing::wait_exit(sandbox);
+    ::pause();
+    return status;
+  });
+  go.close_read();
+  // A process of no server, to be OOM-killed in the same cgroup: forked
+  // before the collector's threads are (a fork beside threads is not safe
+  // under ThreadSanitizer).
+  testing::Gate strike;
+  const pid_t stranger = testing::spawn([&]() -> int {
+    go.close_write();  // the server's gate opens when the test closes it
+    strike.wait();
+    if (!cg.join()) return 2;
+    hog();
+  });
+  strike.close_read();
+  auto log = std::make_shared<DeathLog>();
+  DeathsCollector deaths(sandboxes(server), log, kQuiet);
+  deaths.start();
+  go.open();
+  auto oom_kills = [&] { return log->counts().empty() ? 0 : log->counts()[0].exits[3]; };
+  for (int i = 0; i < 1000 && oom_kills() < 1; ++i) std::this_thread::sleep_for(10ms);
+  strike.open();
+  EXPECT_EQ(testing::wait_exit(stranger), 128 + SIGKILL);
+  std::this_thread::sleep_for(300ms);
+  ::kill(server, SIGKILL);
+  testing::wait_exit(server);
+  EXPECT_TRUE(cg.remove());
+  std::this_thread::sleep_for(300ms);
+  deaths.stop();
+  const auto counts = log->counts();
+  ASSERT_EQ(counts.size(), 1u);
+  EXPECT_EQ(counts[0].exits[3], 1u) << "oom_kill: the sandbox, not the stranger";
+  EXPECT_EQ(counts[0].exits[2], 1u) << "signal: the server, killed at the end";
+  const auto ooms = log->records("sandboxes", 0, "oom_kill");
+  ASSERT_EQ(ooms.size(), 1u);
+  const ProcessDeath& d = ooms[0];
+  EXPECT_EQ(d.parent, server);
+  EXPECT_EQ(d.signal, SIGKILL);
+  EXPECT_NE(d.memory_cgroup.find("/gym-test-"), std::string::npos) << d.memory_cgroup;
+  EXPECT_EQ(d.memory_cgroup_limit_bytes, uint64_t(32) << 20);
+  ASSERT_TRUE(d.lifetime_seconds);
+  EXPECT_LT(*d.lifetime_seconds, 5.0);
+  ASSERT_TRUE(d.rss_bytes);
+  EXPECT_GT(*d.rss_bytes, uint64_t(16) << 20) << "the kernel's figure at the kill";
 }
 
 }  // namespace

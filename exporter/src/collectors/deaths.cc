@@ -38,6 +38,8 @@ DeathsCollector::DeathsCollector(std::shared_ptr<ServerWatcher> servers,
     if (connect) this->log()("process events: " + why + "; process exits are not counted");
     return;
   }
+  kmsg_ = kmsg::KmsgReader::open("/dev/kmsg", &why);
+  if (!kmsg_) this->log()("kernel log: " + why + "; OOM kills count as signal");
   deaths_->set_connected(true);
   reader_ = std::thread([this] { read_events(); });
 }
@@ -68,6 +70,11 @@ void DeathsCollector::read_events() {
     if (r == procev::ProcConnector::Read::kLost) lost_.fetch_add(1, std::memory_order_relaxed);
     if (r == procev::ProcConnector::Read::kClosed) return;
     const double now = boot_now(), unix_now = unix_now_seconds();
+    if (kmsg_) {  // first: an OOM kill is logged before its victim's exit
+      uint64_t lost = 0;
+      for (kmsg::OomKill& k : kmsg_->read(&lost)) deaths_->on_oom(std::move(k), now);
+      lost_.fetch_add(lost, std::memory_order_relaxed);
+    }
     for (const procev::ProcEvent& e : events) deaths_->on_event(e, now, unix_now, command);
   }
 }

@@ -1,6 +1,8 @@
 // The deaths collector: every exit of every process of a server, by reason
 // (gym_server_process_exits_total), from the kernel's process events
-// (host/proc_events.h) on a reader thread of its own, the sampled trees
+// (host/proc_events.h) and, for OOM kills, its log (host/kmsg.h, read
+// before the events of each wakeup: the kill is logged before the victim
+// dies) on a reader thread of its own, the sampled trees
 // resynchronising who is whose at each sample (servers/deaths.h). Which
 // source runs (gym_exporter_process_events_source), and what the kernel
 // dropped or we could not parse (gym_exporter_process_events_lost_total,
@@ -17,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "host/kmsg.h"
 #include "host/proc_events.h"
 #include "sampled_collector.h"
 #include "servers/deaths.h"
@@ -51,6 +54,7 @@ class DeathsCollector : public SampledCollector<DeathsSample> {
   std::shared_ptr<DeathLog> deaths_;
   std::shared_ptr<const ServersView> view_;
   std::unique_ptr<procev::ProcConnector> connector_;
+  std::unique_ptr<kmsg::KmsgReader> kmsg_;  // OOM kills; null: none told apart
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> lost_{0}, malformed_{0};
   const double since_;

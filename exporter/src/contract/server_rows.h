@@ -101,8 +101,8 @@ inline constexpr FamilySpec kServerFamilies[] = {
      Source::kExporter,
      "",
      "Exits of every process of a server (its roots, their children and every process forked "
-     "under them, however short its life), by reason, from the kernel's process events; "
-     "served only where the exporter may subscribe to them "
+     "under them, however short its life), by reason (oom_kill from the kernel's log), from "
+     "the kernel's process events; served only where the exporter may subscribe to them "
      "(gym_exporter_process_events_source).",
      {label::kServerName, label::kServerType, "reason"},
      ""},
@@ -195,8 +195,9 @@ inline constexpr FamilySpec kServerFamilies[] = {
      MetricType::kCounter,
      Source::kExporter,
      "",
-     "Times the kernel dropped process events (the exporter's socket overran); the next "
-     "sample resynchronises who is whose, and exits among those dropped are not counted.",
+     "Times the kernel dropped process events (the exporter's socket overran) or log records "
+     "(overwritten before they were read); the next sample resynchronises who is whose, and "
+     "exits among those dropped are not counted.",
      {},
      ""},
     {"gym_exporter_process_events_malformed_total",

@@ -1,5 +1,6 @@
 #include "servers/deaths.h"
 
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -88,12 +89,33 @@ void DeathLog::died(pid_t pid, const Watched& w, uint32_t status, double now, do
   } else {
     d.signal = WTERMSIG(status);
   }
+  if (auto oom = ooms_.find(pid); oom != ooms_.end()) {
+    if (d.signal == SIGKILL) {
+      const kmsg::OomKill& k = oom->second.first;
+      reason = 3;
+      d.memory_cgroup = k.oom_memcg.empty() ? "/" : k.oom_memcg;
+      d.memory_cgroup_usage_bytes = k.memcg_usage_bytes;
+      d.memory_cgroup_limit_bytes = k.memcg_limit_bytes;
+      if (k.anon_rss_bytes)
+        d.rss_bytes =
+            *k.anon_rss_bytes + k.file_rss_bytes.value_or(0) + k.shmem_rss_bytes.value_or(0);
+    }
+    ooms_.erase(oom);
+  }
   d.reason = kDeathReasons[reason];
   ++servers_[w.server].exits[reason];
   records_.push_back(std::move(d));
   while (records_.size() > limits_.records ||
          (!records_.empty() && records_.front().time < unix_now - limits_.max_age_seconds))
     records_.pop_front();
+}
+
+void DeathLog::on_oom(kmsg::OomKill kill, double now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::erase_if(ooms_, [&](const auto& kv) { return kv.second.second < now - 60; });
+  if (ooms_.size() >= 1024) ooms_.erase(ooms_.begin());
+  const pid_t pid = kill.pid;
+  ooms_[pid] = {std::move(kill), now};
 }
 
 std::vector<DeathLog::Count> DeathLog::counts() const {

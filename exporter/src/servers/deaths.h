@@ -6,8 +6,8 @@
 // or before the log began) is the server's from the next sample.
 //
 // Reasons: exit_zero, exit_nonzero, signal (its number in the record), and
-// oom_kill (a signal the kernel's OOM killer sent; reserved: not told apart
-// yet, counted as signal).
+// oom_kill: a SIGKILL the kernel's OOM killer sent, known from its log
+// (host/kmsg.h: on_oom, told before the exit it causes), counted once.
 //
 // Thread-safety: every member may be called from any thread.
 #pragma once
@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "host/kmsg.h"
 #include "host/proc_events.h"
 #include "snapshot/view.h"
 
@@ -60,6 +61,10 @@ class DeathLog {
   // `command` reads a process's command at its exec ("" when gone).
   void on_event(const procev::ProcEvent& e, double now, double unix_now,
                 const std::function<std::string(pid_t)>& command);
+  // An OOM kill the kernel logged at `now` (seconds since boot): the exit of
+  // its pid by SIGKILL that follows is an oom_kill. Kills of no server's
+  // process are forgotten after a minute; at most 1,024 wait.
+  void on_oom(kmsg::OomKill kill, double now);
 
   struct Count {
     std::string server, server_type;
@@ -91,6 +96,7 @@ class DeathLog {
   const DeathLimits limits_;
   mutable std::mutex mu_;
   std::map<pid_t, Watched> watched_;
+  std::map<pid_t, std::pair<kmsg::OomKill, double>> ooms_;  // by pid, with when
   std::vector<Count> servers_;
   std::deque<ProcessDeath> records_;
   std::atomic<bool> connected_{false};

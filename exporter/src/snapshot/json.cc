@@ -231,6 +231,9 @@ std::string deaths_json(const std::vector<ProcessDeath>& deaths, const std::stri
     j.optional_number("exit_code", d.exit_code);
     j.optional_number("signal", d.signal);
     j.optional_number("rss_bytes", d.rss_bytes);
+    j.optional_string("memory_cgroup", d.memory_cgroup);
+    j.optional_number("memory_cgroup_usage_bytes", d.memory_cgroup_usage_bytes);
+    j.optional_number("memory_cgroup_limit_bytes", d.memory_cgroup_limit_bytes);
     j.close('}');
   }
   j.close(']');

@@ -161,7 +161,13 @@ struct ProcessDeath {
   std::optional<double> lifetime_seconds;
   std::string reason;  // exit_zero, exit_nonzero, signal, oom_kill
   std::optional<int> exit_code, signal;
-  std::optional<uint64_t> rss_bytes;  // the last the exporter saw (a sample's)
+  // The last the exporter saw (a sample's); for an OOM kill, the kernel's
+  // figure at the kill (anon + file + shmem).
+  std::optional<uint64_t> rss_bytes;
+  // An OOM kill's memory cgroup that was out of memory ("/" for the host's),
+  // its usage and limit then (a memory cgroup's OOM).
+  std::string memory_cgroup;
+  std::optional<uint64_t> memory_cgroup_usage_bytes, memory_cgroup_limit_bytes;
 };
 // /api/v1/deaths (docs/deaths.schema.json): the records, oldest first, and
 // the source of process events ("connector" or "sampling").
