@@ -127,10 +127,15 @@ local percent(r) = '%g%%' % (r * 100);
             summary: '{{ $labels.nemo_gym_server_name }} on {{ $labels.instance }} is down',
             description: 'The root process of {{ $labels.nemo_gym_server_name }} ({{ $labels.nemo_gym_server_type }}) has not been found for 10 minutes: gone, or its pidfile is unreadable or stale.',
           }, '10m'),
-          // The kernel's OOM killer killed a process of a server: in its own
-          // cgroup (the server may have survived: a verifier, a worker), or
-          // the server's root process itself.
+          // The kernel's OOM killer killed a process of a server: any
+          // process of it, from the kernel's events where the exporter has
+          // them; else in its own cgroup (the server may have survived: a
+          // verifier, a worker), or the server's root process itself.
           alert('GymServerOOMKilled', 'warning', |||
+            sum by (%(server)s) (
+              increase(gym_server_process_exits_total{%(gymSelector)s, reason="oom_kill"}[10m])
+            ) > 0
+            or
             sum by (%(server)s) (
               increase(gym_server_exits_total{%(gymSelector)s, reason="oom_kill"}[10m])
             ) > 0
@@ -152,6 +157,17 @@ local percent(r) = '%g%%' % (r * 100);
           ||| % c, {
             summary: 'A sandbox of {{ $labels.nemo_gym_server_name }} on {{ $labels.instance }} was OOM-killed whole',
             description: "{{ $value | humanize }} cgroups of {{ $labels.nemo_gym_server_name }} ({{ $labels.nemo_gym_server_type }}) were killed whole by the OOM killer in the last 10 minutes: a sandbox's memory limit is too small for the work sent to it.",
+          }),
+          // Processes of a server keep dying of a signal other than the OOM
+          // killer's: crashes (SIGSEGV, SIGABRT), or kills from outside (a
+          // neighbour's pkill, a timeout's SIGKILL).
+          alert('GymServerProcessesCrashing', 'warning', |||
+            sum by (%(server)s) (
+              increase(gym_server_process_exits_total{%(gymSelector)s, reason="signal"}[%(window)s])
+            ) > %(processCrashes)g
+          ||| % c { window: minutes(c.processDeathWindowSeconds) }, {
+            summary: 'Processes of {{ $labels.nemo_gym_server_name }} on {{ $labels.instance }} keep dying of signals',
+            description: '{{ $value | humanize }} processes of {{ $labels.nemo_gym_server_name }} ({{ $labels.nemo_gym_server_type }}) were killed by a signal other than the OOM killer in the last %s (threshold %g): crashes, or kills from outside. /api/v1/deaths?server={{ $labels.nemo_gym_server_name }}&reason=signal on the exporter lists them with their signals.' % [asText(c.processDeathWindowSeconds), c.processCrashes],
           }),
           // A process of a server other than its roots has lived far longer
           // than a verifier or sandbox should: leaked (its caller timed out

@@ -42,6 +42,8 @@
     memoryPressureFullRatio: 0.1,  // all tasks of a cgroup stalled on memory
     gpuMemoryFullRatio: 0.97,  // a GPU nearly full (vLLM reserves 0.9)
     eventLoopBlockedSeconds: 60,  // a Python server's loop not running
+    processDeathWindowSeconds: 600,  // the window over which a server's processes' deaths are counted
+    processCrashes: 5,  // processes of a server killed by a signal (not the OOM killer) in that window
 
     // Dashboards.
     dashboardTags: ['gym', 'nemo-gym'],

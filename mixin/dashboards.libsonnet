@@ -244,6 +244,9 @@ local SERVER = 'nemo_gym_server_name, nemo_gym_server_type';
                       ['sum by (instance, %s) (%s)' % [SERVER, increase('gym_server_cgroup_oom_kills_total')], "OOM kills in {{nemo_gym_server_name}}'s cgroup {{instance}}"],
                       ['sum by (instance) (%(hostOoms)s)' % s, 'OOM kills on {{instance}}'],
                     ], description="Server root processes that exited (oom_kill: killed by the OOM killer), OOM kills in servers' own cgroups, and on the whole host."),
+                    panel('Process deaths by reason', 'short', [
+                      ['sum by (instance, %s, reason) (%s) > 0' % [SERVER, increase('gym_server_process_exits_total')], '{{nemo_gym_server_name}} {{reason}} {{instance}}'],
+                    ], description="Every process of each server that died (children and sandboxes too, however short their lives), by reason: exit_zero, exit_nonzero, signal, oom_kill. From the kernel's process events (the exporter as root); /api/v1/deaths lists each with its exit code or signal."),
                     panel("Which server's event loop is blocked, and for how long", 's', [
                       ['max by (instance, nemo_gym_server_name) (gym_python_event_loop_blocked_seconds{%(SEL)s})' % s, perServerHost],
                     ], description="How long each Python server's event loop has not run its heartbeat, now (0: it runs): a synchronous call or a CPU-bound verifier run inline holds the loop, and nothing else in that server runs meanwhile."),
