@@ -10,12 +10,21 @@ namespace gym::exporter {
 
 namespace {
 
-GYM_REGISTER_COLLECTOR({.name = "deaths",
-                        .order = 50,
-                        .parse = nullptr,
-                        .make = [](const CollectorSettings*, const CollectorContext& c) {
-                          return std::make_unique<DeathsCollector>(c.servers, c.deaths, c.warn);
-                        }});
+// The `deaths:` section: enabled, interval_seconds (how often the samples
+// resynchronise who is whose), and the records kept.
+struct DeathsSettings : SampledSettings {
+  double records = double(DeathLimits{}.records);
+  double max_age_seconds = DeathLimits{}.max_age_seconds;
+};
+
+GYM_REGISTER_COLLECTOR(sampled_kind<DeathsSettings>(
+    "deaths", 50,
+    {{"records", &DeathsSettings::records, 1},
+     {"max_age_seconds", &DeathsSettings::max_age_seconds, 1}},
+    [](const DeathsSettings& s, const CollectorContext& c) {
+      return std::make_unique<DeathsCollector>(c.servers, c.deaths, c.warn, s.interval_seconds,
+                                               DeathLimits{size_t(s.records), s.max_age_seconds});
+    }));
 
 double boot_now() {
   timespec t{};
@@ -26,12 +35,13 @@ double boot_now() {
 }  // namespace
 
 DeathsCollector::DeathsCollector(std::shared_ptr<ServerWatcher> servers,
-                                 std::shared_ptr<DeathLog> deaths, Log log, bool connect)
-    : SampledCollector(std::chrono::duration<double>(servers->config().interval_seconds), "deaths",
-                       std::move(log)),
+                                 std::shared_ptr<DeathLog> deaths, Log log, double interval_seconds,
+                                 DeathLimits limits, bool connect)
+    : SampledCollector(std::chrono::duration<double>(interval_seconds), "deaths", std::move(log)),
       watcher_(std::move(servers)),
       deaths_(deaths ? std::move(deaths) : std::make_shared<DeathLog>()),
       since_(unix_now_seconds()) {
+  deaths_->set_limits(limits);
   std::string why;
   if (connect) connector_ = procev::ProcConnector::open(&why);
   if (!connector_) {
@@ -85,8 +95,7 @@ DeathsSample DeathsCollector::take() {
   out.since = since_;
   if (out.connected) {
     const double taken = boot_now();
-    view_ = watcher_->view(std::chrono::duration<double>(watcher_->config().interval_seconds / 2),
-                           view_);
+    view_ = watcher_->view(interval() / 2, view_);
     std::vector<DeathMember> members;
     const double ticks = procfs::ticks_per_second();
     static const uint64_t page = uint64_t(::sysconf(_SC_PAGESIZE));

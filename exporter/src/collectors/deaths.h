@@ -37,9 +37,11 @@ struct DeathsSample {
 
 class DeathsCollector : public SampledCollector<DeathsSample> {
  public:
-  // `log` may be null: one of its own (the app's outlives its collectors).
+  // `deaths` may be null: one of its own (the app's outlives its
+  // collectors); it keeps `limits` from now on. Every `interval_seconds` a
+  // sample resynchronises who is whose.
   DeathsCollector(std::shared_ptr<ServerWatcher> servers, std::shared_ptr<DeathLog> deaths, Log log,
-                  bool connect = true);
+                  double interval_seconds = 5, DeathLimits limits = {}, bool connect = true);
   ~DeathsCollector() override;
   std::string sampling_group() const override { return kPerServerGroup; }
   const std::shared_ptr<DeathLog>& deaths() const { return deaths_; }

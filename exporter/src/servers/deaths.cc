@@ -33,9 +33,16 @@ void DeathLog::resync(const std::vector<DeathMember>& members, double taken) {
     }
     next[m.pid] = std::move(w);
   }
-  // Forked since the sample was taken: not in it yet, still the server's.
-  for (auto& [pid, w] : watched_)
-    if (w.added > taken && !next.contains(pid)) next[pid] = std::move(w);
+  // Not in the sample: forked since it was taken (not in it yet), or gone
+  // with its exit event still on its way (queued behind the sample's walk).
+  // Dropped at its second miss: gone unseen (events lost, or before the log
+  // began).
+  for (auto& [pid, w] : watched_) {
+    if (next.contains(pid)) continue;
+    if (w.added <= taken && w.missed) continue;
+    if (w.added <= taken) w.missed = true;
+    next[pid] = std::move(w);
+  }
   watched_ = std::move(next);
 }
 
@@ -108,6 +115,12 @@ void DeathLog::died(pid_t pid, const Watched& w, uint32_t status, double now, do
   while (records_.size() > limits_.records ||
          (!records_.empty() && records_.front().time < unix_now - limits_.max_age_seconds))
     records_.pop_front();
+}
+
+void DeathLog::set_limits(DeathLimits limits) {
+  std::lock_guard<std::mutex> lock(mu_);
+  limits_ = limits;
+  while (records_.size() > limits_.records) records_.pop_front();
 }
 
 void DeathLog::on_oom(kmsg::OomKill kill, double now) {

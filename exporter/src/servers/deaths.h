@@ -54,8 +54,9 @@ class DeathLog {
 
   // The servers' processes at a sample taken at `taken` (seconds since boot,
   // CLOCK_BOOTTIME): watched from now on. A process the log holds from a
-  // fork after `taken` stays; one it holds from before that the sample did
-  // not see is dropped (it died unseen, or left).
+  // fork after `taken` stays; one it holds from before that two samples in
+  // a row did not see is dropped (it died unseen, or left): one miss may be
+  // an exit whose event is still on its way.
   void resync(const std::vector<DeathMember>& members, double taken);
   // One event at `now` (seconds since boot; `unix_now` for the record).
   // `command` reads a process's command at its exec ("" when gone).
@@ -77,6 +78,8 @@ class DeathLog {
   std::vector<ProcessDeath> records(const std::string& server, double since,
                                     const std::string& reason) const;
   size_t watched() const;
+  // Keeps at most `limits` records from now on (a reload's settings).
+  void set_limits(DeathLimits limits);
   // Whether process events feed it (the deaths collector says so).
   void set_connected(bool on) { connected_.store(on, std::memory_order_relaxed); }
   bool connected() const { return connected_.load(std::memory_order_relaxed); }
@@ -89,11 +92,12 @@ class DeathLog {
     double born = 0;   // seconds since boot
     double added = 0;  // when the log learnt of it
     std::optional<uint64_t> rss_bytes;
+    bool missed = false;  // not in the last sample
   };
   size_t server_index(const std::string& name, const std::string& type);
   void died(pid_t pid, const Watched& w, uint32_t status, double now, double unix_now);
 
-  const DeathLimits limits_;
+  DeathLimits limits_;
   mutable std::mutex mu_;
   std::map<pid_t, Watched> watched_;
   std::map<pid_t, std::pair<kmsg::OomKill, double>> ooms_;  // by pid, with when
