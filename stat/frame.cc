@@ -202,6 +202,28 @@ std::string cgroup_columns(const ServerView& s, const View* prev) {
   return pad(share, 11) + (s.oom_kills ? std::to_string(*s.oom_kills) : "-");
 }
 
+// The last minute's deaths of servers' processes, newest first (gym-stat
+// follows the kernel's process events as the exporter does, as root).
+void death_lines(const View& now, const FrameOptions& o, std::vector<Line>& out) {
+  if (!now.deaths_followed) return;
+  out.push_back(
+      {Line::Kind::kTitle, "DEATHS (last minute: " + std::to_string(now.deaths.size()) + ")"});
+  out.push_back({Line::Kind::kHeader, pad("AGO", 8) + pad("SERVER", 22) + pad("PID", 9) +
+                                          pad("COMMAND", 17) + pad("REASON", 14) + pad("CODE", 11) +
+                                          "LIVED"});
+  for (auto d = now.deaths.rbegin(); d != now.deaths.rend(); ++d) {
+    if (!room(out, o)) break;
+    if (!matches(o.filter, {&d->server, &d->command})) continue;
+    const std::string code = d->exit_code ? "exit " + std::to_string(*d->exit_code)
+                             : d->signal  ? "signal " + std::to_string(*d->signal)
+                                          : "-";
+    out.push_back({Line::Kind::kRow, pad(fmt("%.0fs", now.time_seconds - d->time), 8) +
+                                         pad(d->server, 22) + pad(std::to_string(d->pid), 9) +
+                                         pad(d->command, 17) + pad(d->reason, 14) + pad(code, 11) +
+                                         seconds(d->lifetime_seconds)});
+  }
+}
+
 void server_and_writer_lines(const View& now, const View* prev, const FrameOptions& o,
                              std::vector<Line>& out) {
   out.push_back({Line::Kind::kTitle, "SERVERS"});
@@ -218,6 +240,7 @@ void server_and_writer_lines(const View& now, const View* prev, const FrameOptio
                                          pad(s.processes ? std::to_string(*s.processes) : "-", 11) +
                                          loop_columns(s, prev) + cgroup_columns(s, prev)});
   }
+  death_lines(now, o, out);
   out.push_back({Line::Kind::kTitle, "WRITERS (" + std::to_string(now.writers.size()) + ")"});
   out.push_back({Line::Kind::kHeader,
                  pad("PID", 9) + pad("SERVER", 22) + pad("AGE", 10) + pad("FORMAT", 8) + "STATE"});

@@ -28,6 +28,7 @@
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
 #include "sampled_collector.h"
+#include "servers/deaths.h"
 #include "snapshot/view.h"
 
 namespace gym::stat {
@@ -139,8 +140,10 @@ class Source {
       : args_(a),
         registry_(std::make_shared<exporter::SharedRegistry>(a.dir, read_only())),
         board_(std::make_shared<exporter::ServerBoard>()),
-        collectors_(with_times(exporter::make_collectors(
-            config, {registry_, std::move(log), nullptr, board_}, {"servers", "memory", "gpu"}))),
+        deaths_(std::make_shared<exporter::DeathLog>()),
+        collectors_(with_times(
+            exporter::make_collectors(config, {registry_, std::move(log), nullptr, board_, deaths_},
+                                      {"servers", "memory", "gpu", "deaths"}))),
         boot_(exporter::boot_time_seconds(config.servers.proc_root)) {}
   // The registry now, into `out` (reusing its storage); the servers as the
   // collectors' last samples say. Each collector samples when its interval
@@ -164,7 +167,11 @@ class Source {
       builder_.build(fresh ? r.last_snapshot() : r.snapshot(), args_.dir, figures, boot_, out);
       return 0;
     });
+    out.deaths = deaths_->records("", out.time_seconds - kDeathsShown, "");
+    out.deaths_followed = deaths_->connected();
   }
+  // The deaths pane shows the last minute's.
+  static constexpr double kDeathsShown = 60;
 
  private:
   using Collectors = std::vector<std::pair<std::unique_ptr<exporter::Collector>,
@@ -182,7 +189,8 @@ class Source {
   const Args& args_;
   std::shared_ptr<exporter::SharedRegistry> registry_;
   std::shared_ptr<exporter::ServerBoard> board_;
-  Collectors collectors_;  // with when each sampled last
+  std::shared_ptr<exporter::DeathLog> deaths_;  // its servers' processes that died
+  Collectors collectors_;                       // with when each sampled last
   double boot_;
   exporter::ViewBuilder builder_;
 };

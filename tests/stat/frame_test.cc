@@ -100,6 +100,41 @@ TEST(Frame, AServersThrottledShareIsOverTheWindowAndItsOomKillsAreShown) {
   EXPECT_TRUE(row(text, "plain").ends_with("-          -")) << row(text, "plain");
 }
 
+TEST(Frame, TheDeathsPaneListsTheLastMinutesNewestFirstWithCodeOrSignal) {
+  View now;
+  now.time_seconds = 1000;
+  exporter::ProcessDeath crashed, killed;
+  crashed.time = 990;
+  crashed.server = "math_verifier";
+  crashed.pid = 4242;
+  crashed.command = "python3";
+  crashed.reason = "signal";
+  crashed.signal = 11;
+  crashed.lifetime_seconds = 0.004;
+  killed = crashed;
+  killed.time = 998;
+  killed.pid = 4343;
+  killed.reason = "oom_kill";
+  killed.signal = 9;
+  killed.lifetime_seconds = 0.3;
+  now.deaths = {crashed, killed};
+  EXPECT_EQ(plain(frame(now, nullptr, {})).find("DEATHS"), std::string::npos)
+      << "no pane where process events are not followed";
+  now.deaths_followed = true;
+  const std::string text = plain(frame(now, nullptr, {}));
+  const size_t pane = text.find("DEATHS (last minute: 2)");
+  ASSERT_NE(pane, std::string::npos) << text;
+  const size_t oom = text.find("4343", pane), segv = text.find("4242", pane);
+  ASSERT_NE(oom, std::string::npos) << text;
+  EXPECT_LT(oom, segv) << "newest first";
+  const size_t start = text.rfind('\n', oom) + 1;
+  const std::string row = text.substr(start, text.find('\n', oom) - start);
+  EXPECT_NE(row.find("oom_kill"), std::string::npos) << row;
+  EXPECT_NE(row.find("signal 9"), std::string::npos) << row;
+  EXPECT_NE(row.find("2s"), std::string::npos) << "2 s ago: " << row;
+  EXPECT_NE(text.find("4ms", segv), std::string::npos) << "lived 4 ms";
+}
+
 TEST(Frame, ControlCharactersInLabelValuesNeverReachTheTerminal) {
   View now;
   now.registry_dir = "/dev/shm/\x1b[2J";

@@ -91,6 +91,23 @@ struct WriterView {
   std::string server_name;  // the server it declared, if any
 };
 
+// A process of a server that died (servers/deaths.h records them).
+struct ProcessDeath {
+  double time = 0;  // Unix seconds
+  std::string server, server_type;
+  pid_t pid = 0, parent = 0;
+  std::string command;  // at its last exec (or its parent's)
+  std::optional<double> lifetime_seconds;
+  std::string reason;  // exit_zero, exit_nonzero, signal, oom_kill
+  std::optional<int> exit_code, signal;
+  // The last the exporter saw (a sample's); for an OOM kill, the kernel's
+  // figure at the kill (anon + file + shmem).
+  std::optional<uint64_t> rss_bytes;
+  // An OOM kill's memory cgroup that was out of memory ("/" for the host's),
+  // its usage and limit then (a memory cgroup's OOM).
+  std::string memory_cgroup;
+  std::optional<uint64_t> memory_cgroup_usage_bytes, memory_cgroup_limit_bytes;
+};
 struct View {
   uint64_t shape = 0;       // which ViewBuilder shape its rows follow (0: none)
   double time_seconds = 0;  // when it was taken, since the epoch
@@ -102,6 +119,10 @@ struct View {
   std::vector<OperationView> operations;
   std::vector<ServerView> servers;
   std::vector<WriterView> writers;
+  // gym-stat's: its servers' processes that died lately, newest last, and
+  // whether process events feed them (not in the JSON: /api/v1/deaths).
+  std::vector<ProcessDeath> deaths;
+  bool deaths_followed = false;
 };
 
 // Builds Views from successive snapshots of one reader. The shape (which
@@ -152,23 +173,6 @@ View make_view(const Snapshot& snap, const std::string& registry_dir,
 // The boot time from <proc_root>/stat (0 when unknown).
 double boot_time_seconds(const std::string& proc_root = "/proc");
 
-// A process of a server that died (servers/deaths.h records them).
-struct ProcessDeath {
-  double time = 0;  // Unix seconds
-  std::string server, server_type;
-  pid_t pid = 0, parent = 0;
-  std::string command;  // at its last exec (or its parent's)
-  std::optional<double> lifetime_seconds;
-  std::string reason;  // exit_zero, exit_nonzero, signal, oom_kill
-  std::optional<int> exit_code, signal;
-  // The last the exporter saw (a sample's); for an OOM kill, the kernel's
-  // figure at the kill (anon + file + shmem).
-  std::optional<uint64_t> rss_bytes;
-  // An OOM kill's memory cgroup that was out of memory ("/" for the host's),
-  // its usage and limit then (a memory cgroup's OOM).
-  std::string memory_cgroup;
-  std::optional<uint64_t> memory_cgroup_usage_bytes, memory_cgroup_limit_bytes;
-};
 // /api/v1/deaths (docs/deaths.schema.json): the records, oldest first, and
 // the source of process events ("connector" or "sampling").
 std::string deaths_json(const std::vector<ProcessDeath>& deaths, const std::string& source);
