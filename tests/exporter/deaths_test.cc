@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <string>
 #include <thread>
@@ -413,6 +414,48 @@ TEST(Deaths, AForkStormLosesNothingOrCountsWhatItLost) {
   ::kill(server, SIGKILL);
   testing::wait_exit(server);
   deaths.stop();
+}
+
+// An exporter started again goes on from the counts the last one kept in
+// the registry directory (its lock holder writes them), however they died;
+// a file that is not one is ignored and counted, never taken.
+TEST(Deaths, CountsGoOnAcrossAnExporterRestart) {
+  testing::TempDir dir;
+  const auto claimed = [&] {
+    auto r = std::make_shared<SharedRegistry>(dir.path());
+    std::string why;
+    EXPECT_TRUE(r->with([&](RegistryReader& rr) { return rr.claim(&why); })) << why;
+    return r;
+  };
+  CollectorContext c;
+  c.warn = kQuiet;
+  c.servers = sandboxes(::getpid());
+  {
+    c.registry = claimed();
+    c.deaths = std::make_shared<DeathLog>();
+    c.deaths->resync({{10, 1, "sandboxes", "resources_server", "", 1, {}}}, 1.0);
+    for (pid_t p = 100; p < 103; ++p) c.deaths->on_event(fork_of(10, p), 2.0, 1e9, kNoCommand);
+    c.deaths->on_event(exit_of(100, 0), 2.0, 1e9, kNoCommand);
+    c.deaths->on_event(exit_of(101, 0x700), 2.0, 1e9, kNoCommand);
+    c.deaths->on_event(exit_of(102, SIGKILL), 2.0, 1e9, kNoCommand);
+    auto made = make_collector("deaths", c, nullptr);
+    ASSERT_TRUE(made);
+  }                    // the exporter stops: its counts are written
+  c.registry.reset();  // and lets go of the directory
+  c.registry = claimed();
+  c.deaths = std::make_shared<DeathLog>();
+  auto again = make_collector("deaths", c, nullptr);
+  const auto counts = c.deaths->counts();
+  ASSERT_EQ(counts.size(), 1u);
+  EXPECT_EQ(counts[0].exits, (std::array<uint64_t, 4>{1, 1, 1, 0}));
+  again.reset();
+  std::ofstream(dir.path() + "/" + kDeathsFile) << "gym-exporter-deaths 1\nsince x\n";
+  c.deaths = std::make_shared<DeathLog>();
+  auto third = make_collector("deaths", c, nullptr);
+  EXPECT_TRUE(c.deaths->counts().empty()) << "a broken file is not taken";
+  auto* sampled = dynamic_cast<DeathsCollector*>(third.get());
+  ASSERT_NE(sampled, nullptr);
+  EXPECT_EQ(sampled->sample_stats()->errors.at("totals"), 1u);
 }
 
 }  // namespace

@@ -165,23 +165,7 @@ bool load_cgroup_totals(const std::string& path, CgroupTotals& out, std::string&
 }
 
 bool save_cgroup_totals(const std::string& path, const CgroupTotals& totals, std::string& why) {
-  const std::string text = encode_cgroup_totals(totals, boot_id());
-  const std::string temp = path + ".new";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  bool ok = fd >= 0;
-  size_t put = 0;
-  while (ok && put < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + put, text.size() - put);
-    ok = n > 0;
-    put += ok ? size_t(n) : 0;
-  }
-  if (fd >= 0 && ::close(fd) != 0) ok = false;
-  if (ok) ok = ::rename(temp.c_str(), path.c_str()) == 0;
-  if (!ok) {
-    why = std::strerror(errno);
-    ::unlink(temp.c_str());
-  }
-  return ok;
+  return procfs::write_file_whole(path, encode_cgroup_totals(totals, boot_id()), why);
 }
 
 }  // namespace gym::exporter

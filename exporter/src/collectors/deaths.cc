@@ -22,8 +22,15 @@ GYM_REGISTER_COLLECTOR(sampled_kind<DeathsSettings>(
     {{"records", &DeathsSettings::records, 1},
      {"max_age_seconds", &DeathsSettings::max_age_seconds, 1}},
     [](const DeathsSettings& s, const CollectorContext& c) {
-      return std::make_unique<DeathsCollector>(c.servers, c.deaths, c.warn, s.interval_seconds,
-                                               DeathLimits{size_t(s.records), s.max_age_seconds});
+      auto made =
+          std::make_unique<DeathsCollector>(c.servers, c.deaths, c.warn, s.interval_seconds,
+                                            DeathLimits{size_t(s.records), s.max_age_seconds});
+      // Its counts are kept beside the registry's totals, by the lock holder.
+      if (auto registry = c.registry)
+        made->keep_counts(
+            registry->with([](RegistryReader& r) { return r.dir(); }) + "/" + kDeathsFile,
+            [registry] { return registry->with([](RegistryReader& r) { return r.retiring(); }); });
+      return made;
     }));
 
 double boot_now() {
@@ -39,8 +46,8 @@ DeathsCollector::DeathsCollector(std::shared_ptr<ServerWatcher> servers,
                                  DeathLimits limits, bool connect)
     : SampledCollector(std::chrono::duration<double>(interval_seconds), "deaths", std::move(log)),
       watcher_(std::move(servers)),
-      deaths_(deaths ? std::move(deaths) : std::make_shared<DeathLog>()),
-      since_(unix_now_seconds()) {
+      deaths_(deaths ? std::move(deaths) : std::make_shared<DeathLog>()) {
+  error_reasons({"totals"});
   deaths_->set_limits(limits);
   std::string why;
   if (connect) connector_ = procev::ProcConnector::open(&why);
@@ -59,6 +66,30 @@ DeathsCollector::~DeathsCollector() {
   if (reader_.joinable()) reader_.join();
   if (connector_) deaths_->set_connected(false);
   stop();
+  save_counts();  // what the last moments counted
+}
+
+void DeathsCollector::keep_counts(std::string path, std::function<bool()> may_write) {
+  counts_file_ = std::move(path);
+  may_write_ = std::move(may_write);
+  std::string text, why;
+  const procfs::ReadStatus r = procfs::read_file(counts_file_, text);
+  if (r == procfs::ReadStatus::kGone) return;  // none yet
+  if (r != procfs::ReadStatus::kOk || !deaths_->restore(text, why))
+    count_error("totals", "ignored the death counts in " + counts_file_ + ": " +
+                              (why.empty() ? "unreadable" : why));
+}
+
+// Writes the counts file when deaths were counted since the last write and
+// this exporter may (the registry's lock holder).
+void DeathsCollector::save_counts() {
+  const uint64_t version = deaths_->version();
+  if (counts_file_.empty() || version == saved_version_ || !may_write_ || !may_write_()) return;
+  std::string why;
+  if (procfs::write_file_whole(counts_file_, deaths_->encode(), why))
+    saved_version_ = version;
+  else
+    count_error("totals", "cannot write " + counts_file_ + ": " + why);
 }
 
 void DeathsCollector::read_events() {
@@ -92,7 +123,7 @@ void DeathsCollector::read_events() {
 DeathsSample DeathsCollector::take() {
   DeathsSample out;
   out.connected = connector_ != nullptr;
-  out.since = since_;
+  out.since = deaths_->since();
   if (out.connected) {
     const double taken = boot_now();
     view_ = watcher_->view(interval() / 2, view_);
@@ -105,6 +136,7 @@ DeathsSample DeathsCollector::take() {
                            double(p->start_ticks) / ticks, p->rss_pages * page});
     // Walked after `taken`: a fork between the two is in both, which is fine.
     if (view_->proc_ok) deaths_->resync(members, taken);
+    save_counts();
   }
   out.lost = lost_.load(std::memory_order_relaxed);
   out.malformed = malformed_.load(std::memory_order_relaxed);
@@ -136,8 +168,10 @@ void DeathsCollector::serve(const DeathsSample& s, const Emit& emit) const {
   for (const Family& f : out) {
     if (f.name == "gym_server_process_exits_total")
       emit(f, &created);
-    else
+    else if (f.name == "gym_exporter_process_events_source")
       emit(f);
+    else  // what this exporter dropped: counted from its start
+      emit_since(emit, f, exporter_start_unix_seconds());
   }
 }
 

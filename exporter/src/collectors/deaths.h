@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -26,6 +27,9 @@
 #include "servers/watcher.h"
 
 namespace gym::exporter {
+
+// The deaths collector's counts file, in the registry directory.
+inline constexpr const char* kDeathsFile = ".exporter-deaths";
 
 // A sample says which source runs; the counts are read from the log at
 // each scrape (as /api/v1/deaths reads the records), so none waits for one.
@@ -45,12 +49,16 @@ class DeathsCollector : public SampledCollector<DeathsSample> {
   ~DeathsCollector() override;
   std::string sampling_group() const override { return kPerServerGroup; }
   const std::shared_ptr<DeathLog>& deaths() const { return deaths_; }
+  // Keeps the counts in `path` (DeathLog::encode), written when they change
+  // while `may_write` says so, and goes on from the file's counts now.
+  void keep_counts(std::string path, std::function<bool()> may_write);
   bool connected() const { return connector_ != nullptr; }
 
  private:
   DeathsSample take() override;
   void serve(const DeathsSample& s, const Emit& emit) const override;
   void read_events();
+  void save_counts();
 
   std::shared_ptr<ServerWatcher> watcher_;
   std::shared_ptr<DeathLog> deaths_;
@@ -59,7 +67,9 @@ class DeathsCollector : public SampledCollector<DeathsSample> {
   std::unique_ptr<kmsg::KmsgReader> kmsg_;  // OOM kills; null: none told apart
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> lost_{0}, malformed_{0};
-  const double since_;
+  std::string counts_file_;  // empty: not kept
+  std::function<bool()> may_write_;
+  uint64_t saved_version_ = 0;  // the sampling thread's
   std::thread reader_;
 };
 

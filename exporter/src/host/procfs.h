@@ -81,6 +81,11 @@ enum class ReadStatus { kOk, kGone, kPermission, kError };
 // Reads a small file whole (procfs, pidfiles, configuration files; at most
 // about a megabyte). kGone: the process (or file) is no more.
 ReadStatus read_file(const std::string& path, std::string& out);
+// Writes `text` as the file at `path` whole: into path.new (mode 0600, not
+// through a link), then renamed over it, so that a reader (or an exporter
+// started after a crash) finds the old file or the new, never half of one.
+// False with `why`.
+bool write_file_whole(const std::string& path, std::string_view text, std::string& why);
 
 // The boot time of <proc_root> (btime of its stat) in seconds since the
 // epoch; empty when it cannot be read. The one place that reads it: callers

@@ -62,6 +62,25 @@ ReadStatus read_file(const std::string& path, std::string& out) {
   return ReadStatus::kOk;
 }
 
+bool write_file_whole(const std::string& path, std::string_view text, std::string& why) {
+  const std::string temp = path + ".new";
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  bool ok = fd >= 0;
+  size_t put = 0;
+  while (ok && put < text.size()) {
+    const ssize_t n = ::write(fd, text.data() + put, text.size() - put);
+    ok = n > 0;
+    put += ok ? size_t(n) : 0;
+  }
+  if (fd >= 0 && ::close(fd) != 0) ok = false;
+  if (ok) ok = ::rename(temp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    why = std::strerror(errno);
+    ::unlink(temp.c_str());
+  }
+  return ok;
+}
+
 namespace {
 // Descriptors kept by every StatFiles of the process together (each
 // collector that scans has one): the budget is the process's, not each one's.

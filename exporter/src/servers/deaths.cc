@@ -3,11 +3,26 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <time.h>
+
 #include <algorithm>
+#include <cstdio>
 
 namespace gym::exporter {
 
-DeathLog::DeathLog(DeathLimits limits) : limits_(limits) {}
+namespace {
+double unix_seconds_now() {
+  timespec t{};
+  clock_gettime(CLOCK_REALTIME, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
+}
+
+bool plain(const std::string& s) {
+  return !s.empty() && s.find_first_of("\t\n") == std::string::npos;
+}
+}  // namespace
+
+DeathLog::DeathLog(DeathLimits limits) : limits_(limits), since_(unix_seconds_now()) {}
 
 size_t DeathLog::server_index(const std::string& name, const std::string& type) {
   for (size_t i = 0; i < servers_.size(); ++i)
@@ -111,6 +126,7 @@ void DeathLog::died(pid_t pid, const Watched& w, uint32_t status, double now, do
   }
   d.reason = kDeathReasons[reason];
   ++servers_[w.server].exits[reason];
+  ++version_;
   records_.push_back(std::move(d));
   while (records_.size() > limits_.records ||
          (!records_.empty() && records_.front().time < unix_now - limits_.max_age_seconds))
@@ -145,6 +161,72 @@ std::vector<ProcessDeath> DeathLog::records(const std::string& server, double si
         (reason.empty() || d.reason == reason))
       out.push_back(d);
   return out;
+}
+
+double DeathLog::since() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return since_;
+}
+
+uint64_t DeathLog::version() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return version_;
+}
+
+std::string DeathLog::encode() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  char since[40];
+  std::snprintf(since, sizeof since, "%.17g", since_);
+  std::string out = std::string("gym-exporter-deaths 1\nsince ") + since + "\n";
+  for (const Count& c : servers_) {
+    if (!plain(c.server) || !plain(c.server_type)) continue;
+    out += "server";
+    for (uint64_t n : c.exits) out += " " + std::to_string(n);
+    out += " " + c.server_type + "\t" + c.server + "\n";
+  }
+  return out;
+}
+
+bool DeathLog::restore(std::string_view text, std::string& why) {
+  std::vector<Count> counts;
+  double since = 0;
+  size_t at = 0, line_no = 0;
+  while (at < text.size()) {
+    const size_t end = std::min(text.find('\n', at), text.size());
+    const std::string line(text.substr(at, end - at));
+    at = end + 1;
+    ++line_no;
+    if (line_no == 1) {
+      if (line != "gym-exporter-deaths 1") return why = "not a deaths file", false;
+      continue;
+    }
+    if (line_no == 2) {
+      if (std::sscanf(line.c_str(), "since %lf", &since) != 1 || !(since > 0))
+        return why = "line 2 is not since <seconds>", false;
+      continue;
+    }
+    Count c;
+    int used = 0;
+    unsigned long long n[4];
+    if (std::sscanf(line.c_str(), "server %llu %llu %llu %llu %n", &n[0], &n[1], &n[2], &n[3],
+                    &used) != 4 ||
+        used == 0)
+      return why = "line " + std::to_string(line_no) + " is not a server's counts", false;
+    const std::string rest = line.substr(size_t(used));
+    const size_t tab = rest.find('\t');
+    if (tab == std::string::npos || tab == 0 || tab + 1 == rest.size())
+      return why = "line " + std::to_string(line_no) + " names no server", false;
+    c.server_type = rest.substr(0, tab);
+    c.server = rest.substr(tab + 1);
+    for (size_t i = 0; i < c.exits.size(); ++i) c.exits[i] = n[i];
+    counts.push_back(std::move(c));
+  }
+  if (line_no < 2) return why = "too short", false;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!servers_.empty()) return true;  // counting already: what it has goes on
+  servers_ = std::move(counts);
+  since_ = since;
+  return true;
 }
 
 size_t DeathLog::watched() const {

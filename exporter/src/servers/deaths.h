@@ -78,6 +78,19 @@ class DeathLog {
   std::vector<ProcessDeath> records(const std::string& server, double since,
                                     const std::string& reason) const;
   size_t watched() const;
+  // Unix seconds its counts count from (its start, or the restored file's).
+  double since() const;
+  // The counts as a file (an exporter started again goes on from them):
+  //   gym-exporter-deaths 1
+  //   since <Unix seconds>
+  //   server <exit_zero> <exit_nonzero> <signal> <oom_kill> <type>\t<name>
+  // A server whose name or type holds a tab or a newline is not kept.
+  std::string encode() const;
+  // Takes the counts of such a file, when it has none yet; false with `why`
+  // (not such a file: nothing changes).
+  bool restore(std::string_view text, std::string& why);
+  // Deaths counted so far (to tell whether the file is behind).
+  uint64_t version() const;
   // Keeps at most `limits` records from now on (a reload's settings).
   void set_limits(DeathLimits limits);
   // Whether process events feed it (the deaths collector says so).
@@ -104,6 +117,8 @@ class DeathLog {
   std::vector<Count> servers_;
   std::deque<ProcessDeath> records_;
   std::atomic<bool> connected_{false};
+  double since_;
+  uint64_t version_ = 0;
 };
 
 }  // namespace gym::exporter
