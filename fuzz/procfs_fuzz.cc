@@ -1,6 +1,6 @@
 // Fuzz target: the procfs parsers (stat, meminfo, smaps_rollup, status), the
 // kernel's process events (a proc connector datagram) and OOM records (its
-// log's lines), and the
+// log's lines), the deaths collector's counts file, and the
 // cgroup parsers (mountinfo, a process's cgroups, pressure, cpu.max,
 // key-value counts) and the cgroup collector's totals file on arbitrary
 // bytes.
@@ -14,6 +14,7 @@
 #include "host/kmsg.h"
 #include "host/proc_events.h"
 #include "host/procfs.h"
+#include "servers/deaths.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
@@ -49,6 +50,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (auto k = oom.message(line))
       if (k->pid <= 0) __builtin_trap();
     rest.remove_prefix(nl == std::string_view::npos ? rest.size() : nl + 1);
+  }
+  // The deaths file: what it accepts it writes back, and reads again the same.
+  {
+    gym::exporter::DeathLog first;
+    std::string why;
+    if (first.restore(text, why)) {
+      const std::string again = first.encode();
+      gym::exporter::DeathLog second;
+      if (!second.restore(again, why) || second.encode() != again) __builtin_trap();
+    }
   }
   // The totals file: what it accepts it writes back the same, and reads again.
   gym::exporter::CgroupTotals totals;

@@ -416,9 +416,10 @@ TEST(Deaths, AForkStormLosesNothingOrCountsWhatItLost) {
   deaths.stop();
 }
 
-// An exporter started again goes on from the counts the last one kept in
-// the registry directory (its lock holder writes them), however they died;
-// a file that is not one is ignored and counted, never taken.
+// An exporter started again goes on from the counts and lists the records
+// the last one kept in the registry directory (its lock holder writes
+// them), an OOM kill with its cgroup; a file that is not one is ignored and
+// counted, never taken.
 TEST(Deaths, CountsGoOnAcrossAnExporterRestart) {
   testing::TempDir dir;
   const auto claimed = [&] {
@@ -437,6 +438,11 @@ TEST(Deaths, CountsGoOnAcrossAnExporterRestart) {
     for (pid_t p = 100; p < 103; ++p) c.deaths->on_event(fork_of(10, p), 2.0, 1e9, kNoCommand);
     c.deaths->on_event(exit_of(100, 0), 2.0, 1e9, kNoCommand);
     c.deaths->on_event(exit_of(101, 0x700), 2.0, 1e9, kNoCommand);
+    kmsg::OomKill oom;
+    oom.pid = 102;
+    oom.oom_memcg = "/box";
+    oom.memcg_limit_bytes = 32 << 20;
+    c.deaths->on_oom(oom, 2.0);
     c.deaths->on_event(exit_of(102, SIGKILL), 2.0, 1e9, kNoCommand);
     auto made = make_collector("deaths", c, nullptr);
     ASSERT_TRUE(made);
@@ -447,7 +453,17 @@ TEST(Deaths, CountsGoOnAcrossAnExporterRestart) {
   auto again = make_collector("deaths", c, nullptr);
   const auto counts = c.deaths->counts();
   ASSERT_EQ(counts.size(), 1u);
-  EXPECT_EQ(counts[0].exits, (std::array<uint64_t, 4>{1, 1, 1, 0}));
+  EXPECT_EQ(counts[0].exits, (std::array<uint64_t, 4>{1, 1, 0, 1}));
+  // And the records, the OOM kill's cgroup with them.
+  const auto listed = c.deaths->records("sandboxes", 0, "");
+  ASSERT_EQ(listed.size(), 3u);
+  EXPECT_EQ(listed[1].exit_code, 7);
+  EXPECT_EQ(listed[2].reason, "oom_kill");
+  EXPECT_EQ(listed[2].signal, SIGKILL);
+  EXPECT_EQ(listed[2].memory_cgroup, "/box");
+  EXPECT_EQ(listed[2].memory_cgroup_limit_bytes, uint64_t(32) << 20);
+  EXPECT_EQ(listed[2].parent, 10);
+  EXPECT_DOUBLE_EQ(*listed[2].lifetime_seconds, 0.0);
   again.reset();
   std::ofstream(dir.path() + "/" + kDeathsFile) << "gym-exporter-deaths 1\nsince x\n";
   c.deaths = std::make_shared<DeathLog>();

@@ -6,7 +6,10 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <sstream>
 
 namespace gym::exporter {
 
@@ -19,6 +22,80 @@ double unix_seconds_now() {
 
 bool plain(const std::string& s) {
   return !s.empty() && s.find_first_of("\t\n") == std::string::npos;
+}
+
+template <class T>
+std::string or_dash(const std::optional<T>& v) {
+  if (!v) return "-";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", double(*v));
+  return buf;
+}
+
+// A record as a line of the counts file:
+//   death <time> <pid> <parent> <lifetime> <reason> <code> <signal> <rss>
+//         <memcg usage> <memcg limit> <type>\t<server>\t<command>\t<memcg>
+// ("-" for what is not known); "" when a text field holds a tab or newline.
+std::string encode_record(const ProcessDeath& d) {
+  const auto text_ok = [](const std::string& t) {
+    return t.find_first_of("\t\n") == std::string::npos;
+  };
+  if (!plain(d.server) || !plain(d.server_type) || !text_ok(d.command) ||
+      !text_ok(d.memory_cgroup) || !plain(d.reason))
+    return {};
+  return "death " + or_dash(std::optional<double>(d.time)) + " " + std::to_string(d.pid) + " " +
+         std::to_string(d.parent) + " " + or_dash(d.lifetime_seconds) + " " + d.reason + " " +
+         or_dash(d.exit_code) + " " + or_dash(d.signal) + " " + or_dash(d.rss_bytes) + " " +
+         or_dash(d.memory_cgroup_usage_bytes) + " " + or_dash(d.memory_cgroup_limit_bytes) + " " +
+         d.server_type + "\t" + d.server + "\t" + d.command + "\t" + d.memory_cgroup + "\n";
+}
+
+// One number field of a record: "-" is none; false when it is neither.
+template <class T>
+bool field_of(const std::string& w, std::optional<T>& out) {
+  if (w == "-") return true;
+  char* end = nullptr;
+  const double v = std::strtod(w.c_str(), &end);
+  if (end == w.c_str() || *end != '\0' || !std::isfinite(v) || v < 0) return false;
+  out = T(v);
+  return true;
+}
+
+std::optional<ProcessDeath> decode_record(const std::string& line) {
+  std::istringstream in(line);
+  std::string tag, time, pid, parent, lifetime, reason, code, signal, rss, usage, limit;
+  if (!(in >> tag >> time >> pid >> parent >> lifetime >> reason >> code >> signal >> rss >>
+        usage >> limit) ||
+      tag != "death")
+    return std::nullopt;
+  ProcessDeath d;
+  std::optional<double> t;
+  std::optional<int64_t> p, pp;
+  if (!field_of(time, t) || !t || !field_of(pid, p) || !p || *p <= 0 || *p > INT32_MAX ||
+      !field_of(parent, pp) || !pp || *pp > INT32_MAX || !field_of(lifetime, d.lifetime_seconds) ||
+      !field_of(code, d.exit_code) || !field_of(signal, d.signal) || !field_of(rss, d.rss_bytes) ||
+      !field_of(usage, d.memory_cgroup_usage_bytes) ||
+      !field_of(limit, d.memory_cgroup_limit_bytes) ||
+      std::find(kDeathReasons.begin(), kDeathReasons.end(), reason) == kDeathReasons.end())
+    return std::nullopt;
+  d.time = *t;
+  d.pid = pid_t(*p);
+  d.parent = pid_t(*pp);
+  d.reason = reason;
+  std::string rest;
+  std::getline(in, rest);
+  if (rest.empty() || rest[0] != ' ') return std::nullopt;
+  std::vector<std::string> texts;
+  size_t at = 1;
+  for (size_t tab; (tab = rest.find('\t', at)) != std::string::npos; at = tab + 1)
+    texts.push_back(rest.substr(at, tab - at));
+  texts.push_back(rest.substr(at));
+  if (texts.size() != 4 || texts[0].empty() || texts[1].empty()) return std::nullopt;
+  d.server_type = texts[0];
+  d.server = texts[1];
+  d.command = texts[2];
+  d.memory_cgroup = texts[3];
+  return d;
 }
 }  // namespace
 
@@ -184,11 +261,13 @@ std::string DeathLog::encode() const {
     for (uint64_t n : c.exits) out += " " + std::to_string(n);
     out += " " + c.server_type + "\t" + c.server + "\n";
   }
+  for (const ProcessDeath& d : records_) out += encode_record(d);
   return out;
 }
 
 bool DeathLog::restore(std::string_view text, std::string& why) {
   std::vector<Count> counts;
+  std::deque<ProcessDeath> records;
   double since = 0;
   size_t at = 0, line_no = 0;
   while (at < text.size()) {
@@ -203,6 +282,12 @@ bool DeathLog::restore(std::string_view text, std::string& why) {
     if (line_no == 2) {
       if (std::sscanf(line.c_str(), "since %lf", &since) != 1 || !(since > 0))
         return why = "line 2 is not since <seconds>", false;
+      continue;
+    }
+    if (line.starts_with("death ")) {
+      std::optional<ProcessDeath> d = decode_record(line);
+      if (!d) return why = "line " + std::to_string(line_no) + " is not a death's record", false;
+      records.push_back(std::move(*d));
       continue;
     }
     Count c;
@@ -226,6 +311,8 @@ bool DeathLog::restore(std::string_view text, std::string& why) {
   if (!servers_.empty()) return true;  // counting already: what it has goes on
   servers_ = std::move(counts);
   since_ = since;
+  records_ = std::move(records);
+  while (records_.size() > limits_.records) records_.pop_front();
   return true;
 }
 

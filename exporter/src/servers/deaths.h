@@ -80,14 +80,18 @@ class DeathLog {
   size_t watched() const;
   // Unix seconds its counts count from (its start, or the restored file's).
   double since() const;
-  // The counts as a file (an exporter started again goes on from them):
+  // The counts and records as a file (an exporter started again goes on
+  // from them):
   //   gym-exporter-deaths 1
   //   since <Unix seconds>
   //   server <exit_zero> <exit_nonzero> <signal> <oom_kill> <type>\t<name>
-  // A server whose name or type holds a tab or a newline is not kept.
+  //   death <time> <pid> <parent> <lifetime> <reason> <code> <signal> <rss>
+  //         <memcg usage> <memcg limit> <type>\t<server>\t<command>\t<memcg>
+  // ("-": not known). A server or record whose names hold a tab or a
+  // newline is not kept.
   std::string encode() const;
-  // Takes the counts of such a file, when it has none yet; false with `why`
-  // (not such a file: nothing changes).
+  // Takes the counts and records of such a file, when it has none yet;
+  // false with `why` (not such a file: nothing changes).
   bool restore(std::string_view text, std::string& why);
   // Deaths counted so far (to tell whether the file is behind).
   uint64_t version() const;
