@@ -63,6 +63,7 @@ DeathsCollector::DeathsCollector(std::shared_ptr<ServerWatcher> servers,
 
 DeathsCollector::~DeathsCollector() {
   stopping_ = true;
+  if (connector_) connector_->wake();  // not a poll's timeout later
   if (reader_.joinable()) reader_.join();
   if (connector_) deaths_->set_connected(false);
   stop();

@@ -4,6 +4,7 @@
 #include <linux/connector.h>
 #include <linux/netlink.h>
 #include <poll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -122,19 +123,32 @@ std::unique_ptr<ProcConnector> ProcConnector::open(std::string* why) {
     ::close(fd);
     return nullptr;
   }
-  return std::unique_ptr<ProcConnector>(new ProcConnector(fd));
+  const int wake = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake < 0) {
+    *why = std::string("eventfd: ") + std::strerror(errno);
+    ::close(fd);
+    return nullptr;
+  }
+  return std::unique_ptr<ProcConnector>(new ProcConnector(fd, wake));
 }
 
 ProcConnector::~ProcConnector() {
   ::close(fd_);
+  ::close(wake_);
+}
+
+void ProcConnector::wake() {
+  const uint64_t one = 1;
+  (void)!::write(wake_, &one, sizeof one);
 }
 
 ProcConnector::Read ProcConnector::read(std::vector<ProcEvent>& out,
                                         std::chrono::milliseconds timeout, uint64_t* malformed) {
-  pollfd p{fd_, POLLIN, 0};
-  const int ready = ::poll(&p, 1, int(timeout.count()));
+  pollfd p[2] = {{fd_, POLLIN, 0}, {wake_, POLLIN, 0}};
+  const int ready = ::poll(p, 2, int(timeout.count()));
   if (ready == 0 || (ready < 0 && errno == EINTR)) return Read::kTimeout;
   if (ready < 0) return Read::kClosed;
+  if (p[1].revents != 0) return Read::kTimeout;  // woken: its reader stops
   alignas(nlmsghdr) char buf[16384];
   bool any = false;
   // At most 256 datagrams a call: a fork storm does not keep it here.

@@ -51,10 +51,14 @@ class ProcConnector {
   };
   // Waits up to `timeout` for a datagram; `malformed` counts skipped messages.
   Read read(std::vector<ProcEvent>& out, std::chrono::milliseconds timeout, uint64_t* malformed);
+  // Ends a read() waiting now, and every later one, at once with kTimeout:
+  // how its reader is told to stop. Any thread.
+  void wake();
 
  private:
-  explicit ProcConnector(int fd) : fd_(fd) {}
+  ProcConnector(int fd, int wake) : fd_(fd), wake_(wake) {}
   int fd_;
+  int wake_;  // an eventfd read() also waits on
 };
 
 }  // namespace gym::exporter::procev
