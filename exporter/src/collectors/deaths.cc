@@ -3,6 +3,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "contract/families.h"
 #include "host/procfs.h"
 
@@ -22,9 +24,10 @@ GYM_REGISTER_COLLECTOR(sampled_kind<DeathsSettings>(
     {{"records", &DeathsSettings::records, 1},
      {"max_age_seconds", &DeathsSettings::max_age_seconds, 1}},
     [](const DeathsSettings& s, const CollectorContext& c) {
-      auto made =
-          std::make_unique<DeathsCollector>(c.servers, c.deaths, c.warn, s.interval_seconds,
-                                            DeathLimits{size_t(s.records), s.max_age_seconds});
+      auto made = std::make_unique<DeathsCollector>(
+          c.servers, c.deaths, c.warn, s.interval_seconds,
+          // At most 10 million records (a number beyond any size_t is no count).
+          DeathLimits{size_t(std::min(s.records, 1e7)), s.max_age_seconds});
       // Its counts are kept beside the registry's totals, by the lock holder.
       if (auto registry = c.registry)
         made->keep_counts(

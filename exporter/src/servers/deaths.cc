@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 namespace gym::exporter {
@@ -56,7 +57,9 @@ bool field_of(const std::string& w, std::optional<T>& out) {
   if (w == "-") return true;
   char* end = nullptr;
   const double v = std::strtod(w.c_str(), &end);
-  if (end == w.c_str() || *end != '\0' || !std::isfinite(v) || v < 0) return false;
+  // Within T's range: a conversion from outside it is undefined.
+  if (end == w.c_str() || *end != '\0' || !(v >= 0) || !(v < double(std::numeric_limits<T>::max())))
+    return false;
   out = T(v);
   return true;
 }
