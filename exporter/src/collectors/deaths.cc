@@ -51,6 +51,7 @@ DeathsCollector::DeathsCollector(std::shared_ptr<ServerWatcher> servers,
       watcher_(std::move(servers)),
       deaths_(deaths ? std::move(deaths) : std::make_shared<DeathLog>()) {
   error_reasons({"totals"});
+  deaths_->start_counting(unix_now_seconds());
   deaths_->set_limits(limits);
   std::string why;
   if (connect) connector_ = procev::ProcConnector::open(&why);

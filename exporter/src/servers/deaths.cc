@@ -3,10 +3,7 @@
 #include <signal.h>
 #include <sys/wait.h>
 
-#include <time.h>
-
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -15,12 +12,6 @@
 namespace gym::exporter {
 
 namespace {
-double unix_seconds_now() {
-  timespec t{};
-  clock_gettime(CLOCK_REALTIME, &t);
-  return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
-}
-
 bool plain(const std::string& s) {
   return !s.empty() && s.find_first_of("\t\n") == std::string::npos;
 }
@@ -102,7 +93,12 @@ std::optional<ProcessDeath> decode_record(const std::string& line) {
 }
 }  // namespace
 
-DeathLog::DeathLog(DeathLimits limits) : limits_(limits), since_(unix_seconds_now()) {}
+DeathLog::DeathLog(DeathLimits limits) : limits_(limits) {}
+
+void DeathLog::start_counting(double unix_now) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (since_ == 0) since_ = unix_now;
+}
 
 size_t DeathLog::server_index(const std::string& name, const std::string& type) {
   for (size_t i = 0; i < servers_.size(); ++i)

@@ -78,7 +78,10 @@ class DeathLog {
   std::vector<ProcessDeath> records(const std::string& server, double since,
                                     const std::string& reason) const;
   size_t watched() const;
-  // Unix seconds its counts count from (its start, or the restored file's).
+  // Its counts count from `unix_now` (a later call keeps the first; a
+  // restored file's time replaces it).
+  void start_counting(double unix_now);
+  // Unix seconds its counts count from (0 before start_counting).
   double since() const;
   // The counts and records as a file (an exporter started again goes on
   // from them):
@@ -121,7 +124,7 @@ class DeathLog {
   std::vector<Count> servers_;
   std::deque<ProcessDeath> records_;
   std::atomic<bool> connected_{false};
-  double since_;
+  double since_ = 0;  // 0: not counting yet
   uint64_t version_ = 0;
 };
 
