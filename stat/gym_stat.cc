@@ -20,16 +20,16 @@
 #include <thread>
 
 #include <spdlog/spdlog.h>
-#include <yaml-cpp/yaml.h>
 
-#include "app.h"
 #include "frame.h"
 #include "gym/contract.h"
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
-#include "sampled_collector.h"
+#include "servers/board.h"
 #include "servers/deaths.h"
+#include "shared_registry.h"
 #include "snapshot/view.h"
+#include "wiring.h"
 
 namespace gym::stat {
 namespace {
@@ -109,25 +109,15 @@ int parse(int argc, char** argv, Args& a) {
   return 0;
 }
 
-// The configuration: the exporter's file when named, the flags over it.
+// The configuration: the exporter's file when named, the flags over it
+// (parsed once, with them).
 std::optional<exporter::Config> load_config(const Args& a) {
-  YAML::Node root;
-  if (!a.config_file.empty()) {
-    const exporter::ConfigResult file = exporter::load_config_file(a.config_file);
-    if (!file.ok()) {
-      for (const auto& e : file.errors) std::fprintf(stderr, "gym-stat: %s\n", e.c_str());
-      return std::nullopt;
-    }
-    try {
-      root = YAML::LoadFile(a.config_file);
-    } catch (const YAML::Exception&) {
-    }
-  }
-  if (!root.IsMap()) root = YAML::Node(YAML::NodeType::Map);
-  if (a.proc_root) root["servers"]["proc_root"] = *a.proc_root;
-  if (a.gpu_library) root["gpu"]["library"] = *a.gpu_library;
-  exporter::ConfigResult r =
-      exporter::parse_config(YAML::Dump(root), a.config_file.empty() ? "gym-stat" : a.config_file);
+  exporter::KeyOverrides keys;
+  if (a.proc_root) keys.push_back({"servers", "proc_root", *a.proc_root});
+  if (a.gpu_library) keys.push_back({"gpu", "library", *a.gpu_library});
+  const exporter::ConfigResult r = a.config_file.empty()
+                                       ? exporter::parse_config("", "gym-stat", keys)
+                                       : exporter::load_config_file(a.config_file, keys);
   for (const auto& e : r.errors) std::fprintf(stderr, "gym-stat: %s\n", e.c_str());
   if (!r.ok()) return std::nullopt;
   return r.config;
@@ -153,8 +143,7 @@ class Source {
     const int64_t start_ns = segment::precise_now_ns();
     const auto now = std::chrono::steady_clock::now();
     for (auto& [c, last] : collectors_) {
-      const auto* sampled = dynamic_cast<const exporter::IntervalCollector*>(c.get());
-      if (last && sampled && now - *last < sampled->interval()) continue;
+      if (last && now - *last < c->interval()) continue;
       c->refresh();
       last = now;
     }

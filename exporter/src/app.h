@@ -19,6 +19,7 @@
 #include "http/server.h"
 #include "servers/board.h"
 #include "web_config.h"
+#include "wiring.h"
 
 namespace gym::exporter {
 
@@ -34,14 +35,6 @@ Loaded load(const Flags& flags);
 
 // Logs each deprecated key a configuration uses, once a process.
 void warn_deprecations(const ConfigResult& c);
-
-ReaderOptions reader_options(const Config& c);
-// One collector of every registered kind, with its section of `c`, and one
-// watcher of `c`'s servers for all of them; `only` (when not empty) names
-// the kinds wanted.
-std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
-                                                        const CollectorContext& context,
-                                                        const std::set<std::string>& only = {});
 
 // --once: one exposition of `loaded`, to standard output.
 int print_once(const Loaded& loaded);

@@ -73,4 +73,27 @@ void emit_since(const Emit& emit, const Family& f, double since) {
   emit(f, &extras);
 }
 
+void emit_sample_stats(const std::vector<SampleStats>& stats, const Emit& emit) {
+  if (stats.empty()) return;
+  Families out;
+  Family& duration = add_family(out, "gym_exporter_collector_sample_duration_seconds");
+  Family& overruns = add_family(out, "gym_exporter_collector_sample_overruns_total");
+  Family& errors = add_family(out, "gym_exporter_collector_sample_errors_total");
+  FamilyExtras overruns_since, errors_since;
+  for (const SampleStats& s : stats) {
+    const LabelPairs l{{"collector", s.collector}};
+    add_metric(duration, l).gauge.value = s.last_duration_seconds;
+    add_metric(overruns, l).counter.value = double(s.overruns);
+    overruns_since.created.push_back(s.since);
+    for (const auto& [reason, n] : s.errors) {
+      add_metric(errors, {{"collector", s.collector}, {"reason", reason}}).counter.value =
+          double(n);
+      errors_since.created.push_back(s.since);
+    }
+  }
+  emit(duration);
+  emit(overruns, &overruns_since);
+  if (!errors.metric.empty()) emit(errors, &errors_since);
+}
+
 }  // namespace gym::exporter

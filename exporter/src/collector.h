@@ -14,6 +14,7 @@
 #include <prometheus/metric_family.h>
 #include <yaml-cpp/yaml.h>
 
+#include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <functional>
@@ -97,7 +98,14 @@ class Collector {
   // A sampling collector's account of its samples (sampled_collector.h);
   // nullopt for the others.
   virtual std::optional<SampleStats> sample_stats() const { return std::nullopt; }
+  // How often a sampling collector samples; zero for one that works at
+  // collect() (a caller without a sampling thread refreshes it every time).
+  virtual std::chrono::duration<double> interval() const { return {}; }
 };
+
+// The sampling collectors' accounts (SampleStats) as the families
+// gym_exporter_collector_sample_*, by collector.
+void emit_sample_stats(const std::vector<SampleStats>& stats, const Emit& emit);
 
 // Unix seconds now, and when this exporter process started (taken before
 // main): the start of the counters that count from then.

@@ -174,22 +174,47 @@ std::vector<std::string> validate(const Config& c, const std::string& origin) {
   return errors;
 }
 
-ConfigResult parse_config(const std::string& yaml, const std::string& name) {
-  std::vector<std::string> errors;
-  YamlReader rd(name, errors);
-  ConfigResult r = parse_root(rd, rd.load(yaml));
+namespace {
+// `keys` set over the loaded root (a section's key made where missing), so
+// that what overrides the file is parsed with it, once. A root or section
+// that is not a mapping is left as it is: parsing says what is wrong with it.
+void set_keys(std::optional<YAML::Node>& root, const KeyOverrides& keys) {
+  if (!root || keys.empty()) return;
+  if (root->IsNull()) *root = YAML::Node(YAML::NodeType::Map);
+  if (!root->IsMap()) return;
+  for (const auto& [section, key, value] : keys) {
+    YAML::Node s = (*root)[section];  // a handle: setting its key sets the root's
+    if (s.IsMap()) {
+      s[key] = value;
+    } else if (!s.IsDefined() || s.IsNull()) {
+      YAML::Node made(YAML::NodeType::Map);
+      made[key] = value;
+      (*root)[section] = made;
+    }
+  }
+}
+
+ConfigResult parse_loaded(YamlReader& rd, std::optional<YAML::Node> root, const KeyOverrides& keys,
+                          std::vector<std::string>& errors, const std::string& name) {
+  set_keys(root, keys);
+  ConfigResult r = parse_root(rd, root);
   if (errors.empty()) errors = validate(r.config, name);
   r.errors = std::move(errors);
   return r;
 }
+}  // namespace
 
-ConfigResult load_config_file(const std::string& path) {
+ConfigResult parse_config(const std::string& yaml, const std::string& name,
+                          const KeyOverrides& keys) {
+  std::vector<std::string> errors;
+  YamlReader rd(name, errors);
+  return parse_loaded(rd, rd.load(yaml), keys, errors, name);
+}
+
+ConfigResult load_config_file(const std::string& path, const KeyOverrides& keys) {
   std::vector<std::string> errors;
   YamlReader rd(path, errors);
-  ConfigResult r = parse_root(rd, rd.load_file(path, "configuration file"));
-  if (errors.empty()) errors = validate(r.config, path);
-  r.errors = std::move(errors);
-  return r;
+  return parse_loaded(rd, rd.load_file(path, "configuration file"), keys, errors, path);
 }
 
 }  // namespace gym::exporter

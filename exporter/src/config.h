@@ -75,12 +75,22 @@ struct ConfigResult {
   bool ok() const { return errors.empty(); }
 };
 
-// Reads `path` (defaults for what it does not set). An unknown key, a wrong
-// type or a bad value is an error. Sections other than web, registry and log
-// are the collectors' (memory, ...): each collector reads its own.
-ConfigResult load_config_file(const std::string& path);
+// Keys of a section set over what a file says, before it is parsed (a
+// command line's values for keys that no ConfigOverrides field has):
+// {section, key, value}.
+struct KeyOverride {
+  std::string section, key, value;
+};
+using KeyOverrides = std::vector<KeyOverride>;
+
+// Reads `path` (defaults for what it does not set), with `keys` set over it.
+// An unknown key, a wrong type or a bad value is an error. Sections other
+// than web, registry and log are the collectors' (memory, ...): each
+// collector reads its own.
+ConfigResult load_config_file(const std::string& path, const KeyOverrides& keys = {});
 // The same from YAML text; `name` stands for the file in messages.
-ConfigResult parse_config(const std::string& yaml, const std::string& name);
+ConfigResult parse_config(const std::string& yaml, const std::string& name,
+                          const KeyOverrides& keys = {});
 // Checks values that flags may also set (log level and format, path, address).
 std::vector<std::string> validate(const Config& c, const std::string& origin);
 

@@ -55,7 +55,7 @@ class IntervalCollector : public Collector {
   virtual std::string sampling_group() const { return {}; }
   // Periods in which no sample started because one was still running.
   uint64_t overruns() const { return overruns_.load(std::memory_order_relaxed); }
-  std::chrono::duration<double> interval() const { return interval_; }
+  std::chrono::duration<double> interval() const override { return interval_; }
   std::optional<SampleStats> sample_stats() const override;
   const std::string& name() const { return name_; }
 
@@ -198,7 +198,5 @@ CollectorKind per_server_kind(std::string name, int order) {
       });
 }
 
-// The gym_exporter_collector_sample_* families of every collector's account.
-void emit_sample_stats(const std::vector<SampleStats>& stats, const Emit& emit);
 
 }  // namespace gym::exporter

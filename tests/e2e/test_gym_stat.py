@@ -325,3 +325,13 @@ def test_it_reads_without_an_exporter_and_removes_nothing(registry):
     assert doc["writers"] == [] and doc["limits"] == []  # every writer has exited
     assert any(o["duration_seconds"] for o in doc["operations"]), "their counts are still read"
     assert sorted(os.listdir(registry)) == files
+
+
+def test_it_links_the_collecting_side_only_not_http_tls_or_zlib():
+    # gym-stat runs the exporter's collectors, not its server: no TLS, no
+    # compression, no password hashing in its process.
+    libs = subprocess.run(["ldd", STAT], capture_output=True, text=True, check=True).stdout
+    for lib in ("libssl", "libcrypto", "libz.so", "libcrypt.so"):
+        assert lib not in libs, f"gym-stat links {lib}:\n{libs}"
+    served = subprocess.run(["ldd", EXPORTER], capture_output=True, text=True, check=True).stdout
+    assert "libssl" in served, "the check must see what the exporter links"

@@ -64,6 +64,39 @@ TEST(ExporterConfig, DefaultsWhenTheFileSetsNothing) {
   EXPECT_EQ(memory_config(r.config).pss_interval_seconds, 0);
 }
 
+TEST(ExporterConfig, KeyOverridesAreSetOverTheFileAndParsedWithItOnce) {
+  gym::testing::TempDir tmp;
+  const std::string path = tmp.path() + "/c.yml";
+  std::ofstream(path) << "servers:\n  proc_root: /from-file\ngpu:\n  interval_seconds: 7\n";
+  const KeyOverrides keys = {{"servers", "proc_root", "/from-flag"},
+                             {"gpu", "library", "/lib/fake-nvml.so"},
+                             {"memory", "interval_seconds", "9"}};
+  ConfigResult r = load_config_file(path, keys);
+  ASSERT_TRUE(r.ok()) << r.errors.front();
+  EXPECT_EQ(r.config.servers.proc_root, "/from-flag") << "the flag wins over the file";
+  const std::string gpu = r.config.collectors.at("gpu").yaml;
+  EXPECT_NE(gpu.find("/lib/fake-nvml.so"), std::string::npos) << gpu;
+  EXPECT_NE(gpu.find("interval_seconds: 7"), std::string::npos) << "the file's other keys stay";
+  EXPECT_EQ(memory_config(r.config).interval_seconds, 9) << "a section the file lacks is made";
+  ConfigResult none = parse_config("", "gym-stat", keys);
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none.config.servers.proc_root, "/from-flag");
+}
+
+TEST(ExporterConfig, KeyOverridesKeepTheFilesErrorsWhereTheyAre) {
+  // A bad key still names its line and column; a section that is not a
+  // mapping is left for the parser to refuse; a bad overriding value is an
+  // error like the file's.
+  ConfigResult r = parse_config("log:\n  level: info\n  bogus: 1\n", "c.yml",
+                                {{"servers", "proc_root", "/p"}});
+  EXPECT_TRUE(has_error(r, "c.yml:3:3")) << (r.errors.empty() ? "" : r.errors.front());
+  ConfigResult scalar = parse_config("servers: 3\n", "c.yml", {{"servers", "proc_root", "/p"}});
+  EXPECT_FALSE(scalar.ok());
+  ConfigResult bad = parse_config("", "c.yml", {{"memory", "interval_seconds", "soon"}});
+  EXPECT_TRUE(has_error(bad, "memory.interval_seconds"))
+      << (bad.errors.empty() ? "" : bad.errors.front());
+}
+
 TEST(ExporterConfig, ReadsEveryKey) {
   ConfigResult r = parse_config(
       "web:\n  listen_address: 127.0.0.1:9999\n  telemetry_path: /m\n  max_connections: 3\n"

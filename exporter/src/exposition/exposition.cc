@@ -6,7 +6,7 @@
 #include "contract/families.h"
 #include "contract/table.h"
 #include "exposition/text.h"
-#include "sampled_collector.h"
+#include "collector.h"
 
 namespace gym::exporter {
 
