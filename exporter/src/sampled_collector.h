@@ -198,5 +198,4 @@ CollectorKind per_server_kind(std::string name, int order) {
       });
 }
 
-
 }  // namespace gym::exporter

@@ -87,8 +87,8 @@ TEST(ExporterConfig, KeyOverridesKeepTheFilesErrorsWhereTheyAre) {
   // A bad key still names its line and column; a section that is not a
   // mapping is left for the parser to refuse; a bad overriding value is an
   // error like the file's.
-  ConfigResult r = parse_config("log:\n  level: info\n  bogus: 1\n", "c.yml",
-                                {{"servers", "proc_root", "/p"}});
+  ConfigResult r =
+      parse_config("log:\n  level: info\n  bogus: 1\n", "c.yml", {{"servers", "proc_root", "/p"}});
   EXPECT_TRUE(has_error(r, "c.yml:3:3")) << (r.errors.empty() ? "" : r.errors.front());
   ConfigResult scalar = parse_config("servers: 3\n", "c.yml", {{"servers", "proc_root", "/p"}});
   EXPECT_FALSE(scalar.ok());

@@ -3,10 +3,10 @@
 #include <chrono>
 #include <new>
 
+#include "collector.h"
 #include "contract/families.h"
 #include "contract/table.h"
 #include "exposition/text.h"
-#include "collector.h"
 
 namespace gym::exporter {
 
