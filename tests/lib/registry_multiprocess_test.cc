@@ -183,9 +183,9 @@ TEST(RegistryMultiprocess, WritersKilledAtRandomMomentsNeverBreakASnapshot) {
 }
 
 // A limit's spread over the processes holding it, as a snapshot has it.
-const LimitSpread* spread_of(const Snapshot& snap, const Labels& labels) {
-  for (const LimitSpread& l : snap.limits)
-    if (snap.series[l.series].info->family == "gym_concurrency_limit" &&
+const LimitRow* spread_of(const Snapshot& snap, const Labels& labels) {
+  for (const LimitRow& l : snap.limits)
+    if (l.present() && snap.series[l.series].info->family == "gym_concurrency_limit" &&
         snap.series[l.series].info->labels == labels)
       return &l;
   return nullptr;
@@ -245,7 +245,7 @@ TEST(RegistryMultiprocess, FreeSlotsBesideAnotherProcesssQueueAreStranded) {
     EXPECT_EQ(find_series(snap, "gym_concurrency_limit", labels)->gauge, 12);
     EXPECT_EQ(find_series(snap, "gym_concurrency_queue_depth", labels)->gauge, 3);
     EXPECT_EQ(testing::free_slots(snap, labels), 7);
-    const LimitSpread* l = spread_of(snap, labels);
+    const LimitRow* l = spread_of(snap, labels);
     ASSERT_NE(l, nullptr);
     EXPECT_EQ(l->processes, 3u) << "B's child inherited the limit's records; it holds no limit";
     EXPECT_EQ(l->stranded_slots, 7) << "B's 3 and C's 4 free slots, while A's callers queue";
@@ -254,7 +254,7 @@ TEST(RegistryMultiprocess, FreeSlotsBesideAnotherProcesssQueueAreStranded) {
   EXPECT_EQ(testing::wait_exit(a), 128 + SIGKILL);
   {
     const Snapshot& snap = reader.snapshot();
-    const LimitSpread* l = spread_of(snap, labels);
+    const LimitRow* l = spread_of(snap, labels);
     ASSERT_NE(l, nullptr);
     EXPECT_EQ(l->processes, 2u);
     EXPECT_EQ(l->stranded_slots, 0) << "no caller queues: free slots are only free";
@@ -277,7 +277,7 @@ TEST(RegistryMultiprocess, OneProcesssQueueStrandsNothing) {
   ready.wait(1);
   RegistryReader reader(tmp.path());
   const Snapshot& snap = reader.snapshot();
-  const LimitSpread* l = spread_of(snap, labels);
+  const LimitRow* l = spread_of(snap, labels);
   ASSERT_NE(l, nullptr);
   EXPECT_EQ(l->processes, 1u);
   EXPECT_EQ(l->stranded_slots, 0);

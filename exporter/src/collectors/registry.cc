@@ -3,7 +3,6 @@
 // snapshot on each scrape, and the registry's own counts.
 #include <algorithm>
 #include <limits>
-#include <map>
 #include <set>
 #include <tuple>
 
@@ -26,10 +25,11 @@ class RegistryCollector : public Collector {
   void collect(const Emit& emit) override;
 
  private:
-  void rebuild();
+  void rebuild(const Snapshot& snap);
   void add_served_families();
-  void add_limit_families();
+  void add_limit_families(const Snapshot& snap);
   void update_values(const Snapshot& snap);
+  void update_limits(const Snapshot& snap);
   void collect_locked(const Snapshot& snap, const Emit& emit);
   void select_served(const Snapshot& snap);
   void emit_stats(const Snapshot& snap, const Emit& emit);
@@ -66,31 +66,14 @@ class RegistryCollector : public Collector {
     uint32_t k;       // its metric's index in the family
   };
   std::vector<Slot> slots_;
-  // Per limit, indexes into served_ (-1: none) of what limit_slots()
-  // (gym/registry_reader.h) makes its free and active slots of.
-  struct ActiveSlot {
-    ClientMetric* metric;
-    long limit;
-    long available;
-    long holds;
-  };
-  Family active_;
-  std::vector<ActiveSlot> active_slots_;
-  // gym_concurrency_admissions_total: the holds begun, as the holds' ages
-  // record counts them (metric, index into served_).
-  Family admissions_;
+  // The families made of each limit's row (Snapshot::limits, one join by
+  // the reader): active slots, admissions (the holds' count of beginnings),
+  // processes and stranded slots, a metric each by row (admissions: by row
+  // with a holds' series).
+  Family active_, admissions_, processes_, stranded_;
   FamilyExtras admissions_extras_;  // their created times
-  std::vector<std::pair<ClientMetric*, size_t>> admission_slots_;
-  // gym_concurrency_processes and _stranded_slots: each limit's spread
-  // over its processes (Snapshot::limits), by the limit's index into served_.
-  struct SpreadSlot {
-    ClientMetric* processes;
-    ClientMetric* stranded;
-    size_t limit;
-  };
-  Family processes_, stranded_;
-  std::vector<SpreadSlot> spread_slots_;
-  std::vector<const LimitSpread*> spread_by_series_;  // by snapshot index
+  // By snapshot index: its served slot (index into slots_), or -1.
+  std::vector<int32_t> slot_of_;
   std::vector<uint32_t> scratch_index_;
   std::vector<const SeriesInfo*> scratch_infos_;
 };
@@ -105,20 +88,13 @@ bool RegistryCollector::served_family(std::string_view family) {
   return false;
 }
 
-void RegistryCollector::rebuild() {
+void RegistryCollector::rebuild(const Snapshot& snap) {
   model_.clear();
   extras_.clear();
   absent_.clear();
   slots_.clear();
-  active_slots_.clear();
-  active_ = Family{};
-  admission_slots_.clear();
-  admissions_ = Family{};
-  spread_slots_.clear();
-  processes_ = Family{};
-  stranded_ = Family{};
   add_served_families();
-  add_limit_families();
+  add_limit_families(snap);
 }
 
 // A family of the model for every family served, a metric for every series
@@ -168,43 +144,22 @@ void RegistryCollector::add_served_families() {
   }
 }
 
-// The families made of a limit's parts: active = limit - free, admissions
-// (its holds' count of beginnings), processes and stranded slots.
-void RegistryCollector::add_limit_families() {
-  struct Indexes {
-    long limit = 0, available = 0, holds = 0;  // index + 1; 0: none
-  };
-  std::map<SeriesLabels, Indexes> limits;
-  for (size_t i = 0; i < served_.size(); ++i) {
-    const SeriesInfo& info = *served_[i];
-    if (info.family == family::kConcurrencyLimit) limits[info.labels].limit = long(i) + 1;
-    if (info.family == family::kConcurrencyAvailable) limits[info.labels].available = long(i) + 1;
-    if (info.family == family::kConcurrencyOldestHold) limits[info.labels].holds = long(i) + 1;
+// The families made of the limits' rows, a metric a row (the labels of its
+// gym_concurrency_limit series).
+void RegistryCollector::add_limit_families(const Snapshot& snap) {
+  Families made;
+  active_ = std::move(add_family(made, family::kConcurrencyActive));
+  admissions_ = std::move(add_family(made, family::kConcurrencyAdmissions));
+  processes_ = std::move(add_family(made, family::kConcurrencyProcesses));
+  stranded_ = std::move(add_family(made, family::kConcurrencyStrandedSlots));
+  for (const LimitRow& row : snap.limits) {
+    const SeriesLabels& labels = snap.series[row.any()].info->labels;
+    if (row.holds != LimitRow::kNone) add_series_metric(admissions_, labels);
+    if (!row.present()) continue;  // its counters alone
+    add_series_metric(active_, labels);
+    add_series_metric(processes_, labels);
+    add_series_metric(stranded_, labels);
   }
-  Families one;
-  active_ = std::move(add_family(one, family::kConcurrencyActive));
-  active_.metric.reserve(limits.size());
-  for (const auto& [labels, idx] : limits) {
-    if (idx.limit == 0) continue;
-    active_slots_.push_back(
-        {&add_series_metric(active_, labels), idx.limit - 1, idx.available - 1, idx.holds - 1});
-  }
-  Families two;
-  admissions_ = std::move(add_family(two, family::kConcurrencyAdmissions));
-  admissions_.metric.reserve(limits.size());
-  admissions_extras_ = FamilyExtras{};
-  for (const auto& [labels, idx] : limits)
-    if (idx.holds != 0)
-      admission_slots_.emplace_back(&add_series_metric(admissions_, labels), size_t(idx.holds - 1));
-  Families three;
-  processes_ = std::move(add_family(three, family::kConcurrencyProcesses));
-  stranded_ = std::move(add_family(three, family::kConcurrencyStrandedSlots));
-  processes_.metric.reserve(limits.size());
-  stranded_.metric.reserve(limits.size());
-  for (const auto& [labels, idx] : limits)
-    if (idx.limit != 0)
-      spread_slots_.push_back({&add_series_metric(processes_, labels),
-                               &add_series_metric(stranded_, labels), size_t(idx.limit - 1)});
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {
@@ -235,30 +190,28 @@ void RegistryCollector::update_values(const Snapshot& snap) {
         break;
     }
   }
-  for (ActiveSlot& a : active_slots_) {
-    const int64_t limit = snap.series[served_index_[size_t(a.limit)]].gauge;
-    const int64_t holds = a.holds < 0 ? 0 : snap.series[served_index_[size_t(a.holds)]].gauge;
-    if (a.available < 0) {  // no free slots known: all are held
-      a.metric->gauge.value = static_cast<double>(limit);
-      continue;
+  update_limits(snap);
+}
+
+// Each limit's row: its free slots served as gym_concurrency_available,
+// and the families made of it.
+void RegistryCollector::update_limits(const Snapshot& snap) {
+  slot_of_.assign(snap.series.size(), -1);
+  for (size_t k = 0; k < slots_.size(); ++k) slot_of_[served_index_[slots_[k].served]] = int32_t(k);
+  admissions_extras_.created.clear();
+  size_t present = 0, admitted = 0;
+  for (const LimitRow& row : snap.limits) {
+    if (row.holds != LimitRow::kNone) {
+      const SeriesSample& holds = snap.series[row.holds];
+      admissions_.metric[admitted++].counter.value = double(holds.counter);
+      admissions_extras_.created.push_back(double(holds.created_unix_ns) / 1e9);
     }
-    const LimitSlots slots =
-        limit_slots(limit, snap.series[served_index_[size_t(a.available)]].gauge, holds);
-    slots_[size_t(a.available)].metric->gauge.value = static_cast<double>(slots.free);
-    a.metric->gauge.value = static_cast<double>(slots.active);
-  }
-  spread_by_series_.assign(snap.series.size(), nullptr);
-  for (const LimitSpread& l : snap.limits) spread_by_series_[l.series] = &l;
-  for (SpreadSlot& slot : spread_slots_) {
-    const LimitSpread* l = spread_by_series_[served_index_[slot.limit]];
-    slot.processes->gauge.value = l != nullptr ? double(l->processes) : 0.0;
-    slot.stranded->gauge.value = l != nullptr ? double(l->stranded_slots) : 0.0;
-  }
-  admissions_extras_.created.resize(admission_slots_.size());
-  for (size_t k = 0; k < admission_slots_.size(); ++k) {
-    const SeriesSample& s = snap.series[served_index_[admission_slots_[k].second]];
-    admission_slots_[k].first->counter.value = static_cast<double>(s.counter);
-    admissions_extras_.created[k] = double(s.created_unix_ns) / 1e9;
+    if (!row.present()) continue;
+    if (row.available != LimitRow::kNone && slot_of_[row.available] >= 0)
+      slots_[size_t(slot_of_[row.available])].metric->gauge.value = double(row.free);
+    active_.metric[present].gauge.value = double(row.active);
+    processes_.metric[present].gauge.value = double(row.processes);
+    stranded_.metric[present++].gauge.value = double(row.stranded_slots);
   }
 }
 
@@ -314,7 +267,7 @@ void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
   if (scratch_infos_ != served_ || snap.series_epoch != served_epoch_) {
     served_epoch_ = snap.series_epoch;
     served_.swap(scratch_infos_);
-    rebuild();
+    rebuild(snap);
   }
   update_values(snap);
   for (size_t k = 0; k < model_.size(); ++k) {

@@ -77,18 +77,36 @@ double boot_time_seconds(const std::string& proc_root) {
   return double(procfs::read_boot_time(proc_root).value_or(0));
 }
 
-void ViewBuilder::reshape(const Snapshot& snap) {
-  slots_.assign(snap.series.size(), Slot{});
-  std::map<std::string, uint32_t> limit_rows, op_rows;
+// The limits' rows (the reader joined each limit's series once) in key
+// order, as people read them: limit_rank_[k] is row k's place.
+void ViewBuilder::reshape_limits(const Snapshot& snap) {
+  std::map<std::string, uint32_t> ranked;
   std::vector<LimitView> limits;
+  for (const LimitRow& row : snap.limits) {
+    const SeriesInfo& info = *snap.series[row.any()].info;
+    LimitView l;
+    l.component = label_of(info, label::kComponent);
+    l.limit_name = label_of(info, label::kLimitName);
+    l.server_name = label_of(info, label::kServerName);
+    ranked.emplace(l.key(), uint32_t(limits.size()));
+    limits.push_back(std::move(l));
+  }
+  limit_rank_.assign(limits.size(), 0);
+  limits_.assign(limits.size(), LimitView{});
+  uint32_t r = 0;
+  for (const auto& [_, k] : ranked) {
+    limit_rank_[k] = r;
+    limits_[r++] = std::move(limits[k]);
+  }
+}
+
+// The operations: their series joined by their labels, in key order.
+void ViewBuilder::reshape(const Snapshot& snap) {
+  reshape_limits(snap);
+  slots_.assign(snap.series.size(), Slot{});
+  std::map<std::string, uint32_t> op_rows;
   std::vector<OperationView> ops;
   const std::pair<std::string_view, Field> fields[] = {
-      {family::kConcurrencyLimit, Field::kLimit},
-      {family::kConcurrencyAvailable, Field::kAvailable},
-      {family::kConcurrencyQueueDepth, Field::kQueueDepth},
-      {family::kConcurrencyOldestHold, Field::kHolds},
-      {family::kAdmissionTimeouts, Field::kTimeouts},
-      {family::kAdmissionCancelled, Field::kCancelled},
       {family::kOperationQueued, Field::kQueued},
       {family::kOperationActive, Field::kActive},
       {family::kOperationQueueDuration, Field::kQueueDuration},
@@ -106,38 +124,22 @@ void ViewBuilder::reshape(const Snapshot& snap) {
     if (field == Field::kNone) continue;
     Slot& slot = slots_[i];
     slot.field = field;
-    if (field <= Field::kCancelled) {
-      LimitView l;
-      l.component = label_of(info, label::kComponent);
-      l.limit_name = label_of(info, label::kLimitName);
-      l.server_name = label_of(info, label::kServerName);
-      auto [it, fresh] = limit_rows.try_emplace(l.key(), uint32_t(limits.size()));
-      if (fresh) limits.push_back(std::move(l));
-      slot.row = it->second;
-    } else {
-      OperationView o;
-      o.operation = label_of(info, label::kOperation);
-      o.executor = label_of(info, label::kExecutor);
-      o.server_name = label_of(info, label::kServerName);
-      auto [it, fresh] = op_rows.try_emplace(o.key(), uint32_t(ops.size()));
-      if (fresh) ops.push_back(std::move(o));
-      slot.row = it->second;
-      if (field == Field::kDuration) slot.outcome = label_of(info, label::kOutcome);
-    }
+    OperationView o;
+    o.operation = label_of(info, label::kOperation);
+    o.executor = label_of(info, label::kExecutor);
+    o.server_name = label_of(info, label::kServerName);
+    auto [it, fresh] = op_rows.try_emplace(o.key(), uint32_t(ops.size()));
+    if (fresh) ops.push_back(std::move(o));
+    slot.row = it->second;
+    if (field == Field::kDuration) slot.outcome = label_of(info, label::kOutcome);
   }
-  // Rows in key order, as people read them.
-  std::vector<uint32_t> limit_rank(limits.size()), op_rank(ops.size());
+  std::vector<uint32_t> op_rank(ops.size());
   uint32_t r = 0;
-  for (const auto& [_, row] : limit_rows) limit_rank[row] = r++;
-  r = 0;
   for (const auto& [_, row] : op_rows) op_rank[row] = r++;
-  limits_.assign(limits.size(), LimitView{});
   operations_.assign(ops.size(), OperationView{});
-  for (size_t k = 0; k < limits.size(); ++k) limits_[limit_rank[k]] = std::move(limits[k]);
   for (size_t k = 0; k < ops.size(); ++k) operations_[op_rank[k]] = std::move(ops[k]);
   for (Slot& slot : slots_)
-    if (slot.field != Field::kNone)
-      slot.row = slot.field <= Field::kCancelled ? limit_rank[slot.row] : op_rank[slot.row];
+    if (slot.field != Field::kNone) slot.row = op_rank[slot.row];
   static std::atomic<uint64_t> shapes{0};
   shape_ = ++shapes;
 }
@@ -148,30 +150,27 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
     out.operations = operations_;
     out.shape = shape_;
   }
+  for (size_t k = 0; k < snap.limits.size(); ++k) {
+    const LimitRow& row = snap.limits[k];
+    LimitView& l = out.limits[limit_rank_[k]];
+    l.limit = row.limit;
+    l.available = row.free;
+    l.active = row.active;
+    l.queue_depth = row.queued;
+    l.holds = row.holds_now;
+    l.processes = row.processes;
+    l.stranded_slots = row.stranded_slots;
+    if (row.timeouts != LimitRow::kNone)
+      l.admission_timeouts_total = snap.series[row.timeouts].counter;
+    l.admission_cancelled_total =
+        row.cancelled != LimitRow::kNone ? snap.series[row.cancelled].counter : 0;
+  }
   for (OperationView& o : out.operations) o.queue_duration = {};  // summed below
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     const SeriesSample& s = snap.series[i];
     switch (slot.field) {
       case Field::kNone:
-        break;
-      case Field::kLimit:
-        out.limits[slot.row].limit = s.gauge;
-        break;
-      case Field::kAvailable:
-        out.limits[slot.row].available = s.gauge;
-        break;
-      case Field::kQueueDepth:
-        out.limits[slot.row].queue_depth = s.gauge;
-        break;
-      case Field::kHolds:
-        out.limits[slot.row].holds = s.gauge;
-        break;
-      case Field::kTimeouts:
-        out.limits[slot.row].admission_timeouts_total = s.counter;
-        break;
-      case Field::kCancelled:
-        out.limits[slot.row].admission_cancelled_total = s.counter;
         break;
       case Field::kQueued:
         out.operations[slot.row].queued = s.gauge;
@@ -186,18 +185,6 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
         assign_histogram(out.operations[slot.row].duration[slot.outcome], s);
         break;
     }
-  }
-  for (LimitView& l : out.limits) l.processes = 0, l.stranded_slots = 0;
-  for (const LimitSpread& spread : snap.limits) {
-    const Slot& slot = slots_[spread.series];
-    if (slot.field != Field::kLimit) continue;
-    out.limits[slot.row].processes = spread.processes;
-    out.limits[slot.row].stranded_slots = spread.stranded_slots;
-  }
-  for (LimitView& l : out.limits) {
-    const LimitSlots slots = limit_slots(l.limit, l.available, l.holds);
-    l.available = slots.free;
-    l.active = slots.active;
   }
 }
 

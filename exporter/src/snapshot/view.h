@@ -44,7 +44,7 @@ struct LimitView {
   int64_t holds = 0;
   std::optional<uint64_t> admission_timeouts_total;  // only limits with a timeout
   uint64_t admission_cancelled_total = 0;
-  // Its spread over the processes holding it (LimitSpread, gym/registry_reader.h):
+  // Its spread over the processes holding it (LimitRow, gym/registry_reader.h):
   // how many, and their free slots stranded beside another process's queue.
   uint32_t processes = 0;
   int64_t stranded_slots = 0;
@@ -137,31 +137,22 @@ class ViewBuilder {
              double boot_time_seconds, View& out);
 
  private:
-  enum class Field : uint8_t {
-    kNone,
-    kLimit,
-    kAvailable,
-    kQueueDepth,
-    kHolds,
-    kTimeouts,
-    kCancelled,
-    kQueued,
-    kActive,
-    kQueueDuration,
-    kDuration
-  };
+  // An operation series' part in its row.
+  enum class Field : uint8_t { kNone, kQueued, kActive, kQueueDuration, kDuration };
   struct Slot {
     Field field = Field::kNone;
     uint32_t row = 0;
     std::string outcome;  // kDuration
   };
   void reshape(const Snapshot& snap);
+  void reshape_limits(const Snapshot& snap);
   void fill(const Snapshot& snap, View& out) const;
 
   std::vector<const SeriesInfo*> infos_;  // the series the shape is for
   uint64_t epoch_ = UINT64_MAX;
   std::vector<Slot> slots_;  // by series index
   std::vector<LimitView> limits_;
+  std::vector<uint32_t> limit_rank_;  // by Snapshot::limits index: its place in limits_
   std::vector<OperationView> operations_;
   std::vector<const SeriesInfo*> scratch_;
   uint64_t shape_ = 0;

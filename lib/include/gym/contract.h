@@ -27,7 +27,7 @@ inline constexpr std::string_view kConcurrencyWaitDuration =
     "gym_concurrency_wait_duration_seconds";
 inline constexpr std::string_view kConcurrencyOldestWait = "gym_concurrency_oldest_wait_seconds";
 inline constexpr std::string_view kConcurrencyOldestHold = "gym_concurrency_oldest_hold_seconds";
-// Served by the exporter from the snapshot's LimitSpread (not written).
+// Served by the exporter from the snapshot's LimitRow (not written).
 inline constexpr std::string_view kConcurrencyProcesses = "gym_concurrency_processes";
 inline constexpr std::string_view kConcurrencyStrandedSlots = "gym_concurrency_stranded_slots";
 inline constexpr std::string_view kOperationQueueDuration =

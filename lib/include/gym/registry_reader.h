@@ -172,18 +172,41 @@ inline LimitSlots limit_slots(int64_t limit, int64_t available, int64_t holds) {
   return {free, segment::wrapping_sub(limit, free)};
 }
 
-// A concurrency limit spread over the processes that hold it, from one
-// snapshot's read of their segments. A limit that several processes open
-// with the same labels (uvicorn --workers, a forked child's own semaphore)
-// is one series summed over them; summed, a free slot in one process and a
-// queue in another look like a broken semaphore. `stranded_slots` are the
-// free slots of processes with no caller queued while another process of
-// the limit has callers queued (0 otherwise): work the load balancer sent
-// to the wrong process, not a limit too small.
-struct LimitSpread {
-  size_t series = 0;       // index in Snapshot::series of the limit's gym_concurrency_limit
-  uint32_t processes = 0;  // live processes holding the limit
+// A concurrency limit as one row, its series joined once (by the reader, by
+// their labels) from one snapshot: what /metrics, the API and gym-stat all
+// read of it. A limit that several processes open with the same labels
+// (uvicorn --workers, a forked child's own semaphore) is one series summed
+// over them; summed, a free slot in one process and a queue in another look
+// like a broken semaphore. `stranded_slots` are the free slots of processes
+// with no caller queued while another process of the limit has callers
+// queued (0 otherwise): work the load balancer sent to the wrong process,
+// not a limit too small.
+struct LimitRow {
+  static constexpr size_t kNone = SIZE_MAX;
+  // Indexes in Snapshot::series of its parts, which share the limit's labels
+  // (kNone: that part has no series): its gym_concurrency_limit (kNone once
+  // every writer of the limit is gone and only its counters remain, when
+  // the values below are zero), and the others.
+  size_t series = kNone;
+  size_t available = kNone;    // gym_concurrency_available
+  size_t queue_depth = kNone;  // gym_concurrency_queue_depth
+  size_t holds = kNone;        // gym_concurrency_oldest_hold_seconds (the holds' ages)
+  size_t timeouts = kNone;     // gym_concurrency_admission_timeouts_total
+  size_t cancelled = kNone;    // gym_concurrency_admission_cancelled_total
+  // Its values (limit_slots: free = available - holds, active = limit -
+  // free; with no free slots known, all are held).
+  int64_t limit = 0, free = 0, active = 0, queued = 0, holds_now = 0;
+  double oldest_hold_seconds = 0;  // 0 when nothing is held
+  uint32_t processes = 0;          // live processes holding the limit
   int64_t stranded_slots = 0;
+  // Whether it is a limit now (it has its gym_concurrency_limit series).
+  bool present() const { return series != kNone; }
+  // One of its parts' series, for its labels.
+  size_t any() const {
+    for (size_t i : {series, available, queue_depth, holds, timeouts, cancelled})
+      if (i != kNone) return i;
+    return kNone;
+  }
 };
 
 struct Snapshot {
@@ -203,8 +226,8 @@ struct Snapshot {
   std::vector<DeclaredServer> servers;
   // Live writer processes with a segment, by segment name.
   std::vector<WriterInfo> writers;
-  // Every limit with a live holder, in series order.
-  std::vector<LimitSpread> limits;
+  // Every limit with a series, in the order of its labels.
+  std::vector<LimitRow> limits;
   // Changes whenever a series is added or forgotten: a SeriesInfo pointer
   // kept from a snapshot with another epoch may have been freed (and its
   // address reused).

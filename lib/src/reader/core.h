@@ -9,7 +9,7 @@
 //   record_copies.h  a segment's new records copied out, in either layout
 //   series_table.h   the series table (ids, identity keys, order)
 //   values.cc        a segment's values, exemplars, resets, ages, gauges, damage
-//   limits.cc        limits spread over processes (LimitSpread)
+//   limits.h         the limits: their series joined once (LimitTable)
 //   totals.cc        folded totals: loading and persisting them
 //   totals_file.h    the totals file's format
 #pragma once
@@ -36,6 +36,7 @@
 #include "common/owner_lock.h"
 #include "common/process_identity.h"
 #include "gym/contract.h"
+#include "reader/limits.h"
 #include "reader/series_table.h"
 #include "reader/totals_file.h"
 
@@ -292,14 +293,6 @@ class ReaderCore {
   void adopt_folded_names(const detail::Totals& t, bool own);
   void persist_totals();
   void expire_series(int64_t now_ns);
-  // Limits' spreads (limits.cc): a series' part in a limit,
-  // noted when it is interned; its per-process values as a live segment is
-  // read; the segment's contribution once it is read.
-  void note_limit_part(uint32_t id, std::string_view family, std::string_view labels);
-  void note_limit_value(uint32_t id, int64_t value);
-  void close_segment_limits();
-  void begin_limits();
-  void add_limit_spread(uint32_t id, size_t series);
   void build_output();
   bool trusted(uid_t owner);
 
@@ -320,19 +313,9 @@ class ReaderCore {
   SeriesTable series_;
   bool over_limit_reported_ = false;
 
-  // By id: (limit index << 3) | part (LimitPart), 0 for none.
-  std::vector<uint32_t> limit_part_;
-  std::unordered_map<std::string, uint32_t> limit_index_;  // labels text -> index
-  struct LimitTally {
-    uint32_t stamp = 0;  // segment whose values below are noted
-    bool held = false;   // that segment has the limit's own record
-    int64_t limit = 0, available = 0, holds = 0, queued = 0;
-    uint32_t processes = 0, queued_processes = 0;
-    int64_t unqueued_free = 0;
-  };
-  std::vector<LimitTally> limit_tallies_;
-  std::vector<uint32_t> limit_touched_;  // tallies noted in this segment
-  uint32_t limit_stamp_ = 0;
+  // The limits (limits.h): each series' part in one, noted as it is
+  // interned; their values and spread as live segments are read.
+  LimitTable limits_;
 
   // By id: histograms' exemplars, one per classic bucket (empty: none yet).
   std::vector<std::vector<Exemplar>> exemplars_;

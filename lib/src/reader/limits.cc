@@ -1,57 +1,47 @@
-// The registry reader's limits spread over processes (LimitSpread): which
-// series are a limit's parts, each live segment's values of them, and what
-// the processes of one snapshot add up to.
-#include "reader/core.h"
+#include "reader/limits.h"
 
-namespace gym {
+#include <algorithm>
 
-using reader_internal::ReaderCore;
-namespace {
+#include "gym/contract.h"
 
-// A series' part in a limit (the low three bits of limit_part_).
-enum LimitPart : uint32_t { kNoPart = 0, kLimitPart, kAvailablePart, kHoldsPart, kQueuedPart };
+namespace gym::reader_internal {
 
-LimitPart part_of(std::string_view family) {
+LimitTable::Part LimitTable::part_of(std::string_view family) {
   if (family == family::kConcurrencyLimit) return kLimitPart;
   if (family == family::kConcurrencyAvailable) return kAvailablePart;
   if (family == family::kConcurrencyOldestHold) return kHoldsPart;
   if (family == family::kConcurrencyQueueDepth) return kQueuedPart;
+  if (family == family::kAdmissionTimeouts) return kTimeoutsPart;
+  if (family == family::kAdmissionCancelled) return kCancelledPart;
   return kNoPart;
 }
 
-}  // namespace
-
-// The four series a LimitMeter writes share their labels (text, sorted):
-// they are one limit's parts.
-void ReaderCore::note_limit_part(uint32_t id, std::string_view family, std::string_view labels) {
-  if (limit_part_.size() <= id) limit_part_.resize(id + 1, 0);
-  const LimitPart part = part_of(family);
+void LimitTable::note_part(uint32_t id, std::string_view family, std::string_view labels) {
+  if (part_.size() <= id) part_.resize(id + 1, 0);
+  const Part part = part_of(family);
   if (part == kNoPart) {
-    limit_part_[id] = 0;
+    part_[id] = 0;
     return;
   }
-  auto [it, fresh] = limit_index_.try_emplace(std::string(labels), uint32_t(limit_tallies_.size()));
-  if (fresh) limit_tallies_.emplace_back();
-  limit_part_[id] = (it->second << 3) | part;
+  auto [it, fresh] = index_.try_emplace(std::string(labels), uint32_t(tallies_.size()));
+  if (fresh) tallies_.emplace_back();
+  part_[id] = (it->second << 3) | part;
 }
 
 // Stamps count this snapshot's segments from 1 (0: none noted yet).
-void ReaderCore::begin_limits() {
-  for (LimitTally& t : limit_tallies_) t = LimitTally{};
-  limit_touched_.clear();
-  limit_stamp_ = 1;
+void LimitTable::begin() {
+  for (Tally& t : tallies_) t = Tally{};
+  touched_.clear();
+  stamp_ = 1;
 }
 
-// A live record's value in the segment being read (gauges; holds: how many
-// are held).
-void ReaderCore::note_limit_value(uint32_t id, int64_t value) {
-  const uint32_t code = id < limit_part_.size() ? limit_part_[id] : 0;
+void LimitTable::note_value(uint32_t id, int64_t value) {
+  const uint32_t code = id < part_.size() ? part_[id] : 0;
   if (code == 0) return;
-  LimitTally& t = limit_tallies_[code >> 3];
-  if (t.stamp != limit_stamp_) {
-    t = LimitTally{limit_stamp_,       false,          0, 0, 0, 0, t.processes,
-                   t.queued_processes, t.unqueued_free};
-    limit_touched_.push_back(code >> 3);
+  Tally& t = tallies_[code >> 3];
+  if (t.stamp != stamp_) {
+    t = Tally{stamp_, false, 0, 0, 0, 0, t.processes, t.queued_processes, t.unqueued_free};
+    touched_.push_back(code >> 3);
   }
   switch (code & 7u) {
     case kLimitPart:
@@ -67,15 +57,17 @@ void ReaderCore::note_limit_value(uint32_t id, int64_t value) {
     case kQueuedPart:
       t.queued = value;
       break;
+    default:  // counters: no part of a process's spread
+      break;
   }
 }
 
-// The segment just read holds the limits it has a live limit record of:
-// one process more each, and its free slots (limit_slots()) count as
-// stranded if it has no caller queued.
-void ReaderCore::close_segment_limits() {
-  for (uint32_t k : limit_touched_) {
-    LimitTally& t = limit_tallies_[k];
+// The segment holds the limits it has a live limit record of: one process
+// more each, and its free slots (limit_slots()) count as stranded if it has
+// no caller queued.
+void LimitTable::close_segment() {
+  for (uint32_t k : touched_) {
+    Tally& t = tallies_[k];
     if (!t.held) continue;
     ++t.processes;
     if (t.queued > 0) {
@@ -85,17 +77,69 @@ void ReaderCore::close_segment_limits() {
       if (free > 0) t.unqueued_free = segment::wrapping_add(t.unqueued_free, free);
     }
   }
-  limit_touched_.clear();
-  ++limit_stamp_;
+  touched_.clear();
+  ++stamp_;
 }
 
-void ReaderCore::add_limit_spread(uint32_t id, size_t series) {
-  const uint32_t code = id < limit_part_.size() ? limit_part_[id] : 0;
-  if ((code & 7u) != kLimitPart) return;
-  const LimitTally& t = limit_tallies_[code >> 3];
-  if (t.processes == 0) return;
-  snapshot_.limits.push_back(
-      {series, t.processes, t.queued_processes > 0 ? t.unqueued_free : int64_t{0}});
+void LimitTable::place(uint32_t id, size_t index) {
+  const uint32_t code = id < part_.size() ? part_[id] : 0;
+  if (code == 0) return;
+  if (placed_.size() < tallies_.size()) placed_.resize(tallies_.size(), LimitRow{LimitRow::kNone});
+  LimitRow& row = placed_[code >> 3];
+  switch (code & 7u) {
+    case kLimitPart:
+      row.series = index;
+      break;
+    case kAvailablePart:
+      row.available = index;
+      break;
+    case kHoldsPart:
+      row.holds = index;
+      break;
+    case kQueuedPart:
+      row.queue_depth = index;
+      break;
+    case kTimeoutsPart:
+      row.timeouts = index;
+      break;
+    case kCancelledPart:
+      row.cancelled = index;
+      break;
+  }
 }
 
-}  // namespace gym
+void LimitTable::rows(Snapshot& snap) {
+  snap.limits.clear();
+  for (size_t k = 0; k < placed_.size(); ++k) {
+    LimitRow row = placed_[k];
+    if (row.any() == LimitRow::kNone) continue;
+    if (row.present()) fill(snap, tallies_[k], row);
+    snap.limits.push_back(row);
+  }
+  std::sort(snap.limits.begin(), snap.limits.end(), [&](const LimitRow& a, const LimitRow& b) {
+    return snap.series[a.any()].info->labels < snap.series[b.any()].info->labels;
+  });
+  placed_.assign(placed_.size(), LimitRow{LimitRow::kNone});
+}
+
+// A present row's values, from its series' summed values and its spread.
+void LimitTable::fill(const Snapshot& snap, const Tally& t, LimitRow& row) {
+  auto gauge = [&](size_t i) { return i == LimitRow::kNone ? 0 : snap.series[i].gauge; };
+  row.limit = gauge(row.series);
+  row.queued = gauge(row.queue_depth);
+  row.holds_now = gauge(row.holds);
+  if (row.available == LimitRow::kNone) {  // no free slots known: all are held
+    row.free = 0;
+    row.active = row.limit;
+  } else {
+    const LimitSlots slots = limit_slots(row.limit, gauge(row.available), row.holds_now);
+    row.free = slots.free;
+    row.active = slots.active;
+  }
+  if (row.holds != LimitRow::kNone && snap.series[row.holds].in_progress)
+    row.oldest_hold_seconds = age_seconds(snap, snap.series[row.holds]);
+  row.processes = t.processes;
+  row.stranded_slots = t.queued_processes > 0 ? t.unqueued_free : 0;
+}
+
+}  // namespace gym::reader_internal

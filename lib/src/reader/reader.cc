@@ -240,7 +240,7 @@ void ReaderCore::read_live_segments() {
   }
   uint64_t live = 0;
   uint64_t dropped = 0;
-  begin_limits();
+  limits_.begin();
   for (auto& [name, seg] : segments_) {
     read_segment(*seg, /*gauges=*/!seg->dead);
     dropped = sat_add(dropped, seg->dropped);
@@ -278,7 +278,6 @@ void ReaderCore::build_output() {
   bool reordered = false;
   const std::vector<uint32_t>& order = series_.order(reordered);
   if (reordered) ++snapshot_.series_epoch;
-  snapshot_.limits.clear();
   size_t n = 0;
   size_t merged = 0;  // native counts of both parts added up in merged_ so far
   for (uint32_t id : order) {
@@ -290,7 +289,7 @@ void ReaderCore::build_output() {
     out.info = series_.info(id);
     out.family = series_.family(id);
     const SeriesTable::FamilyShape& shape = series_.family_shape(out.family);
-    add_limit_spread(id, n - 1);
+    limits_.place(id, n - 1);
     out.counter = sat_add(live.counter, ret.counter);
     out.gauge = live.gauge;
     out.oldest_start = live.oldest;
@@ -326,6 +325,7 @@ void ReaderCore::build_output() {
     }
   }
   snapshot_.series.resize(n);
+  limits_.rows(snapshot_);
 }
 
 }  // namespace gym

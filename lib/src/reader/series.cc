@@ -110,7 +110,7 @@ int32_t ReaderCore::intern(const Record& rec, std::string* why) {
     current_.emplace_back();
   }
   retired_[id].reset();
-  note_limit_part(id, text.parts[0], label_text(rec, text));
+  limits_.note_part(id, text.parts[0], label_text(rec, text));
   return static_cast<int32_t>(id);
 }
 
@@ -232,7 +232,7 @@ void ReaderCore::expire_series(int64_t now) {
     if (!series_.info(id) || series_.refs(id) != 0 || current_[id].present) continue;
     if (now - series_.last_change(id) <= ttl_ns) continue;
     series_.forget(id);
-    if (id < limit_part_.size()) limit_part_[id] = 0;
+    limits_.forget(id);
     retired_[id].reset();
     if (id < exemplars_.size()) exemplars_[id].clear();
     ++snapshot_.stats.expired_series_total;

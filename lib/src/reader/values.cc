@@ -404,7 +404,7 @@ void ReaderCore::add_in_progress(const Segment::Entry& e, const uint64_t* cur, A
   acc.present = true;
   acc.in_progress = true;
   series_.last_change(e.id) = now;
-  note_limit_value(e.id, n);
+  limits_.note_value(e.id, n);
 }
 
 // A live gauge's value; a declared server's identity series names the
@@ -414,7 +414,7 @@ void ReaderCore::add_gauge(const Segment& s, const Segment::Entry& e, const uint
   acc.gauge = segment::wrapping_add(acc.gauge, static_cast<int64_t>(*cur));
   acc.present = true;
   series_.last_change(e.id) = now;
-  note_limit_value(e.id, static_cast<int64_t>(*cur));
+  limits_.note_value(e.id, static_cast<int64_t>(*cur));
   if (declared || !series_.identity(e.id)) return;
   DeclaredServer server;
   for (const auto& [k, v] : series_.info(e.id)->labels) {
@@ -547,7 +547,7 @@ void ReaderCore::read_segment(Segment& s, bool gauges) {
     }
     add_total(s, e, folded, words, native_as_last, acc, /*into_retired=*/!gauges, now);
   }
-  if (gauges) close_segment_limits();
+  if (gauges) limits_.close_segment();
 }
 
 }  // namespace gym
