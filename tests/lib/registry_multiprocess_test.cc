@@ -267,6 +267,59 @@ TEST(RegistryMultiprocess, FreeSlotsBesideAnotherProcesssQueueAreStranded) {
   EXPECT_EQ(find_series(snap, "gym_concurrency_limit", labels), nullptr);
 }
 
+TEST(RegistryMultiprocess, ALimitsRowJoinsItsPartsAndKeepsItsCountersWhenItsWritersGo) {
+  TempDir tmp;
+  const Labels& labels = kSlotsLabels;
+  testing::Gate gate;
+  testing::Ready ready;
+  const pid_t a = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    MeteredSemaphore sem(2, Component::kResourcesServer, "slots", "math",
+                         std::chrono::milliseconds(1), w);
+    sem.acquire();
+    sem.acquire();
+    EXPECT_THROW(sem.acquire(), AdmissionTimeout);
+    sem.release();  // one of two held
+    ready.signal();
+    gate.wait();
+    return 0;
+  });
+  ready.wait(1);
+  RegistryReader reader(tmp.path());
+  {
+    const Snapshot& snap = reader.snapshot();
+    ASSERT_EQ(snap.limits.size(), 1u);
+    const LimitRow& row = snap.limits[0];
+    ASSERT_TRUE(row.present());
+    EXPECT_EQ(snap.series[row.series].info->labels, labels);
+    for (size_t part : {row.available, row.queue_depth, row.holds, row.timeouts, row.cancelled}) {
+      ASSERT_NE(part, LimitRow::kNone);
+      EXPECT_EQ(snap.series[part].info->labels, labels) << snap.series[part].info->family;
+    }
+    EXPECT_EQ(row.limit, 2);
+    EXPECT_EQ(row.active, 1);
+    EXPECT_EQ(row.free, 1);
+    EXPECT_EQ(row.holds_now, 1);
+    EXPECT_EQ(row.queued, 0);
+    EXPECT_GT(row.oldest_hold_seconds, 0.0);
+    EXPECT_EQ(row.processes, 1u);
+    EXPECT_EQ(snap.series[row.timeouts].counter, 1u);
+    EXPECT_EQ(snap.series[row.holds].counter, 2u) << "two holds begun";
+  }
+  gate.open();
+  EXPECT_EQ(testing::wait_exit(a), 0);
+  const Snapshot& snap = reader.snapshot();
+  ASSERT_EQ(snap.limits.size(), 1u) << "its counters remain, and with them its row";
+  const LimitRow& row = snap.limits[0];
+  EXPECT_FALSE(row.present()) << "no writer: not a limit now";
+  EXPECT_EQ(row.limit, 0);
+  EXPECT_EQ(row.processes, 0u);
+  ASSERT_NE(row.timeouts, LimitRow::kNone);
+  EXPECT_EQ(snap.series[row.timeouts].counter, 1u);
+  ASSERT_NE(row.holds, LimitRow::kNone);
+  EXPECT_EQ(snap.series[row.holds].counter, 2u) << "admissions never go down";
+}
+
 TEST(RegistryMultiprocess, OneProcesssQueueStrandsNothing) {
   TempDir tmp;
   const Labels& labels = kSlotsLabels;
