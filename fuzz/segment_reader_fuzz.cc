@@ -5,14 +5,15 @@
 // native buckets and exemplars):
 //   byte 0: flags (bit 0: hold the owner lock, so the segment is live and
 //           read as such; bit 1: truncate the file to the length in bytes 1-4;
-//           bit 2: the segment in the layout of formats 1 to 6, records of
-//           1 KiB with their text inline, instead of format 7's string area)
+//           bit 2: the segment labelled format 7, the oldest a reader reads:
+//           its histograms read as shards and a native array)
 //   then patches: [offset: 4 bytes LE][length: 1 byte][bytes], the offset
 //   taken modulo the segment's size.
 // The reader must neither crash nor read out of bounds, whatever the bytes.
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -20,7 +21,6 @@
 #include <string>
 #include <vector>
 
-#include "../tests/inline_segment.h"
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
 
@@ -51,7 +51,7 @@ const std::vector<unsigned char>& segment_template() {
       gym::Label o[] = {{"nemo_gym_resources_operation", "verify"}};
       writer.histogram("gym_resources_operation_duration_seconds", o, bounds, 1e9).observe(42);
       // With native buckets: its shards' sums, then the one joint array
-      // (format 8; the inline copy reads it as a format 6 native array).
+      // (format 8; the format 7 copy reads it as shards and a native array).
       gym::Histogram native = writer.histogram("gym_resources_operation_queue_duration_seconds", o,
                                                bounds, 1e9, /*native=*/true);
       native.observe(4200);
@@ -74,9 +74,15 @@ const std::vector<unsigned char>& segment_template() {
   return bytes;
 }
 
-// The same segment in the inline layout (format 6).
-const std::vector<unsigned char>& inline_template() {
-  static const std::vector<unsigned char> bytes = gym::testing::inline_layout(segment_template());
+// The same segment labelled format 7, the oldest a reader reads: its
+// histograms read as shards and a native array, not a joint one.
+const std::vector<unsigned char>& format7_template() {
+  static const std::vector<unsigned char> bytes = [] {
+    std::vector<unsigned char> b = segment_template();
+    const uint32_t v = gym::segment::kStringsVersion;
+    std::memcpy(b.data() + offsetof(gym::segment::Header, format_version), &v, sizeof v);
+    return b;
+  }();
   return bytes;
 }
 
@@ -95,7 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }();
   size_t pos = 0;
   uint8_t flags = size > 0 ? data[pos++] : 0;
-  std::vector<unsigned char> seg = (flags & 4) ? inline_template() : segment_template();
+  std::vector<unsigned char> seg = (flags & 4) ? format7_template() : segment_template();
   if (seg.empty()) std::abort();
   uint32_t truncate_to = 0;
   if (flags & 2) {

@@ -23,7 +23,6 @@
 #include "gym/resources_operation.h"
 #include "gym/segment_writer.h"
 #include "gym/trace_context.h"
-#include "inline_segment.h"
 #include "test_support.h"
 
 namespace gym {
@@ -197,43 +196,6 @@ TEST(Exemplars, AForkedChildKeepsItsOwnAndNeverWritesIntoItsParents) {
   ASSERT_EQ(s->exemplars.size(), 3u);
   EXPECT_EQ(s->exemplars[0].trace.trace_id, trace_of(1).trace_id);
   EXPECT_EQ(s->exemplars[0].value, 500000);
-}
-
-TEST(Exemplars, AnOlderFormatVersionHasNoneWhateverItsRecordSays) {
-  TempDir tmp;
-  SegmentWriter w(tmp.path());
-  Histogram h = w.histogram("op_seconds", {}, kBounds, 1e9);
-  h.observe(5000000, trace_of(4));
-  {
-    RegistryReader reader(tmp.path());
-    const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
-    ASSERT_NE(s, nullptr);
-    EXPECT_EQ(s->exemplars.size(), 3u) << "version 7: read";
-  }
-  ASSERT_TRUE(testing::rewrite_inline(w.path()));
-  {
-    RegistryReader reader(tmp.path());
-    const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
-    ASSERT_NE(s, nullptr);
-    EXPECT_EQ(s->exemplars.size(), 3u) << "version 6 (records inline): read";
-  }
-  // The same bytes labelled version 5: exemplar_line was a reserved zero
-  // word then, and is not read.
-  const int fd = ::open(w.path().c_str(), O_RDWR);
-  ASSERT_GE(fd, 0);
-  void* map = ::mmap(nullptr, segment::kHeaderBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ASSERT_NE(map, MAP_FAILED);
-  auto* header = static_cast<segment::Header*>(map);
-  header->format_version = 5;
-  {
-    RegistryReader reader(tmp.path());
-    const SeriesSample* s = find_series(reader.snapshot(), "op_seconds");
-    ASSERT_NE(s, nullptr);
-    EXPECT_EQ(s->count(), 1u);
-    EXPECT_TRUE(s->exemplars.empty()) << "version 5: none";
-  }
-  ::munmap(map, segment::kHeaderBytes);
-  ::close(fd);
 }
 
 // The seqlock by hand: a slot whose seq is odd (a write in progress, or a

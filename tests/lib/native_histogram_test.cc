@@ -25,7 +25,6 @@
 
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
-#include "inline_segment.h"
 #include "test_support.h"
 
 namespace gym {
@@ -207,40 +206,6 @@ void expect_read_by_hand(const TempDir& tmp, uint32_t version) {
   EXPECT_EQ(s->sum, 500000 + 2000000 + 200000000);
   EXPECT_EQ(std::vector<uint64_t>(s->native.begin(), s->native.end()),
             expected_counts({500000, 2000000, 200000000}));
-}
-
-// Version 5 keeps one native array per histogram; a segment of version 4
-// (each shard with native counts of its own, between its buckets and its
-// sum, in the inline layout, as older writers still make them) is read as
-// before: the shards' buckets, native counts and sums add up.
-TEST(NativeHistogram, AVersion4SegmentsPerShardNativeCountsAreAddedUp) {
-  TempDir tmp;
-  SegmentWriter writer(tmp.path());
-  const std::string seg = native_segment(writer, tmp);
-  ASSERT_TRUE(testing::rewrite_inline(seg));
-  segment::Record rec{};
-  {
-    const int fd = ::open(seg.c_str(), O_RDONLY);
-    ASSERT_GE(fd, 0);
-    ASSERT_EQ(::pread(fd, &rec, sizeof rec, off_t(segment::kInlineRecordsOffset)),
-              ssize_t(sizeof rec));
-    ::close(fd);
-  }
-  ASSERT_EQ(rec.shards, segment::kHistogramShards);
-  const uint32_t words = segment::shard_words(2, native::kWords);
-  const uint32_t stride = segment::shard_lines(2, native::kWords, 4) * segment::kLineBytes / 8;
-  ASSERT_GE(stride, words);
-  std::vector<uint64_t> area(size_t{rec.shards} * stride, 0);
-  for (const ByHand& o : kByHand) {
-    uint64_t* shard = area.data() + size_t{o.shard} * stride;
-    ++shard[o.bucket];
-    ++shard[3 + native::word_of(double(o.ns) / 1e9)];
-    shard[words - 1] += uint64_t(o.ns);
-  }
-  write_by_hand(
-      seg, off_t(segment::kInlineValuesOffset + uint64_t{rec.value_line} * segment::kLineBytes),
-      area, 4);
-  expect_read_by_hand(tmp, 4);
 }
 
 // Version 8 counts a native histogram's values in one joint array; a

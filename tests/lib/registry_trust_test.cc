@@ -21,7 +21,6 @@
 #include "gym/registry_reader.h"
 #include "gym/segment_format.h"
 #include "gym/segment_writer.h"
-#include "inline_segment.h"
 #include "test_support.h"
 
 namespace gym {
@@ -720,7 +719,10 @@ TEST(RegistryTrust, ASeriesTheWritersFoldedExpiresOnceServedForTheTtl) {
   EXPECT_EQ(find_series(reader.snapshot(), "early_total"), nullptr) << "then its TTL runs";
 }
 
-TEST(RegistryTrust, FormatVersionOneIsReadAndReportedAndANewerOneIsRefused) {
+// The format floor (docs/registry.md): formats 7 and 8 are read; a segment
+// of an older format (written only by builds before the floor) or a newer
+// one is refused, counted once and logged, and its writer reads as none.
+TEST(RegistryTrust, FormatsBelowTheFloorAndANewerOneAreRefusedTheOldestKeptIsRead) {
   TempDir tmp;
   testing::Ready ready;
   testing::Gate gate;
@@ -733,26 +735,37 @@ TEST(RegistryTrust, FormatVersionOneIsReadAndReportedAndANewerOneIsRefused) {
   });
   ready.wait(1);
   const std::string seg = segment_of(tmp.path());
-  ASSERT_TRUE(testing::rewrite_inline(seg));  // the layout of versions 1 to 6
-  const uint32_t v1 = 1;
-  patch(seg, offsetof(segment::Header, format_version), &v1, sizeof v1);
+  const uint32_t oldest = segment::kMinFormatVersion;
+  ASSERT_EQ(oldest, 7u);
+  patch(seg, offsetof(segment::Header, format_version), &oldest, sizeof oldest);
   {
     RegistryReader reader(tmp.path());
     const Snapshot& snap = reader.snapshot();
-    EXPECT_EQ(snap.stats.live_segments_by_version[1], 1u);
+    EXPECT_EQ(snap.stats.live_segments_by_version[oldest], 1u);
     EXPECT_EQ(snap.stats.live_segments_by_version[segment::kFormatVersion], 0u);
+    ASSERT_NE(find_series(snap, "old_total"), nullptr);
     EXPECT_EQ(find_series(snap, "old_total")->counter, 4u);
   }
-  const uint32_t newer = segment::kFormatVersion + 1;
-  patch(seg, offsetof(segment::Header, format_version), &newer, sizeof newer);
-  RegistryReader reader(tmp.path(),
-                        ReaderOptions{.trusted_uids = {}, .mode = ReaderOptions::Mode::kReadOnly});
-  const Snapshot& snap = reader.snapshot();
-  EXPECT_EQ(snap.stats.live_segments, 0u);
-  EXPECT_EQ(snap.stats.rejected_files_total, 1u);
-  ASSERT_EQ(snap.problems.size(), 1u);
-  EXPECT_NE(snap.problems[0].find("unsupported format version " + std::to_string(newer)),
-            std::string::npos);
+  for (const uint32_t refused : {1u, 6u, segment::kFormatVersion + 1}) {
+    patch(seg, offsetof(segment::Header, format_version), &refused, sizeof refused);
+    RegistryReader reader(
+        tmp.path(), ReaderOptions{.trusted_uids = {}, .mode = ReaderOptions::Mode::kReadOnly});
+    for (int scrape = 0; scrape < 2; ++scrape) {
+      const Snapshot& snap = reader.snapshot();
+      EXPECT_EQ(snap.stats.live_segments, 0u) << refused;
+      EXPECT_EQ(snap.stats.rejected_files_total, 1u) << "counted once: " << refused;
+      EXPECT_EQ(find_series(snap, "old_total"), nullptr);
+      if (scrape == 1) {
+        EXPECT_TRUE(snap.problems.empty()) << "logged once";
+        continue;
+      }
+      ASSERT_EQ(snap.problems.size(), 1u);
+      EXPECT_NE(snap.problems[0].find("unsupported format version " + std::to_string(refused) +
+                                      " (this reader reads 7 to 8)"),
+                std::string::npos)
+          << snap.problems[0];
+    }
+  }
   gate.open();
   EXPECT_EQ(testing::wait_exit(pid), 0);
 }

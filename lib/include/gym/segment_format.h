@@ -202,7 +202,10 @@
 // bounds out of it into the string area (records of 32 bytes instead of
 // 1024). 8 counts a native histogram's values in one joint array of native
 // and classic buckets (one add a value instead of two that a reader had to
-// see agree). A reader accepts all eight (kMinFormatVersion..kFormatVersion).
+// see agree). A reader reads 7 and 8 (kMinFormatVersion..kFormatVersion):
+// versions 1 to 6 were written only by builds before 0.1's format floor, and
+// a segment of one is refused (counted and logged) like any unsupported
+// version. The fields and rules of older versions stay described here.
 //
 // Internal (docs/api.md): the segment layout, for the reader and writer.
 #pragma once
@@ -224,11 +227,12 @@ inline uint64_t magic_word() {
 inline constexpr uint32_t kFormatVersion = 8;
 // The first version with one native array per histogram.
 inline constexpr uint32_t kSharedNativeVersion = 5;
-inline constexpr uint32_t kMinFormatVersion = 1;
 // The first version with exemplars (Record::exemplar_line).
 inline constexpr uint32_t kExemplarVersion = 6;
 // The first version with the string area (records of kRecordBytes).
 inline constexpr uint32_t kStringsVersion = 7;
+// The oldest version a reader reads (docs/registry.md: the format floor).
+inline constexpr uint32_t kMinFormatVersion = kStringsVersion;
 // The first version with a native histogram's joint array.
 inline constexpr uint32_t kJointVersion = 8;
 // Reservations (fallocate) are made in whole pages.

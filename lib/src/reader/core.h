@@ -9,6 +9,7 @@
 //   record_copies.h  a segment's new records copied out, in either layout
 //   series_table.h   the series table (ids, identity keys, order)
 //   values.cc        a segment's values, exemplars, resets, ages, gauges, damage
+//   histograms.h     a histogram's values, one layout reader a format family
 //   limits.h         the limits: their series joined once (LimitTable)
 //   totals.cc        folded totals: loading and persisting them
 //   totals_file.h    the totals file's format
@@ -36,6 +37,7 @@
 #include "common/owner_lock.h"
 #include "common/process_identity.h"
 #include "gym/contract.h"
+#include "reader/histograms.h"
 #include "reader/limits.h"
 #include "reader/series_table.h"
 #include "reader/totals_file.h"
@@ -45,14 +47,9 @@
 namespace gym {
 namespace reader_internal {
 
-// Reads of a histogram shard whose native and classic totals differ before
-// its last values are kept instead (read_values).
+// Reads of a histogram whose native and classic totals differ, or of an
+// exemplar slot torn by its writer, before its last values are kept instead.
 inline constexpr int kConsistentReadAttempts = 16;
-// How a histogram's values were read (read_values): whole; with its native
-// counts those last read (its classic buckets and sum unchanged: no
-// observation ended since), not read again; or never consistently, its last
-// values kept.
-enum class ReadOutcome : uint8_t { kRead, kNativeAsLast, kInconsistent };
 
 inline constexpr int32_t kInvalid = -2;
 inline constexpr int32_t kOverLimit = -3;

@@ -34,24 +34,19 @@ void ReaderCore::cleanup_stale_temp(const std::string& name) {
 }
 
 namespace {
-// Whether a header's sizes and offsets are its version's layout: records
-// (of 32 bytes in the header's page and on from version 7, with a string
-// area from the page after them; of 1024 from the second page before), then
-// values, all within kMaxSegmentBytes.
+// Whether a header's sizes and offsets are the layout of formats 7 and 8:
+// records of 32 bytes in the header's page and on, a string area from the
+// page after them, then values, all within kMaxSegmentBytes.
 bool consistent_layout(const Header& h) {
-  const bool strings = h.format_version >= segment::kStringsVersion;
-  const uint32_t record_bytes = strings ? segment::kRecordBytes : segment::kInlineRecordBytes;
-  const uint64_t records_offset = strings ? segment::kRecordsOffset : segment::kInlineRecordsOffset;
-  const uint64_t records_end = h.records_offset + uint64_t{h.max_records} * record_bytes;
+  const uint64_t records_end = h.records_offset + uint64_t{h.max_records} * segment::kRecordBytes;
   const uint64_t records_pages =
       (records_end + segment::kPageBytes - 1) / segment::kPageBytes * segment::kPageBytes;
-  const uint64_t strings_end = strings ? h.strings_offset + uint64_t{h.string_bytes} : records_end;
+  const uint64_t strings_end = h.strings_offset + uint64_t{h.string_bytes};
   const uint64_t values_end = h.values_offset + uint64_t{h.value_lines} * segment::kLineBytes;
-  return h.header_bytes == segment::kHeaderBytes && h.record_bytes == record_bytes &&
-         h.line_bytes == segment::kLineBytes && h.records_offset == records_offset &&
-         h.max_records != 0 && h.value_lines != 0 &&
-         (!strings || (h.strings_offset == records_pages && h.string_bytes != 0 &&
-                       h.string_bytes <= kMaxSegmentBytes)) &&
+  return h.header_bytes == segment::kHeaderBytes && h.record_bytes == segment::kRecordBytes &&
+         h.line_bytes == segment::kLineBytes && h.records_offset == segment::kRecordsOffset &&
+         h.max_records != 0 && h.value_lines != 0 && h.strings_offset == records_pages &&
+         h.string_bytes != 0 && h.string_bytes <= kMaxSegmentBytes &&
          h.values_offset == strings_end && h.total_bytes == values_end &&
          h.total_bytes <= kMaxSegmentBytes;
 }

@@ -13,7 +13,7 @@ using segment::RecordHead;
 RecordCopies::RecordCopies(const Layout& layout, uint32_t first, uint32_t count,
                            std::vector<char>& strings)
     : layout_(layout), first_(first), strings_(strings) {
-  if (layout_.version < segment::kStringsVersion || count <= first) return;
+  if (count <= first) return;
   heads_.resize(count - first);
   const ssize_t got =
       ::pread(layout_.fd, heads_.data(), heads_.size() * sizeof(RecordHead),
@@ -34,18 +34,12 @@ RecordCopies::RecordCopies(const Layout& layout, uint32_t first, uint32_t count,
 }
 
 bool RecordCopies::head(uint32_t i, Record& rec) const {
-  if (layout_.version < segment::kStringsVersion) {
-    const off_t at =
-        static_cast<off_t>(layout_.records_offset + uint64_t{i} * segment::kInlineRecordBytes);
-    return ::pread(layout_.fd, &rec, sizeof rec, at) == static_cast<ssize_t>(sizeof rec);
-  }
   if (i - first_ >= heads_read_) return false;
   std::memcpy(&rec, &heads_[i - first_], sizeof(RecordHead));
   return true;
 }
 
 const char* RecordCopies::text(uint32_t i, Record& rec) const {
-  if (layout_.version < segment::kStringsVersion) return nullptr;  // inline
   // Lengths over the limits are the record's shape's to report.
   if (rec.text_bytes > segment::kTextBytes || rec.bound_count > segment::kMaxBounds) return nullptr;
   const RecordHead& h = heads_[i - first_];

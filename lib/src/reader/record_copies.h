@@ -1,6 +1,6 @@
 // The registry reader's copies of a segment's new records: read with pread
-// (a hole or a truncated file reads as zeros or short, never faults), in
-// either layout, so that nothing is read from shared memory twice.
+// (a hole or a truncated file reads as zeros or short, never faults), so
+// that nothing is read from shared memory twice.
 //
 // Thread-safety: one reader's, on its thread.
 #pragma once
@@ -12,15 +12,13 @@
 
 namespace gym::reader_internal {
 
-// Records [first, count) of the segment open as `fd`. Version 7: their
-// heads in one read, and the string area up to the furthest text entry
-// they point to in another (into `strings`, a buffer kept by the caller).
-// Versions 1 to 6: each record with its text inline, as it is asked for.
+// Records [first, count) of the segment open as `fd`: their heads in one
+// read, and the string area up to the furthest text entry they point to in
+// another (into `strings`, a buffer kept by the caller).
 class RecordCopies {
  public:
   struct Layout {
     int fd;
-    uint32_t version;
     uint64_t records_offset;
     uint64_t strings_offset;
     uint32_t string_bytes;
@@ -35,7 +33,7 @@ class RecordCopies {
  private:
   Layout layout_;
   uint32_t first_;
-  std::vector<segment::RecordHead> heads_;  // version 7
+  std::vector<segment::RecordHead> heads_;
   uint32_t heads_read_ = 0;
   const std::vector<char>& strings_;
   uint64_t strings_read_ = 0;

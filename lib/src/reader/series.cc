@@ -120,7 +120,7 @@ void ReaderCore::parse_new_records(Segment& s, uint32_t count) {
   uint32_t invalid = 0;
   std::string first_problem;
   const reader_internal::RecordCopies copies(
-      {s.fd, s.version, s.records_offset, s.strings_offset, s.string_bytes}, s.parsed, count,
+      {s.fd, s.records_offset, s.strings_offset, s.string_bytes}, s.parsed, count,
       scratch_strings_);
   for (uint32_t i = s.parsed; i < count; ++i) {
     Record rec;
@@ -172,14 +172,11 @@ void ReaderCore::parse_new_records(Segment& s, uint32_t count) {
     e.scratch = s.scratch_words;
     e.last = static_cast<uint32_t>(s.last.size());
     const uint32_t hist_words = segment::shard_words(e.bound_count, e.native_words);
-    // Copied out: every shard's words, as the segment has them (version 4:
-    // each with native words; 5: the buckets and sum, then one native array).
-    const uint32_t copied = s.version >= segment::kSharedNativeVersion
-                                ? e.shards * (e.bound_count + 2u) + e.native_words
-                                : e.shards * hist_words;
-    s.scratch_words += e.kind == SeriesKind::kHistogram ? copied
-                       : e.kind == SeriesKind::kAges    ? segment::kAgeWords
-                                                        : 1u;
+    s.scratch_words +=
+        e.kind == SeriesKind::kHistogram
+            ? HistogramShape{s.version, e.shards, e.bound_count, e.native_words}.copied_words()
+        : e.kind == SeriesKind::kAges ? segment::kAgeWords
+                                      : 1u;
     if (e.kind == SeriesKind::kCounter || e.kind == SeriesKind::kAges) s.last.push_back(0);
     if (e.kind == SeriesKind::kHistogram) s.last.resize(s.last.size() + hist_words, 0);
     ++series_.refs(e.id);
