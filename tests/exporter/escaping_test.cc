@@ -157,4 +157,24 @@ TEST(Accept, TheContentTypeEchoesTheSchemeUsed) {
 }
 
 }  // namespace
+TEST(Negotiation, OneParseGivesTheFormatAndTheSchemeThatTwoWouldGive) {
+  const char* headers[] = {
+      nullptr,
+      "",
+      "*/*",
+      "text/plain;version=1.0.0;escaping=dots",
+      "application/openmetrics-text;version=1.0.0;escaping=values;q=0.5,text/plain;q=0.4",
+      "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;"
+      "encoding=delimited;escaping=allow-utf-8;q=0.7,text/plain;q=0.3",
+      "application/openmetrics-text;version=1.0.0;q=0.2,"
+      "application/openmetrics-text;version=1.0.0;escaping=underscores;q=0.2"};
+  for (const char* h : headers) {
+    const Negotiated n = negotiate_accept(h);
+    EXPECT_EQ(n.format, negotiate(h)) << (h ? h : "(none)");
+    EXPECT_EQ(n.escaping, escaping(h, n.format)) << (h ? h : "(none)");
+  }
+  EXPECT_EQ(negotiate_accept(headers[5]).format, Format::kProtobuf);
+  EXPECT_EQ(negotiate_accept(headers[5]).escaping, Escaping::kAllowUtf8);
+}
+
 }  // namespace gym::exporter

@@ -100,9 +100,8 @@ std::vector<HeaderItem> parse_header_list(std::string_view header) {
   return out;
 }
 
-Format negotiate(const char* accept) {
-  if (accept == nullptr) return Format::kText;
-  const std::vector<HeaderItem> ranges = parse_header_list(accept);
+namespace {
+Format format_of(const std::vector<HeaderItem>& ranges) {
   const double text = q_of(ranges, "text/plain", {"0.0.4", "1.0.0"});
   const double open_metrics = q_of(ranges, "application/openmetrics-text", {"1.0.0"});
   // Protobuf only when asked for by name, with the message and the
@@ -118,9 +117,7 @@ Format negotiate(const char* accept) {
   return open_metrics > 0 && open_metrics > text ? Format::kOpenMetrics : Format::kText;
 }
 
-std::optional<Escaping> escaping(const char* accept, Format format) {
-  if (accept == nullptr) return std::nullopt;
-  const std::vector<HeaderItem> ranges = parse_header_list(accept);
+std::optional<Escaping> escaping_of(const std::vector<HeaderItem>& ranges, Format format) {
   const HeaderItem* best = nullptr;
   for (const HeaderItem& r : ranges) {
     const std::string_view version = r.param("version");
@@ -149,6 +146,23 @@ std::optional<Escaping> escaping(const char* accept, Format format) {
   const Escaping scheme = escaping_scheme(best->param("escaping"));
   if (format == Format::kProtobuf && scheme != Escaping::kAllowUtf8) return std::nullopt;
   return scheme;
+}
+}  // namespace
+
+Negotiated negotiate_accept(const char* accept) {
+  if (accept == nullptr) return {Format::kText, std::nullopt};
+  const std::vector<HeaderItem> ranges = parse_header_list(accept);
+  const Format format = format_of(ranges);
+  return {format, escaping_of(ranges, format)};
+}
+
+Format negotiate(const char* accept) {
+  return negotiate_accept(accept).format;
+}
+
+std::optional<Escaping> escaping(const char* accept, Format format) {
+  if (accept == nullptr) return std::nullopt;
+  return escaping_of(parse_header_list(accept), format);
 }
 
 namespace {

@@ -45,6 +45,13 @@ Format negotiate(const char* accept);
 // serves the legacy names, as before). An unknown scheme is underscores.
 std::optional<Escaping> escaping(const char* accept, Format format);
 
+// Both, from one parse of the header: what a request is answered with.
+struct Negotiated {
+  Format format;
+  std::optional<Escaping> escaping;
+};
+Negotiated negotiate_accept(const char* accept);
+
 class Encoder;
 // The encoder of a format (one of each, shared), naming by `escaping`
 // (empty: the legacy names, and no escaping= in its Content-Type; text

@@ -184,10 +184,14 @@ const char* reason_of(int status) {
   }
 }
 
+std::string status_line(int status, int minor) {
+  return "HTTP/1." + std::to_string(minor) + " " + std::to_string(status) + " " +
+         reason_of(status) + "\r\n";
+}
+
 std::string refusal(int status) {
   const std::string body = std::string(reason_of(status)) + "\n";
-  return "HTTP/1.1 " + std::to_string(status) + " " + reason_of(status) +
-         "\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+  return status_line(status) + "Content-Type: text/plain; charset=utf-8\r\nContent-Length: " +
          std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
 }
 

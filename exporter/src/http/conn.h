@@ -82,6 +82,8 @@ void release(Conn* c);
 // answered 400 at once rather than after the head deadline.
 size_t head_end(const std::string& in);
 const char* reason_of(int status);
+// "HTTP/1.<minor> <status> <reason>\r\n": the one writer of a status line.
+std::string status_line(int status, int minor = 1);
 // A small reply for a request the loop refuses itself (it closes).
 std::string refusal(int status);
 

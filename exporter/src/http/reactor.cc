@@ -85,11 +85,11 @@ void HttpLoop::State::on_event(Conn* c) {
       if (n <= 0) return drop(c, HttpStats::kPeerClosed);
       if (first != 0x16) {
         if (first >= 'A' && first <= 'Z')
-          http::send_now(
-              c,
-              "HTTP/1.0 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\n"
-              "Connection: close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n",
-              true);
+          http::send_now(c,
+                         http::status_line(400, 0) +
+                             "Content-Type: text/plain; charset=utf-8\r\nConnection: "
+                             "close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n",
+                         true);
         c->why = HttpStats::kTlsError;
         return linger(c);
       }

@@ -191,9 +191,8 @@ HttpReply HttpServer::serve(const HttpRequest& req, size_t to) {
 // (http/loop.h), so that a scrape holds a few pieces, not the reply once
 // plain and once compressed.
 HttpReply HttpServer::serve_telemetry(const HttpRequest& req, bool head) {
-  const char* accept = req.header("accept");
-  const Format format = negotiate(accept);
-  const Encoder* encoder = &encoder_for(format, escaping(accept, format));
+  const Negotiated wanted = negotiate_accept(req.header("accept"));
+  const Encoder* encoder = &encoder_for(wanted.format, wanted.escaping);
   // Compression that cannot start (no memory for zlib's state) leaves the
   // reply plain. Vary on every reply, gzipped or not: caches must key on both.
   std::shared_ptr<GzipStream> zip;

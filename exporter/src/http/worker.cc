@@ -63,8 +63,7 @@ void HttpLoop::State::serve(Conn* c) {
 namespace {
 // The status line and headers of `reply`: its length, or chunked.
 std::string head_of(const HttpReply& reply, bool chunked, bool close, int minor) {
-  return "HTTP/1.1 " + std::to_string(reply.status) + " " + http::reason_of(reply.status) + "\r\n" +
-         reply.headers +
+  return http::status_line(reply.status) + reply.headers +
          (chunked ? std::string("Transfer-Encoding: chunked\r\n")
                   : "Content-Length: " + std::to_string(reply.body.size()) + "\r\n") +
          (close        ? "Connection: close\r\n"
