@@ -74,6 +74,9 @@ class RegistryCollector : public Collector {
   FamilyExtras admissions_extras_;  // their created times
   // By snapshot index: its served slot (index into slots_), or -1.
   std::vector<int32_t> slot_of_;
+  // The rows with admissions (a holds' series), in the order of that series
+  // (its labels'): the order of admissions_'s metrics.
+  std::vector<uint32_t> admitting_;
   std::vector<uint32_t> scratch_index_;
   std::vector<const SeriesInfo*> scratch_infos_;
 };
@@ -152,14 +155,20 @@ void RegistryCollector::add_limit_families(const Snapshot& snap) {
   admissions_ = std::move(add_family(made, family::kConcurrencyAdmissions));
   processes_ = std::move(add_family(made, family::kConcurrencyProcesses));
   stranded_ = std::move(add_family(made, family::kConcurrencyStrandedSlots));
-  for (const LimitRow& row : snap.limits) {
-    const SeriesLabels& labels = snap.series[row.any()].info->labels;
-    if (row.holds != LimitRow::kNone) add_series_metric(admissions_, labels);
-    if (!row.present()) continue;  // its counters alone
+  admitting_.clear();
+  for (size_t k = 0; k < snap.limits.size(); ++k) {
+    const LimitRow& row = snap.limits[k];
+    if (row.holds != LimitRow::kNone) admitting_.push_back(uint32_t(k));
+    if (!row.present()) continue;  // its admissions alone
+    const SeriesLabels& labels = snap.series[row.series].info->labels;
     add_series_metric(active_, labels);
     add_series_metric(processes_, labels);
     add_series_metric(stranded_, labels);
   }
+  std::sort(admitting_.begin(), admitting_.end(),
+            [&](uint32_t a, uint32_t b) { return snap.limits[a].holds < snap.limits[b].holds; });
+  for (uint32_t k : admitting_)
+    add_series_metric(admissions_, snap.series[snap.limits[k].holds].info->labels);
 }
 
 void RegistryCollector::update_values(const Snapshot& snap) {
@@ -198,14 +207,14 @@ void RegistryCollector::update_values(const Snapshot& snap) {
 void RegistryCollector::update_limits(const Snapshot& snap) {
   slot_of_.assign(snap.series.size(), -1);
   for (size_t k = 0; k < slots_.size(); ++k) slot_of_[served_index_[slots_[k].served]] = int32_t(k);
-  admissions_extras_.created.clear();
-  size_t present = 0, admitted = 0;
+  admissions_extras_.created.resize(admitting_.size());
+  for (size_t a = 0; a < admitting_.size(); ++a) {
+    const SeriesSample& holds = snap.series[snap.limits[admitting_[a]].holds];
+    admissions_.metric[a].counter.value = double(holds.counter);
+    admissions_extras_.created[a] = double(holds.created_unix_ns) / 1e9;
+  }
+  size_t present = 0;
   for (const LimitRow& row : snap.limits) {
-    if (row.holds != LimitRow::kNone) {
-      const SeriesSample& holds = snap.series[row.holds];
-      admissions_.metric[admitted++].counter.value = double(holds.counter);
-      admissions_extras_.created.push_back(double(holds.created_unix_ns) / 1e9);
-    }
     if (!row.present()) continue;
     if (row.available != LimitRow::kNone && slot_of_[row.available] >= 0)
       slots_[size_t(slot_of_[row.available])].metric->gauge.value = double(row.free);

@@ -226,7 +226,9 @@ struct Snapshot {
   std::vector<DeclaredServer> servers;
   // Live writer processes with a segment, by segment name.
   std::vector<WriterInfo> writers;
-  // Every limit with a series, in the order of its labels.
+  // The limits: those with a gym_concurrency_limit series (limits now), in
+  // series order, then those whose writers are gone with their admissions
+  // (a holds' series) left, in series order.
   std::vector<LimitRow> limits;
   // Changes whenever a series is added or forgotten: a SeriesInfo pointer
   // kept from a snapshot with another epoch may have been freed (and its

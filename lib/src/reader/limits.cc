@@ -81,45 +81,41 @@ void LimitTable::close_segment() {
   ++stamp_;
 }
 
+// Placed in output order, a limit becomes a row at its limit series (so the
+// limits now come in series order) or, lacking one, at its holds' series
+// (those whose writers are gone and whose admissions remain, after them).
 void LimitTable::place(uint32_t id, size_t index) {
   const uint32_t code = id < part_.size() ? part_[id] : 0;
   if (code == 0) return;
-  if (placed_.size() < tallies_.size()) placed_.resize(tallies_.size(), LimitRow{LimitRow::kNone});
-  LimitRow& row = placed_[code >> 3];
-  switch (code & 7u) {
-    case kLimitPart:
-      row.series = index;
-      break;
-    case kAvailablePart:
-      row.available = index;
-      break;
-    case kHoldsPart:
-      row.holds = index;
-      break;
-    case kQueuedPart:
-      row.queue_depth = index;
-      break;
-    case kTimeoutsPart:
-      row.timeouts = index;
-      break;
-    case kCancelledPart:
-      row.cancelled = index;
-      break;
+  if (placed_.size() < tallies_.size()) placed_.resize(tallies_.size());
+  const uint32_t k = code >> 3;
+  Placed& p = placed_[k];
+  const uint32_t part = code & 7u;
+  p.at[part] = static_cast<uint32_t>(index);
+  if ((part == kLimitPart || part == kHoldsPart) && !p.ordered) {
+    p.ordered = true;
+    order_.push_back(k);
   }
 }
 
 void LimitTable::rows(Snapshot& snap) {
   snap.limits.clear();
-  for (size_t k = 0; k < placed_.size(); ++k) {
-    LimitRow row = placed_[k];
-    if (row.any() == LimitRow::kNone) continue;
+  snap.limits.reserve(order_.size());
+  auto at = [](uint32_t i) { return i == Placed::kNone ? LimitRow::kNone : size_t{i}; };
+  for (uint32_t k : order_) {
+    const Placed& p = placed_[k];
+    LimitRow row;
+    row.series = at(p.at[kLimitPart]);
+    row.available = at(p.at[kAvailablePart]);
+    row.queue_depth = at(p.at[kQueuedPart]);
+    row.holds = at(p.at[kHoldsPart]);
+    row.timeouts = at(p.at[kTimeoutsPart]);
+    row.cancelled = at(p.at[kCancelledPart]);
     if (row.present()) fill(snap, tallies_[k], row);
     snap.limits.push_back(row);
   }
-  std::sort(snap.limits.begin(), snap.limits.end(), [&](const LimitRow& a, const LimitRow& b) {
-    return snap.series[a.any()].info->labels < snap.series[b.any()].info->labels;
-  });
-  placed_.assign(placed_.size(), LimitRow{LimitRow::kNone});
+  std::fill(placed_.begin(), placed_.end(), Placed{});
+  order_.clear();
 }
 
 // A present row's values, from its series' summed values and its spread.

@@ -9,7 +9,9 @@
 // limit's own live record, and its free slots count as stranded when it has
 // no caller queued. Then the snapshot's series are placed (place: which
 // output series is which part) and the rows made from their summed values
-// (rows). A table lives as long as its reader.
+// (rows): a row a limit with a gym_concurrency_limit series (a limit now) or
+// a holds' series (its admissions, which stay when its writers are gone).
+// A table lives as long as its reader.
 //
 // Thread-safety: none; its reader's.
 #pragma once
@@ -72,7 +74,15 @@ class LimitTable {
   std::vector<Tally> tallies_;                       // by limit
   std::vector<uint32_t> touched_;                    // limits noted in this segment
   uint32_t stamp_ = 0;
-  std::vector<LimitRow> placed_;  // by limit: where its parts are in this snapshot
+  // By limit: where its parts are in this snapshot's series (kNone: none),
+  // and whether it is a row; the rows in the order they were made.
+  struct Placed {
+    static constexpr uint32_t kNone = UINT32_MAX;
+    uint32_t at[kCancelledPart + 1] = {kNone, kNone, kNone, kNone, kNone, kNone, kNone};  // by Part
+    bool ordered = false;
+  };
+  std::vector<Placed> placed_;
+  std::vector<uint32_t> order_;
 };
 
 }  // namespace gym::reader_internal
