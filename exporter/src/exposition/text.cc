@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <string_view>
 
 #include "contract/table.h"
@@ -177,66 +178,94 @@ void append_labels(std::string& out, const ClientMetric& m) {
   }
 }
 
-// One sample line; `labels` is the metric's label text (append_labels),
-// rendered once for all of its samples.
-void append_sample(std::string& out, const std::string& name, const char* suffix,
-                   const ClientMetric& m, const std::string& labels, const char* extra_name,
-                   const std::string& extra_value, double value, bool integer, uint64_t int_value,
-                   bool open_metrics, bool quoted_name = false) {
-  if (!quoted_name && extra_name == nullptr && m.timestamp_ms == 0) {  // nearly every line
-    const std::string_view end(suffix);
-    InPlace line(out, name.size() + end.size() + labels.size() + 3 + kNumberBytes);
-    line.put(name);
-    line.put(end);
-    if (!labels.empty()) {
-      line.put(labels);
-      line.put('}');
-    }
-    line.put(' ');
-    if (integer)
-      line.uint(int_value);
-    else
-      line.number(value);
-    line.put('\n');
-    return;
-  }
+// One sample line, as prometheus-cpp's WriteHead, WriteValue and WriteTail
+// write one: the family's name (as written) and the sample's suffix, the
+// metric's label text (append_labels: rendered once for all of its
+// samples), at most one label of the sample's own (le, quantile), its value
+// (a double, or an integer count), and the metric's timestamp.
+struct SampleLine {
+  const std::string& name;
+  const char* suffix;
+  const std::string& labels;
+  const char* extra_name = nullptr;  // the sample's own label, or none
+  std::string_view extra_value = {};
+  double value = 0;
+  std::optional<uint64_t> count = std::nullopt;  // an integer value instead
+  int64_t timestamp_ms = 0;
+};
+// How lines are written: OpenMetrics (timestamps in seconds) or text, and
+// names outside the legacy rules quoted inside the braces ({"name",...}).
+struct LineStyle {
+  bool open_metrics;
+  bool quoted_name;
+};
+
+void append_value(std::string& out, const SampleLine& line) {
+  if (line.count)
+    append_uint(out, *line.count);
+  else
+    append_double(out, line.value);
+}
+
+// The name and labels of a line that is not the plain case: quoted, with a
+// label of its own, or both.
+void append_head(std::string& out, const SampleLine& line, const LineStyle& style) {
   size_t before;
-  if (!quoted_name) {
-    out += name;
-    out += suffix;
+  if (!style.quoted_name) {
+    out += line.name;
+    out += line.suffix;
     before = out.size();
-    out += labels;
+    out += line.labels;
   } else {
     // {"name"...}: the name first inside the braces, then the labels.
     out += "{\"";
-    append_escaped(out, name, true);
-    out += suffix;
+    append_escaped(out, line.name, true);
+    out += line.suffix;
     out += '"';
     before = out.size() - 1;  // a brace is open
-    if (!labels.empty()) {
+    if (!line.labels.empty()) {
       out += ',';
-      out.append(labels, 1);
+      out.append(line.labels, 1);
     }
   }
-  if (extra_name != nullptr) {
+  if (line.extra_name != nullptr) {
     out += out.size() == before ? '{' : ',';
-    out += extra_name;
+    out += line.extra_name;
     out += "=\"";
-    out += extra_value;
+    out += line.extra_value;
     out += '"';
   }
   if (out.size() != before) out += '}';
-  out += ' ';
-  if (integer)
-    append_uint(out, int_value);
-  else
-    append_double(out, value);
-  if (m.timestamp_ms != 0) {
-    out += ' ';
-    if (open_metrics)  // seconds
-      append_double(out, double(m.timestamp_ms) / 1000);
+}
+
+void append(std::string& out, const SampleLine& line, const LineStyle& style) {
+  if (!style.quoted_name && line.extra_name == nullptr && line.timestamp_ms == 0) {
+    // Nearly every line: written in place.
+    const std::string_view end(line.suffix);
+    InPlace text(out, line.name.size() + end.size() + line.labels.size() + 3 + kNumberBytes);
+    text.put(line.name);
+    text.put(end);
+    if (!line.labels.empty()) {
+      text.put(line.labels);
+      text.put('}');
+    }
+    text.put(' ');
+    if (line.count)
+      text.uint(*line.count);
     else
-      out += std::to_string(m.timestamp_ms);
+      text.number(line.value);
+    text.put('\n');
+    return;
+  }
+  append_head(out, line, style);
+  out += ' ';
+  append_value(out, line);
+  if (line.timestamp_ms != 0) {
+    out += ' ';
+    if (style.open_metrics)  // seconds
+      append_double(out, double(line.timestamp_ms) / 1000);
+    else
+      out += std::to_string(line.timestamp_ms);
   }
   out += '\n';
 }
@@ -273,14 +302,36 @@ struct Samples {
   std::string scratch;
 
   void value(const ClientMetric& m, const char* suffix, double v) {
-    append_sample(out, base, suffix, m, labels, nullptr, {}, v, false, 0, om, quoted);
+    append(out,
+           {.name = base,
+            .suffix = suffix,
+            .labels = labels,
+            .value = v,
+            .timestamp_ms = m.timestamp_ms},
+           {om, quoted});
   }
   void count(const ClientMetric& m, const char* suffix, uint64_t n, const char* label = nullptr,
-             const std::string& label_value = {}) {
-    append_sample(out, base, suffix, m, labels, label, label_value, 0, true, n, om, quoted);
+             std::string_view label_value = {}) {
+    append(out,
+           {.name = base,
+            .suffix = suffix,
+            .labels = labels,
+            .extra_name = label,
+            .extra_value = label_value,
+            .count = n,
+            .timestamp_ms = m.timestamp_ms},
+           {om, quoted});
   }
   void quantile(const ClientMetric& m, const std::string& q, double v) {
-    append_sample(out, base, "", m, labels, "quantile", q, v, false, 0, om, quoted);
+    append(out,
+           {.name = base,
+            .suffix = "",
+            .labels = labels,
+            .extra_name = "quantile",
+            .extra_value = q,
+            .value = v,
+            .timestamp_ms = m.timestamp_ms},
+           {om, quoted});
   }
 };
 
