@@ -9,6 +9,7 @@
 //   record_copies.h  a segment's new records copied out, in either layout
 //   series_table.h   the series table (ids, identity keys, order)
 //   values.cc        a segment's values, exemplars, resets, ages, gauges, damage
+//   accumulators.h   each series' sums, live and retired (SeriesValues)
 //   histograms.h     a histogram's values, one layout reader a format family
 //   limits.h         the limits: their series joined once (LimitTable)
 //   totals.cc        folded totals: loading and persisting them
@@ -37,6 +38,7 @@
 #include "common/owner_lock.h"
 #include "common/process_identity.h"
 #include "gym/contract.h"
+#include "reader/accumulators.h"
 #include "reader/histograms.h"
 #include "reader/limits.h"
 #include "reader/series_table.h"
@@ -225,33 +227,6 @@ class ReaderCore {
     ino_t ino = 0;
     bool listed = false;
   };
-  // Per series id, twice (current_, retired_): its fields ordered so that
-  // the flags share a word (80 bytes, not 104).
-  struct Accumulator {
-    uint64_t counter = 0;
-    int64_t gauge = 0;
-    int64_t oldest = 0;  // ages
-    int64_t sum = 0;
-    std::vector<uint64_t> buckets;  // not cumulative: the classic ones, then the native ones
-    // A live histogram (current_) with one segment adding to it this
-    // snapshot, nearly all of them: that segment's words (buckets, native
-    // buckets, sum, in its `last`), viewed rather than copied into
-    // `buckets`, which a second segment's words make. Null otherwise.
-    const uint64_t* view = nullptr;
-    int64_t created_ns = 0;  // the earliest start of what it adds up
-    uint32_t added = 0;      // live histograms: segments added this snapshot
-    bool present = false;
-    bool in_progress = false;      // ages: a live record reported its part
-    bool created_unknown = false;  // something it adds up has no known start
-    void note_created(int64_t ns) {
-      if (ns <= 0)
-        created_unknown = true;
-      else if (created_ns == 0 || ns < created_ns)
-        created_ns = ns;
-    }
-  };
-  static_assert(sizeof(Accumulator) <= 80);
-
   bool open_dir();
   void follow_holders_totals();
   void retire_gone_owners();
@@ -314,29 +289,9 @@ class ReaderCore {
   // interned; their values and spread as live segments are read.
   LimitTable limits_;
 
-  // By id: histograms' exemplars, one per classic bucket (empty: none yet).
-  std::vector<std::vector<Exemplar>> exemplars_;
   void read_exemplars(const Segment& s, uint32_t id, uint32_t record, uint32_t bound_count);
-  // By id: folded counters and histograms (of writers gone, resets), made
-  // when a series first has some (most never do: a pointer, not 80 bytes).
-  std::vector<std::unique_ptr<Accumulator>> retired_;
-  Accumulator& retired(uint32_t id) {
-    std::unique_ptr<Accumulator>& acc = retired_[id];
-    if (!acc) acc = std::make_unique<Accumulator>();
-    return *acc;
-  }
-  // Its folded totals, or none (an empty accumulator).
-  const Accumulator& retired_or_none(uint32_t id) const {
-    static const Accumulator kNone;
-    return retired_[id] ? *retired_[id] : kNone;
-  }
-  std::vector<Accumulator> current_;  // by id: this snapshot
-  // Native counts of series with both a live and a folded part, added up
-  // for the snapshot (SeriesSample::native views them).
-  std::vector<std::vector<uint64_t>> merged_;
-  static void add_live_histogram(Accumulator& acc, const uint64_t* last, uint32_t words);
-  std::span<const uint64_t> native_view(const uint64_t* live, const Accumulator& ret,
-                                        size_t classic, size_t words, size_t& merged);
+  // Each series' sums, live and retired, and its exemplars (accumulators.h).
+  SeriesValues values_;
   uint64_t retired_dropped_ = 0;
   std::vector<uint64_t> scratch_;      // one segment's values, copied out
   std::vector<char> scratch_strings_;  // one segment's string area, copied out

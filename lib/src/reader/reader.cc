@@ -103,7 +103,7 @@ bool ReaderCore::try_lock(std::string* why) {
   }
   lock_fd_ = fd;
   // Take over from read-only state: the totals are the file's now.
-  for (auto& acc : retired_) acc.reset();
+  values_.drop_retired();
   folded_by_owner_.clear();
   folded_pending_.clear();  // folded while reading only: read again, into the file's totals
   load_totals(/*adopt_folded=*/true);
@@ -196,7 +196,7 @@ void ReaderCore::follow_holders_totals() {
   if (::fstatat(dir_fd_, kTotalsFile, &st, AT_SYMLINK_NOFOLLOW) == 0)
     seen = {st.st_ino, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, st.st_size};
   if (seen == totals_seen_) return;
-  for (auto& acc : retired_) acc.reset();
+  values_.drop_retired();
   retired_dropped_ = 0;
   folded_by_owner_.clear();
   folded_pending_.clear();
@@ -226,18 +226,7 @@ void ReaderCore::retire_gone_owners() {
 // Every open segment's values into this snapshot's accumulators (a dead
 // one's, kept by a read-only reader, into the totals), and its writer.
 void ReaderCore::read_live_segments() {
-  for (auto& acc : current_) {
-    acc.present = false;
-    acc.counter = 0;
-    acc.gauge = 0;
-    acc.oldest = 0;
-    acc.in_progress = false;
-    acc.sum = 0;
-    acc.created_ns = 0;
-    acc.created_unknown = false;
-    acc.view = nullptr;
-    acc.added = 0;  // its buckets are rewritten by the second segment that adds to it
-  }
+  values_.begin_snapshot();
   uint64_t live = 0;
   uint64_t dropped = 0;
   limits_.begin();
@@ -258,31 +247,15 @@ void ReaderCore::read_live_segments() {
   snapshot_.stats.dropped_series_total = sat_add(retired_dropped_, dropped);
 }
 
-// A series' native counts: a view of its live or its folded part's when
-// only one has them (nearly always), else both added up in merged_[merged++].
-std::span<const uint64_t> ReaderCore::native_view(const uint64_t* live, const Accumulator& ret,
-                                                  size_t classic, size_t words, size_t& merged) {
-  static constexpr uint64_t kZeros[native::kWords] = {};
-  const bool in_ret = ret.buckets.size() >= classic + words;
-  if (live != nullptr && !in_ret) return {live + classic, words};
-  if (in_ret && live == nullptr) return {ret.buckets.data() + classic, words};
-  if (live == nullptr) return {kZeros, std::min<size_t>(words, native::kWords)};
-  if (merged_.size() <= merged) merged_.emplace_back();
-  std::vector<uint64_t>& sum = merged_[merged++];
-  sum.resize(words);
-  for (size_t w = 0; w < words; ++w) sum[w] = sat_add(live[classic + w], ret.buckets[classic + w]);
-  return sum;
-}
-
 void ReaderCore::build_output() {
   bool reordered = false;
   const std::vector<uint32_t>& order = series_.order(reordered);
   if (reordered) ++snapshot_.series_epoch;
   size_t n = 0;
-  size_t merged = 0;  // native counts of both parts added up in merged_ so far
+  values_.begin_output();
   for (uint32_t id : order) {
-    const Accumulator& live = current_[id];
-    const Accumulator& ret = retired_or_none(id);
+    const Accumulator& live = values_.live(id);
+    const Accumulator& ret = values_.retired_or_none(id);
     if (!live.present && !ret.present) continue;
     if (snapshot_.series.size() <= n) snapshot_.series.emplace_back();
     SeriesSample& out = snapshot_.series[n++];
@@ -315,9 +288,8 @@ void ReaderCore::build_output() {
         running = sat_add(running, b < ret.buckets.size() ? ret.buckets[b] : 0);
         out.cumulative_buckets[b] = running;
       }
-      out.native = native_view(own, ret, buckets, shape.native_words, merged);
-      out.exemplars = id < exemplars_.size() ? std::span<const Exemplar>(exemplars_[id])
-                                             : std::span<const Exemplar>();
+      out.native = values_.native_view(own, ret, buckets, shape.native_words);
+      out.exemplars = values_.exemplars_of(id);
     } else {
       out.cumulative_buckets.clear();
       out.native = {};

@@ -105,11 +105,7 @@ int32_t ReaderCore::intern(const Record& rec, std::string* why) {
   }
   if (series_.live() >= options_.max_series) return kOverLimit;
   const uint32_t id = series_.add(hash, std::move(info), now_ns());
-  if (id == retired_.size()) {
-    retired_.emplace_back();
-    current_.emplace_back();
-  }
-  retired_[id].reset();
+  values_.made(id);
   limits_.note_part(id, text.parts[0], label_text(rec, text));
   return static_cast<int32_t>(id);
 }
@@ -226,12 +222,11 @@ ReaderCore::SegmentMap::iterator ReaderCore::drop_segment(SegmentMap::iterator i
 void ReaderCore::expire_series(int64_t now) {
   const int64_t ttl_ns = int64_t{options_.retired_series_ttl.count()} * 1000000;
   for (uint32_t id = 0; id < series_.size(); ++id) {
-    if (!series_.info(id) || series_.refs(id) != 0 || current_[id].present) continue;
+    if (!series_.info(id) || series_.refs(id) != 0 || values_.live(id).present) continue;
     if (now - series_.last_change(id) <= ttl_ns) continue;
     series_.forget(id);
     limits_.forget(id);
-    retired_[id].reset();
-    if (id < exemplars_.size()) exemplars_[id].clear();
+    values_.forget(id);
     ++snapshot_.stats.expired_series_total;
     totals_dirty_ = true;
   }

@@ -87,7 +87,7 @@ void ReaderCore::load_totals(bool adopt_folded) {
     const int32_t id = intern(rec, &bad);
     if (id == kOverLimit) ++snapshot_.stats.series_over_limit_total;
     if (id < 0) continue;
-    Accumulator& acc = retired(uint32_t(id));
+    Accumulator& acc = values_.retired(uint32_t(id));
     acc.present = true;
     acc.counter = sat_add(acc.counter, s.counter);
     acc.sum = segment::wrapping_add(acc.sum, s.sum);
@@ -131,7 +131,7 @@ void ReaderCore::persist_totals() {
   t.dropped_series = retired_dropped_;
   for (const auto& [name, ino] : folded_pending_) t.folded.push_back(name);
   for (size_t id = 0; id < series_.size(); ++id) {
-    const Accumulator& acc = retired_or_none(uint32_t(id));
+    const Accumulator& acc = values_.retired_or_none(uint32_t(id));
     if (!series_.info(id) || !acc.present) continue;
     const SeriesInfo& info = *series_.info(id);
     detail::TotalsSeries s;

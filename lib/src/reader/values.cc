@@ -102,8 +102,7 @@ void ReaderCore::read_exemplars(const Segment& s, uint32_t id, uint32_t record,
   if (line == 0 || uint64_t{line} + bound_count + 1 > s.value_lines) return;
   const std::vector<int64_t>& bounds = series_.info(id)->bounds;
   if (bounds.size() != bound_count) return;
-  if (exemplars_.size() <= id) exemplars_.resize(id + 1);
-  std::vector<Exemplar>& kept = exemplars_[id];
+  std::vector<Exemplar>& kept = values_.exemplars(id);
   for (uint32_t b = 0; b <= bound_count; ++b) {
     Exemplar x;
     const auto* slot = reinterpret_cast<const segment::ExemplarSlot*>(s.line(line + b));
@@ -114,52 +113,14 @@ void ReaderCore::read_exemplars(const Segment& s, uint32_t id, uint32_t record,
   }
 }
 
-namespace {
-// Adds a counter's or histogram's words (counter: 1; histogram: buckets and
-// native buckets, then the sum) into an accumulator.
-void add_words(std::vector<uint64_t>& buckets, uint64_t& counter, int64_t& sum, SeriesKind kind,
-               const uint64_t* words, uint32_t bound_count, uint32_t native_words) {
-  if (kind != SeriesKind::kHistogram) {  // a counter, or an ages record's count of beginnings
-    counter = sat_add(counter, words[0]);
-    return;
-  }
-  const size_t n = segment::shard_words(bound_count, native_words) - 1;
-  if (buckets.size() != n) buckets.assign(n, 0);
-  sat_add_words(buckets.data(), words, n);
-  sum = segment::wrapping_add(sum, static_cast<int64_t>(words[n]));
-}
-
-// A live histogram's words (buckets, native buckets, sum; `words` in all)
-// from one segment into its accumulator: viewed where they are (the
-// segment's `last`, unchanged until the next snapshot) when they are the
-// first this snapshot, added into the accumulator's own buckets from the
-// second on.
-}  // namespace
-
-void ReaderCore::add_live_histogram(Accumulator& acc, const uint64_t* last, uint32_t words) {
-  const uint32_t n = words - 1;
-  if (acc.added++ == 0) {
-    acc.view = last;
-    acc.sum = static_cast<int64_t>(last[n]);
-    return;
-  }
-  if (acc.view != nullptr) {  // the second: the first's words become its own
-    acc.buckets.assign(acc.view, acc.view + n);
-    acc.view = nullptr;
-  }
-  sat_add_words(acc.buckets.data(), last, n);
-  acc.sum = segment::wrapping_add(acc.sum, static_cast<int64_t>(last[n]));
-}
-
 // Folds the values last read from a segment into the totals (it was damaged,
 // or its owner is gone and it can no longer be read).
 void ReaderCore::fold_last(Segment& s) {
   const int64_t now = now_ns();
   for (const Segment::Entry& e : s.entries) {
     if (e.kind == SeriesKind::kGauge) continue;
-    Accumulator& acc = retired(e.id);
-    add_words(acc.buckets, acc.counter, acc.sum, e.kind, s.last.data() + e.last, e.bound_count,
-              e.native_words);
+    Accumulator& acc = values_.retired(e.id);
+    acc.add_words(e.kind, s.last.data() + e.last, e.bound_count, e.native_words);
     acc.note_created(s.created_ns);
     acc.present = true;
     series_.last_change(e.id) = now;
@@ -183,7 +144,7 @@ void ReaderCore::damage(Segment& s, const std::string& why) {
 void ReaderCore::release_ages(Segment& s, const Segment::Entry& e, int64_t now) {
   uint64_t* last = s.last.data() + e.last;
   if (*last == 0) return;
-  Accumulator& ret = retired(e.id);
+  Accumulator& ret = values_.retired(e.id);
   ret.counter = sat_add(ret.counter, *last);
   ret.note_created(s.created_ns);
   ret.present = true;
@@ -247,8 +208,8 @@ void ReaderCore::add_total(Segment& s, const Segment::Entry& e, const uint64_t* 
   // sum, which may wrap), classic only when its native ones stand.
   const uint32_t counts = !histogram ? words : native_as_last ? e.bound_count + 1u : words - 1;
   if (any_below(folded, last, counts)) {
-    Accumulator& ret = retired(e.id);
-    add_words(ret.buckets, ret.counter, ret.sum, e.kind, last, e.bound_count, e.native_words);
+    Accumulator& ret = values_.retired(e.id);
+    ret.add_words(e.kind, last, e.bound_count, e.native_words);
     ret.note_created(s.created_ns);
     ret.present = true;
     ++snapshot_.stats.counter_resets_total;
@@ -258,17 +219,17 @@ void ReaderCore::add_total(Segment& s, const Segment::Entry& e, const uint64_t* 
   std::copy(folded, folded + counts, last);
   if (histogram) last[words - 1] = folded[words - 1];
   if (into_retired || !histogram)
-    add_words(acc.buckets, acc.counter, acc.sum, e.kind, last, e.bound_count, e.native_words);
+    acc.add_words(e.kind, last, e.bound_count, e.native_words);
   else
-    add_live_histogram(acc, last, words);
+    acc.add_live_histogram(last, words);
   acc.note_created(s.created_ns);
   acc.present = true;
   if (!into_retired) series_.last_change(e.id) = now;
 }
 
 // Reads a segment's values: counters and histograms (and gauges when
-// `gauges`) into current_ (live) or, for a dead owner's segment (no
-// gauges), retired_.
+// `gauges`) into the live sums or, for a dead owner's segment (no
+// gauges), the retired sums.
 void ReaderCore::read_segment(Segment& s, bool gauges) {
   if (s.damaged) return;
   struct stat st {};
@@ -292,10 +253,10 @@ void ReaderCore::read_segment(Segment& s, bool gauges) {
     }
     if (!ages && state != segment::kRecordLive) continue;
     if (e.kind == SeriesKind::kGauge) {  // a gauge is not folded: none made for it
-      if (gauges) add_gauge(s, e, cur, current_[e.id], now, declared);
+      if (gauges) add_gauge(s, e, cur, values_.live(e.id), now, declared);
       continue;
     }
-    Accumulator& acc = gauges ? current_[e.id] : retired(e.id);
+    Accumulator& acc = gauges ? values_.live(e.id) : values_.retired(e.id);
     if (ages && gauges && state == segment::kRecordLive) add_in_progress(e, cur, acc, now);
     uint64_t folded[segment::kMaxBounds + 2 + native::kWords];
     const ReadOutcome outcome = scratch_outcomes_[j];
