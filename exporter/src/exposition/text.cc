@@ -10,6 +10,8 @@
 #include <string_view>
 
 #include "contract/table.h"
+#include "exposition/sample_line.h"
+#include "exposition/text_classes.h"
 
 namespace gym::exporter {
 
@@ -19,99 +21,7 @@ using prometheus::ClientMetric;
 using prometheus::MetricFamily;
 using prometheus::MetricType;
 
-// The shortest text that reads back as v (std::to_chars), at p (room for
-// kNumberBytes). A whole number below 2^53 whose last digit is not 0 is its
-// digits (the exponent form is longer, and no shorter decimal reads back as
-// it), written as an integer: most counters and gauges, at a fraction of
-// the cost.
-constexpr size_t kNumberBytes = 32;
-char* write_double(char* p, double v) {
-  if (v >= 1 && v < 0x1p53) {
-    const auto n = static_cast<uint64_t>(v);
-    if (static_cast<double>(n) == v && n % 10 != 0) return std::to_chars(p, p + 20, n).ptr;
-  }
-  if (std::isnan(v)) return std::copy_n("NaN", 3, p);
-  if (std::isinf(v)) return std::copy_n(v > 0 ? "+Inf" : "-Inf", 4, p);
-  return std::to_chars(p, p + kNumberBytes, v).ptr;
-}
-
-void append_double(std::string& out, double v) {
-  char buf[kNumberBytes];
-  out.append(buf, write_double(buf, v));
-}
-
-void append_uint(std::string& out, uint64_t v) {
-  char buf[24];
-  auto r = std::to_chars(buf, buf + sizeof buf, v);
-  out.append(buf, r.ptr);
-}
-
-// Lines written in place at the end of `out`: room for at most `max` bytes
-// made once (not an append a piece, each checking the capacity), what was
-// written kept when it goes.
-class InPlace {
- public:
-  InPlace(std::string& out, size_t max) : out_(out) {
-    const size_t at = out.size();
-    out.resize(at + max);
-    p_ = out.data() + at;
-  }
-  ~InPlace() { out_.resize(static_cast<size_t>(p_ - out_.data())); }
-  InPlace(const InPlace&) = delete;
-  InPlace& operator=(const InPlace&) = delete;
-  void put(std::string_view s) {
-    std::memcpy(p_, s.data(), s.size());
-    p_ += s.size();
-  }
-  void put(char c) { *p_++ = c; }
-  void uint(uint64_t v) { p_ = std::to_chars(p_, p_ + 20, v).ptr; }
-  void number(double v) { p_ = write_double(p_, v); }
-
- private:
-  std::string& out_;
-  char* p_;
-};
-
-// Character classes, one table lookup a character: what the text formats
-// escape, and the legacy metric ([a-zA-Z_:][a-zA-Z0-9_:]*) and label
-// ([a-zA-Z_][a-zA-Z0-9_]*) name characters.
-enum : uint8_t {
-  kEscaped = 1,       // backslash, newline
-  kQuote = 2,         // escaped in label values (and OpenMetrics HELP)
-  kNameFirst = 4,     // [a-zA-Z_]
-  kNameDigit = 8,     // [0-9]
-  kMetricColon = 16,  // ':' (metric names only)
-};
-constexpr std::array<uint8_t, 256> make_classes() {
-  std::array<uint8_t, 256> t{};
-  t[uint8_t('\\')] = kEscaped;
-  t[uint8_t('\n')] = kEscaped;
-  t[uint8_t('"')] = kQuote;
-  for (int c = 'a'; c <= 'z'; ++c) t[size_t(c)] = kNameFirst;
-  for (int c = 'A'; c <= 'Z'; ++c) t[size_t(c)] = kNameFirst;
-  t[uint8_t('_')] = kNameFirst;
-  for (int c = '0'; c <= '9'; ++c) t[size_t(c)] = kNameDigit;
-  t[uint8_t(':')] = kMetricColon;
-  return t;
-}
-constexpr std::array<uint8_t, 256> kClasses = make_classes();
-
-// HELP text escapes backslash and newline; label values also the quote.
-void append_escaped(std::string& out, std::string_view s, bool quote) {
-  const uint8_t mask = quote ? (kEscaped | kQuote) : kEscaped;
-  size_t i = 0;
-  while (i < s.size() && (kClasses[uint8_t(s[i])] & mask) == 0) ++i;
-  out.append(s.data(), i);  // nearly always all of it: nothing to escape
-  for (; i < s.size(); ++i) {
-    const char c = s[i];
-    if ((kClasses[uint8_t(c)] & mask) == 0) {
-      out += c;
-      continue;
-    }
-    out += '\\';
-    out += c == '\n' ? 'n' : c;
-  }
-}
+using namespace text_classes;  // NOLINT: this file's own tables
 
 // Whether a label value has a character to escape.
 bool needs_escaping(std::string_view s) {
@@ -176,98 +86,6 @@ void append_labels(std::string& out, const ClientMetric& m) {
     append_escaped(out, l.value, true);
     out += '"';
   }
-}
-
-// One sample line, as prometheus-cpp's WriteHead, WriteValue and WriteTail
-// write one: the family's name (as written) and the sample's suffix, the
-// metric's label text (append_labels: rendered once for all of its
-// samples), at most one label of the sample's own (le, quantile), its value
-// (a double, or an integer count), and the metric's timestamp.
-struct SampleLine {
-  const std::string& name;
-  const char* suffix;
-  const std::string& labels;
-  const char* extra_name = nullptr;  // the sample's own label, or none
-  std::string_view extra_value = {};
-  double value = 0;
-  std::optional<uint64_t> count = std::nullopt;  // an integer value instead
-  int64_t timestamp_ms = 0;
-};
-// How lines are written: OpenMetrics (timestamps in seconds) or text, and
-// names outside the legacy rules quoted inside the braces ({"name",...}).
-struct LineStyle {
-  bool open_metrics;
-  bool quoted_name;
-};
-
-void append_value(std::string& out, const SampleLine& line) {
-  if (line.count)
-    append_uint(out, *line.count);
-  else
-    append_double(out, line.value);
-}
-
-// The name and labels of a line that is not the plain case: quoted, with a
-// label of its own, or both.
-void append_head(std::string& out, const SampleLine& line, const LineStyle& style) {
-  size_t before;
-  if (!style.quoted_name) {
-    out += line.name;
-    out += line.suffix;
-    before = out.size();
-    out += line.labels;
-  } else {
-    // {"name"...}: the name first inside the braces, then the labels.
-    out += "{\"";
-    append_escaped(out, line.name, true);
-    out += line.suffix;
-    out += '"';
-    before = out.size() - 1;  // a brace is open
-    if (!line.labels.empty()) {
-      out += ',';
-      out.append(line.labels, 1);
-    }
-  }
-  if (line.extra_name != nullptr) {
-    out += out.size() == before ? '{' : ',';
-    out += line.extra_name;
-    out += "=\"";
-    out += line.extra_value;
-    out += '"';
-  }
-  if (out.size() != before) out += '}';
-}
-
-void append(std::string& out, const SampleLine& line, const LineStyle& style) {
-  if (!style.quoted_name && line.extra_name == nullptr && line.timestamp_ms == 0) {
-    // Nearly every line: written in place.
-    const std::string_view end(line.suffix);
-    InPlace text(out, line.name.size() + end.size() + line.labels.size() + 3 + kNumberBytes);
-    text.put(line.name);
-    text.put(end);
-    if (!line.labels.empty()) {
-      text.put(line.labels);
-      text.put('}');
-    }
-    text.put(' ');
-    if (line.count)
-      text.uint(*line.count);
-    else
-      text.number(line.value);
-    text.put('\n');
-    return;
-  }
-  append_head(out, line, style);
-  out += ' ';
-  append_value(out, line);
-  if (line.timestamp_ms != 0) {
-    out += ' ';
-    if (style.open_metrics)  // seconds
-      append_double(out, double(line.timestamp_ms) / 1000);
-    else
-      out += std::to_string(line.timestamp_ms);
-  }
-  out += '\n';
 }
 
 const char* type_name(MetricType t, bool open_metrics) {

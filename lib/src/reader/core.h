@@ -134,14 +134,10 @@ bool guarded(const void* lo, size_t size, Body&& body) {
   return guard.faulted == 0;
 }
 
-}  // namespace reader_internal
-
-using namespace reader_internal;
 using segment::Header;
 using segment::Record;
 using segment::SeriesKind;
 
-namespace reader_internal {
 // The reader itself: RegistryReader's state and workings, behind its
 // installed interface.
 class ReaderCore {

@@ -1,9 +1,7 @@
 // The registry reader's directory: segments, markers, temporaries.
 #include "reader/core.h"
 
-namespace gym {
-
-using reader_internal::ReaderCore;
+namespace gym::reader_internal {
 
 void ReaderCore::reject(const std::string& name, ino_t ino, const std::string& why) {
   auto [it, inserted] = rejected_.try_emplace(name, ino);
@@ -258,4 +256,4 @@ bool ReaderCore::owner_alive(const Segment& s) const {
   return detail::process_matches(s.pid, s.start_ticks);
 }
 
-}  // namespace gym
+}  // namespace gym::reader_internal

@@ -6,7 +6,7 @@
 
 namespace gym {
 
-using reader_internal::ReaderCore;
+using namespace reader_internal;  // NOLINT: the reader's own parts, in this file
 
 ReaderCore::ReaderCore(std::string dir, ReaderOptions options)
     : dir_(std::move(dir)),

@@ -6,9 +6,7 @@
 
 #include "reader/record_copies.h"
 
-namespace gym {
-
-using reader_internal::ReaderCore;
+namespace gym::reader_internal {
 
 namespace {
 
@@ -233,4 +231,4 @@ void ReaderCore::expire_series(int64_t now) {
   if (series_.live() < options_.max_series) over_limit_reported_ = false;
 }
 
-}  // namespace gym
+}  // namespace gym::reader_internal

@@ -1,9 +1,7 @@
 // The registry reader's folded totals: loading and persisting them.
 #include "reader/core.h"
 
-namespace gym {
-
-using reader_internal::ReaderCore;
+namespace gym::reader_internal {
 
 namespace {
 // A folded series as the record a writer would have written for it.
@@ -185,4 +183,4 @@ void ReaderCore::persist_totals() {
   folded_pending_.clear();
 }
 
-}  // namespace gym
+}  // namespace gym::reader_internal

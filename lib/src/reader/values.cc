@@ -4,9 +4,7 @@
 #include "reader/core.h"
 #include "reader/histograms.h"
 
-namespace gym {
-
-using reader_internal::ReaderCore;
+namespace gym::reader_internal {
 
 namespace {
 // A counter's word, or an ages record's count of beginnings (the sum of its
@@ -276,4 +274,4 @@ void ReaderCore::read_segment(Segment& s, bool gauges) {
   if (gauges) limits_.close_segment();
 }
 
-}  // namespace gym
+}  // namespace gym::reader_internal
