@@ -221,12 +221,20 @@ int gym_limit_wait_timed_out_t(gym_limit* l, int64_t wait) {
   return gym_limit_wait_timed_out_x(l, wait, nullptr, nullptr);
 }
 
-int gym_limit_wait_timed_out_x(gym_limit* l, int64_t wait, const uint8_t* trace_id,
-                               const uint8_t* span_id) {
+namespace {
+// A wait of `l`'s that ended without a slot, as `outcome`.
+int wait_failed(gym_limit* l, int64_t wait, gym::WaitOutcome outcome, const uint8_t* trace_id,
+                const uint8_t* span_id) {
   GYM_CHECK_LIMIT(l);
-  if (!l->meter.wait_failed(wait, gym::WaitOutcome::kTimeout, ptr(trace_of(trace_id, span_id))))
+  if (!l->meter.wait_failed(wait, outcome, ptr(trace_of(trace_id, span_id))))
     return fail(GYM_ESTATE, "no caller is waiting");
   return GYM_OK;
+}
+}  // namespace
+
+int gym_limit_wait_timed_out_x(gym_limit* l, int64_t wait, const uint8_t* trace_id,
+                               const uint8_t* span_id) {
+  return wait_failed(l, wait, gym::WaitOutcome::kTimeout, trace_id, span_id);
 }
 
 int gym_limit_wait_cancelled_t(gym_limit* l, int64_t wait) {
@@ -235,10 +243,7 @@ int gym_limit_wait_cancelled_t(gym_limit* l, int64_t wait) {
 
 int gym_limit_wait_cancelled_x(gym_limit* l, int64_t wait, const uint8_t* trace_id,
                                const uint8_t* span_id) {
-  GYM_CHECK_LIMIT(l);
-  if (!l->meter.wait_failed(wait, gym::WaitOutcome::kCancelled, ptr(trace_of(trace_id, span_id))))
-    return fail(GYM_ESTATE, "no caller is waiting");
-  return GYM_OK;
+  return wait_failed(l, wait, gym::WaitOutcome::kCancelled, trace_id, span_id);
 }
 
 int gym_limit_released_t(gym_limit* l, int64_t hold) {

@@ -201,6 +201,24 @@ class ReaderCore {
     bool dead = false;  // read only: owner gone, left for the retiring reader
 
     const Header* header() const { return reinterpret_cast<const Header*>(base); }
+    // Its layout and its owner, from its header (validated).
+    void take_layout(const Header& h) {
+      version = h.format_version;
+      max_records = h.max_records;
+      value_lines = h.value_lines;
+      record_bytes = h.record_bytes;
+      records_offset = h.records_offset;
+      strings_offset = h.strings_offset;
+      string_bytes = h.string_bytes;
+      values_offset = h.values_offset;
+    }
+    void take_owner(const Header& h) {
+      pid = h.owner_pid;
+      start_ticks = h.owner_start_ticks;
+      pid_ns = h.owner_pid_ns;
+      created_ns = h.created_unix_ns > uint64_t(INT64_MAX) ? 0 : int64_t(h.created_unix_ns);
+      std::memcpy(boot_id, h.owner_boot_id, sizeof boot_id);
+    }
     // Record i's head: its state and exemplar_line are read from the
     // mapping (they change); a Record's first bytes in every version.
     const segment::RecordHead* record(uint32_t i) const {
