@@ -6,7 +6,7 @@
 //                    the samples it hands out
 //   listing.cc       the set of segments: listing, opening, markers, rejection
 //   series.cc        records validated and interned; segments retired; expiry
-//   record_copies.h  a segment's new records copied out, in either layout
+//   record_copies.h  a segment's new records copied out
 //   series_table.h   the series table (ids, identity keys, order)
 //   values.cc        a segment's values, exemplars, resets, ages, gauges, damage
 //   accumulators.h   each series' sums, live and retired (SeriesValues)
@@ -14,6 +14,28 @@
 //   limits.h         the limits: their series joined once (LimitTable)
 //   totals.cc        folded totals: loading and persisting them
 //   totals_file.h    the totals file's format
+//
+// A file's life in the reader. Each snapshot lists the directory; a name it
+// has not seen (or the same name on a new inode) is examined once:
+//   - a segment (gym-*.seg) whose header is a layout this reader reads
+//     (formats 7 and 8) is opened and mapped: LIVE. Its new records are
+//     parsed as they are published (each validated once, then an Entry),
+//     and its values read at every snapshot into the live sums;
+//   - a marker (gym-*.unmetered) is kept open: while its owner holds its
+//     lock, an unmetered writer; then removed (by the retiring reader);
+//   - anything else, and a segment refused (untrusted owner, unsupported
+//     format, inconsistent layout), is REJECTED: counted and logged once
+//     for that inode, then skipped; a file that cannot be read is counted
+//     at every snapshot and logged once.
+// A LIVE segment becomes DAMAGED when it is truncated or a read faults: its
+// last values are folded into the retired sums, it is not read again, and
+// its live owner counts as unmetered. When its owner is gone (the kernel
+// dropped its owner lock) or its file is removed, it is RETIRED: read a
+// last time into the retired sums (not its gauges), then closed. The
+// retiring reader keeps its name as folded-pending until the totals file
+// that holds it is written, then removes the file; a read-only reader
+// keeps its own totals and skips the file while it stays (DEAD to it),
+// until the retiring reader's totals change and it reads those instead.
 #pragma once
 
 #include <dirent.h>
