@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "snapshot/view.h"
+#include "json_text.h"
 
 namespace gym::exporter {
 

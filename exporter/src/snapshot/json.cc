@@ -3,26 +3,10 @@
 #include <cstdio>
 #include <optional>
 
+#include "json_text.h"
 #include "snapshot/view.h"
 
 namespace gym::exporter {
-
-std::string json_quote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += char(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += char(c);
-    }
-  }
-  return out + '"';
-}
 
 namespace {
 

@@ -168,7 +168,5 @@ double boot_time_seconds(const std::string& proc_root = "/proc");
 // the source of process events ("connector" or "sampling").
 std::string deaths_json(const std::vector<ProcessDeath>& deaths, const std::string& source);
 std::string to_json(const View& v);
-// `s` as a JSON string literal, quoted and escaped.
-std::string json_quote(const std::string& s);
 
 }  // namespace gym::exporter
