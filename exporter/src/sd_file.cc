@@ -1,13 +1,11 @@
 #include "sd_file.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstring>
 #include <fstream>
 #include <sstream>
 
+#include "host/procfs.h"
 #include "json_text.h"
 
 namespace gym::exporter {
@@ -50,22 +48,11 @@ bool SdFile::write(const SdConfig& config, int port, std::string* error) {
   if (target.find(':') == std::string::npos) target += ":" + std::to_string(port);
   const std::string content = sd_json(target, host, config.labels);
   if (config.file == path_ && content == content_) return true;
-  // Beside the file, so that rename is atomic; Prometheus ignores names
-  // that do not match its pattern (*.json).
-  const std::string tmp = config.file + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *error = "cannot write service discovery file " + tmp + ": " + std::strerror(errno);
-    return false;
-  }
-  const ssize_t n = ::write(fd, content.data(), content.size());
-  const int write_errno = errno;
-  const bool synced = ::fsync(fd) == 0;
-  ::close(fd);
-  if (n != ssize_t(content.size()) || !synced || ::rename(tmp.c_str(), config.file.c_str()) != 0) {
-    *error = "cannot write service discovery file " + config.file + ": " +
-             std::strerror(n < 0 ? write_errno : errno);
-    ::unlink(tmp.c_str());
+  // Beside the file (path.new), so that rename is atomic; Prometheus
+  // ignores names that do not match its pattern (*.json).
+  std::string why;
+  if (!procfs::write_file_whole(config.file, content, why, 0644, /*sync=*/true)) {
+    *error = "cannot write service discovery file " + config.file + ": " + why;
     return false;
   }
   if (!path_.empty() && path_ != config.file) remove();

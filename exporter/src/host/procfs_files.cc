@@ -62,9 +62,10 @@ ReadStatus read_file(const std::string& path, std::string& out) {
   return ReadStatus::kOk;
 }
 
-bool write_file_whole(const std::string& path, std::string_view text, std::string& why) {
+bool write_file_whole(const std::string& path, std::string_view text, std::string& why, mode_t mode,
+                      bool sync) {
   const std::string temp = path + ".new";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
   bool ok = fd >= 0;
   size_t put = 0;
   while (ok && put < text.size()) {
@@ -72,6 +73,7 @@ bool write_file_whole(const std::string& path, std::string_view text, std::strin
     ok = n > 0;
     put += ok ? size_t(n) : 0;
   }
+  if (ok && sync) ok = ::fsync(fd) == 0;
   if (fd >= 0 && ::close(fd) != 0) ok = false;
   if (ok) ok = ::rename(temp.c_str(), path.c_str()) == 0;
   if (!ok) {
