@@ -444,7 +444,7 @@ TEST(CgroupCollector, ACorruptOrStaleTotalsFileIsCountedAndIgnored) {
   kept["agent"].server_type = "agent";
   kept["agent"].gone[CgroupCollector::kOomProcess] = 5;
   kept["agent"].seen[CgroupCollector::kOomProcess] = true;
-  const std::string good = encode_cgroup_totals(kept, boot_id());
+  const std::string good = encode_cgroup_totals(kept, procfs::read_boot_id("/proc"));
   for (const std::string& text :
        {good.substr(0, good.size() - 9), encode_cgroup_totals(kept, "another-boot"),
         std::string("\0\xff garbage", 10), good + "cgroup 2 1 1 7 - 1\n"}) {

@@ -53,6 +53,18 @@ TEST(Procfs, StatCommMayHoldSpacesAndParentheses) {
   EXPECT_FALSE(procfs::parse_stat("").has_value());
 }
 
+TEST(Procfs, BootIdIsTheProcRootsTextOrNothing) {
+  gym::testing::TempDir tmp;
+  const std::string dir = tmp.path() + "/sys/kernel/random";
+  std::filesystem::create_directories(dir);
+  EXPECT_EQ(procfs::read_boot_id(tmp.path() + "/none"), "") << "unreadable";
+  std::ofstream(dir + "/boot_id") << "0f8e3c47-5b7a-4f63-9d2e-1c0a6b2d7e11\n";
+  EXPECT_EQ(procfs::read_boot_id(tmp.path()), "0f8e3c47-5b7a-4f63-9d2e-1c0a6b2d7e11");
+  std::ofstream(dir + "/boot_id") << "not a boot id\n";
+  EXPECT_EQ(procfs::read_boot_id(tmp.path()), "") << "not one";
+  EXPECT_EQ(procfs::read_boot_id("/proc").size(), 36u) << "this host's";
+}
+
 TEST(Procfs, MeminfoToleratesOddLines) {
   auto m = procfs::parse_meminfo(
       "MemTotal:1024 kB\n\nUnknownKey: 7 kB\nMemAvailable:   512 kB\nHugePages_Total: 0\n");

@@ -133,15 +133,8 @@ bool decode_cgroup_totals(std::string_view text, std::string_view boot, CgroupTo
   return true;
 }
 
-std::string boot_id() {
-  std::string text;
-  if (procfs::read_file("/proc/sys/kernel/random/boot_id", text) != procfs::ReadStatus::kOk)
-    return "";
-  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-  return plain(text) && text.find(' ') == std::string::npos ? text : "";
-}
-
-bool load_cgroup_totals(const std::string& path, CgroupTotals& out, std::string& why) {
+bool load_cgroup_totals(const std::string& path, std::string_view boot_id, CgroupTotals& out,
+                        std::string& why) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     why = std::string("cannot open: ") + std::strerror(errno);
@@ -161,11 +154,12 @@ bool load_cgroup_totals(const std::string& path, CgroupTotals& out, std::string&
     why = "not a regular file of a sensible size, or unreadable";
     return false;
   }
-  return decode_cgroup_totals(text, boot_id(), out, why);
+  return decode_cgroup_totals(text, boot_id, out, why);
 }
 
-bool save_cgroup_totals(const std::string& path, const CgroupTotals& totals, std::string& why) {
-  return procfs::write_file_whole(path, encode_cgroup_totals(totals, boot_id()), why);
+bool save_cgroup_totals(const std::string& path, std::string_view boot_id,
+                        const CgroupTotals& totals, std::string& why) {
+  return procfs::write_file_whole(path, encode_cgroup_totals(totals, boot_id), why);
 }
 
 }  // namespace gym::exporter

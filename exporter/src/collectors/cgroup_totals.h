@@ -34,10 +34,11 @@ std::string encode_cgroup_totals(const CgroupTotals& totals, std::string_view bo
 bool decode_cgroup_totals(std::string_view text, std::string_view boot_id, CgroupTotals& out,
                           std::string& why);
 
-// This boot's id (/proc/sys/kernel/random/boot_id), "" when unknown.
-std::string boot_id();
-// The file at `path` into `out` (a missing file is fine and leaves it empty).
-bool load_cgroup_totals(const std::string& path, CgroupTotals& out, std::string& why);
-bool save_cgroup_totals(const std::string& path, const CgroupTotals& totals, std::string& why);
+// The file at `path` into `out` (a missing file is fine and leaves it
+// empty); `boot_id` is this boot's (procfs::read_boot_id).
+bool load_cgroup_totals(const std::string& path, std::string_view boot_id, CgroupTotals& out,
+                        std::string& why);
+bool save_cgroup_totals(const std::string& path, std::string_view boot_id,
+                        const CgroupTotals& totals, std::string& why);
 
 }  // namespace gym::exporter

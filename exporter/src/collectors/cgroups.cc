@@ -60,11 +60,14 @@ CgroupCollector::CgroupCollector(std::shared_ptr<ServerWatcher> servers, Log log
       watcher_(std::move(servers)),
       resolver_(watcher_->config().proc_root, watcher_->config().mounts),
       totals_file_(std::move(totals_file)),
-      may_write_(std::move(may_write)) {
+      may_write_(std::move(may_write)),
+      boot_id_(procfs::read_boot_id(watcher_->config().proc_root)) {
+  // A proc root without it (a fixture, a partial mount) is of this kernel.
+  if (boot_id_.empty()) boot_id_ = procfs::read_boot_id("/proc");
   error_reasons({"read", "totals"});
   if (totals_file_.empty()) return;
   std::string why;
-  if (!load_cgroup_totals(totals_file_, totals_, why))
+  if (!load_cgroup_totals(totals_file_, boot_id_, totals_, why))
     count_error("totals", "ignored the cgroup totals in " + totals_file_ + ": " + why +
                               "; the counts of removed cgroups start from zero");
 }
@@ -268,7 +271,7 @@ void CgroupCollector::track(ServerTotals& t, std::map<std::string, ServerTotals:
 void CgroupCollector::keep_totals() {
   if (!changed_ || totals_file_.empty() || !may_write_ || !may_write_()) return;
   std::string why;
-  if (save_cgroup_totals(totals_file_, totals_, why))
+  if (save_cgroup_totals(totals_file_, boot_id_, totals_, why))
     changed_ = false;
   else
     count_error("totals", "cannot write " + totals_file_ + ": " + why);

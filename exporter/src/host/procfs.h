@@ -94,6 +94,9 @@ bool write_file_whole(const std::string& path, std::string_view text, std::strin
 // epoch; empty when it cannot be read. The one place that reads it: callers
 // keep it (it does not change while the host runs).
 std::optional<uint64_t> read_boot_time(const std::string& proc_root);
+// <proc_root>/sys/kernel/random/boot_id, this boot's id as its text ("" when
+// unreadable or not one).
+std::string read_boot_id(const std::string& proc_root);
 // When a process started, in seconds since the epoch: the boot plus its
 // start time in clock ticks (field 22 of its stat).
 double started_unix_seconds(uint64_t boot_time, uint64_t start_ticks);

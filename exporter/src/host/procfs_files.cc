@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -35,6 +36,16 @@ std::optional<uint64_t> read_boot_time(const std::string& proc_root) {
 double ticks_per_second() {
   static const double ticks = double(::sysconf(_SC_CLK_TCK));
   return ticks;
+}
+
+std::string read_boot_id(const std::string& proc_root) {
+  std::string text;
+  if (read_file(proc_root + "/sys/kernel/random/boot_id", text) != ReadStatus::kOk) return "";
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  const bool uuid = !text.empty() && text.size() <= 64 &&
+                    std::all_of(text.begin(), text.end(),
+                                [](char c) { return std::isxdigit(uint8_t(c)) || c == '-'; });
+  return uuid ? text : "";
 }
 
 double started_unix_seconds(uint64_t boot_time, uint64_t start_ticks) {
