@@ -30,6 +30,7 @@ class RegistryCollector : public Collector {
   void add_limit_families(const Snapshot& snap);
   void update_values(const Snapshot& snap);
   void update_limits(const Snapshot& snap);
+  bool limits_fit(const Snapshot& snap) const;
   void collect_locked(const Snapshot& snap, const Emit& emit);
   void select_served(const Snapshot& snap);
   void emit_stats(const Snapshot& snap, const Emit& emit);
@@ -204,6 +205,20 @@ void RegistryCollector::update_values(const Snapshot& snap) {
 
 // Each limit's row: its free slots served as gym_concurrency_available,
 // and the families made of it.
+// Whether the model's limit families were made from rows of this shape
+// (the same rows, present or not, with admissions or not): they are while
+// the served series stay the same; checked, so that no row is ever looked
+// up past the model.
+bool RegistryCollector::limits_fit(const Snapshot& snap) const {
+  size_t present = 0;
+  for (const LimitRow& row : snap.limits) present += row.present() ? 1 : 0;
+  if (present != active_.metric.size() || admitting_.size() != admissions_.metric.size())
+    return false;
+  for (uint32_t k : admitting_)
+    if (k >= snap.limits.size() || snap.limits[k].holds == LimitRow::kNone) return false;
+  return true;
+}
+
 void RegistryCollector::update_limits(const Snapshot& snap) {
   slot_of_.assign(snap.series.size(), -1);
   for (size_t k = 0; k < slots_.size(); ++k) slot_of_[served_index_[slots_[k].served]] = int32_t(k);
@@ -273,7 +288,7 @@ void RegistryCollector::collect_locked(const Snapshot& snap, const Emit& emit) {
     last_dir_error_ = snap.directory_error;
   }
   select_served(snap);
-  if (scratch_infos_ != served_ || snap.series_epoch != served_epoch_) {
+  if (scratch_infos_ != served_ || snap.series_epoch != served_epoch_ || !limits_fit(snap)) {
     served_epoch_ = snap.series_epoch;
     served_.swap(scratch_infos_);
     rebuild(snap);
