@@ -225,10 +225,9 @@ inline uint64_t magic_word() {
   return w;
 }
 inline constexpr uint32_t kFormatVersion = 8;
-// The first version with one native array per histogram.
+// The first version with one native array per histogram (format 7's
+// histogram layout, which formats 5 and 6 had).
 inline constexpr uint32_t kSharedNativeVersion = 5;
-// The first version with exemplars (Record::exemplar_line).
-inline constexpr uint32_t kExemplarVersion = 6;
 // The first version with the string area (records of kRecordBytes).
 inline constexpr uint32_t kStringsVersion = 7;
 // The oldest version a reader reads (docs/registry.md: the format floor).
@@ -372,12 +371,6 @@ inline constexpr uint64_t kStringsOffset =
 inline constexpr uint64_t kValuesOffset = kStringsOffset + kStringBytes;
 inline constexpr uint64_t kTotalBytes = kValuesOffset + uint64_t{kValueLines} * kLineBytes;
 static_assert(kStringsOffset % kPageBytes == 0 && kValuesOffset % kPageBytes == 0);
-// Versions 1 to 6: the records' area from the second page, then the values.
-inline constexpr uint64_t kInlineRecordsOffset = kHeaderBytes;
-inline constexpr uint64_t kInlineValuesOffset =
-    kInlineRecordsOffset + uint64_t{kMaxRecords} * kInlineRecordBytes;
-inline constexpr uint64_t kInlineTotalBytes =
-    kInlineValuesOffset + uint64_t{kValueLines} * kLineBytes;
 
 // One exemplar slot: a value cache line (see the layout above).
 // The ids' bytes are kept in words (their bytes in memory order), so that
@@ -408,21 +401,20 @@ constexpr uint32_t shard_words(uint32_t bound_count, uint32_t native_words) {
 constexpr uint32_t lines_of_words(uint32_t words) {
   return (words * 8 + kLineBytes - 1) / kLineBytes;
 }
-// Value cache lines of one histogram shard: version 8 on, with native
-// buckets (its sum and count); version 5 on (the buckets and the sum);
-// version 4 (with the native buckets between them).
+// Value cache lines of one histogram shard, in the versions a reader reads
+// (7 and 8): version 8 with native buckets, its sum and count; otherwise
+// its buckets and sum.
 constexpr uint32_t shard_lines(uint32_t bound_count, uint32_t native_words,
                                uint32_t version = kFormatVersion) {
   if (version >= kJointVersion && native_words != 0) return 1;
-  return lines_of_words(version >= kSharedNativeVersion ? bound_count + 2
-                                                        : shard_words(bound_count, native_words));
+  return lines_of_words(bound_count + 2);
 }
-// Words of a histogram's one array after its shards (version 5 on): the
-// native buckets, or (version 8 on) the joint array of native and classic
-// buckets; 0 without native buckets.
+// Words of a histogram's one array after its shards: the native buckets,
+// or (version 8) the joint array of native and classic buckets; 0 without
+// native buckets.
 constexpr uint32_t shared_words(uint32_t bound_count, uint32_t native_words,
                                 uint32_t version = kFormatVersion) {
-  if (native_words == 0 || version < kSharedNativeVersion) return 0;
+  if (native_words == 0) return 0;
   return version >= kJointVersion ? native_words + bound_count : native_words;
 }
 // Value cache lines a series occupies, in a segment of `version`.
