@@ -378,6 +378,11 @@ TEST(MemoryCollector, PssNeverExceedsRssWhileTheTreeGrowsAndShrinks) {
   });
   ready.wait(2);
   testing::SamplerConfig c;
+  // Every sample reads PSS: the stall budget (its own tests) would skip
+  // reads as its measured stalls grow on a loaded machine (5 of 40 seen).
+  c.budget.max_stall_seconds = 10;
+  c.budget.max_stall_fraction = 1;
+  c.budget.max_cpu_fraction = 1;
   ServerTarget t;
   t.name = "growing";
   t.server_type = "resources_server";

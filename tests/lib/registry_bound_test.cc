@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <random>
 #include <thread>
@@ -34,8 +35,9 @@ double run_seconds() {
 
 // What a forking writer did, reported through a pipe when it is done.
 struct Did {
-  uint64_t adds = 0;   // work_total added by its children
-  uint64_t forks = 0;  // children, each observed once into work_size
+  uint64_t adds = 0;       // work_total added by its children
+  uint64_t forks = 0;      // children, each observed once into work_size
+  uint64_t unmetered = 0;  // children that had no segment of their own
 };
 
 enum class Ending { kExit, kKilled };
@@ -70,22 +72,26 @@ pid_t start_forker(const std::string& dir, double seconds, Ending ending, int re
       if (child == 0) {
         work.add(k);
         size.observe(int64_t(k));
-        if (ending == Ending::kExit) ::_exit(0);
-        char c = 'x';
+        if (!w.has_segment()) std::fprintf(stderr, "child unmetered: %s\n", w.error().c_str());
+        char c = w.has_segment() ? 'x' : 'u';
+        if (ending == Ending::kExit) ::_exit(c == 'x' ? 0 : 9);
         if (::write(counted[1], &c, 1) != 1) ::_exit(4);
         ::pause();
         ::_exit(5);
       }
       if (child < 0) return 6;
+      bool unmetered = false;
       if (ending == Ending::kKilled) {
         char c;
         if (::read(counted[0], &c, 1) != 1) return 7;
+        unmetered = c == 'u';
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
         ::kill(child, SIGKILL);
       }
       ::close(counted[0]);
       ::close(counted[1]);
-      testing::wait_exit(child);
+      unmetered = testing::wait_exit(child) == 9 || unmetered;
+      did.unmetered += unmetered;
       forks.add(1);
       did.adds += k;
       ++did.forks;
@@ -154,6 +160,7 @@ void run_and_check(Ending ending) {
       ASSERT_EQ(::read(report[0], &d, sizeof d), ssize_t(sizeof d));
       total.adds += d.adds;
       total.forks += d.forks;
+      total.unmetered += d.unmetered;
       ++reported;
       continue;
     }
@@ -168,6 +175,7 @@ void run_and_check(Ending ending) {
   for (pid_t w : writers) EXPECT_EQ(testing::wait_exit(w), ending == Ending::kExit ? 0 : 128 + 9);
   EXPECT_GT(total.forks, uint64_t(run_seconds() * 20)) << "children came and went all along";
   EXPECT_GT(observations, 10);
+  EXPECT_EQ(total.unmetered, 0u) << "children that could not make a segment (their error above)";
   EXPECT_LE(most_other, uint64_t{64} << 10) << "the totals and the lock file stay small";
   const Usage after = usage_of(dir);
   EXPECT_EQ(after.live, 0);
@@ -180,6 +188,12 @@ void run_and_check(Ending ending) {
   // An exporter's reader, started now, serves what every writer counted.
   RegistryReader reader(dir);
   const Snapshot& snap = reader.snapshot();
+  // What the reader met, for a failure below to be explained by.
+  for (const std::string& problem : snap.problems) std::cout << "reader: " << problem << "\n";
+  std::cout << "retired " << snap.stats.retired_segments_total << ", damaged "
+            << snap.stats.damaged_segments_total << ", rejected " << snap.stats.rejected_files_total
+            << ", read errors " << snap.stats.read_errors_total << ", unmetered writers "
+            << snap.stats.unmetered_writers << "\n";
   ASSERT_NE(find_series(snap, "work_total"), nullptr);
   EXPECT_EQ(find_series(snap, "work_total")->counter, total.adds);
   EXPECT_EQ(find_series(snap, "work_size")->count(), total.forks);
