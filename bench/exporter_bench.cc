@@ -11,6 +11,7 @@
 //                                     footprint: the cost guard's shape of
 //                                     three limits and twenty operations)
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
@@ -38,6 +39,7 @@
 #include "gym/registry_reader.h"
 #include "gym/resources_operation.h"
 #include "gym/segment_writer.h"
+#include "http/compression.h"
 #include "http/server.h"
 #include "scratch_dir.h"
 
@@ -235,35 +237,68 @@ void scrape_prometheus_cpp(benchmark::State& state) {
   state.counters["bytes"] = double(bytes);
 }
 
-// One scrape of 20,000 series in each format the exporter serves, plain and
-// gzipped (bench/ratios.py ... --baseline text --benchmark_filter=format).
-void format(benchmark::State& state, const gym::exporter::Encoder& encoder, bool gzip) {
+// The heap a coder holds once it has compressed `body` (its state and
+// buffers, kept by the pool between scrapes): malloc's bytes in use,
+// mmapped blocks included, before and after.
+size_t coder_heap(gym::exporter::Coding c, const std::string& body) {
+  const auto in_use = [] {
+    const struct mallinfo2 m = ::mallinfo2();
+    return m.uordblks + m.hblkhd;
+  };
+  const size_t before = in_use();
+  std::unique_ptr<gym::exporter::Coder> coder = c == gym::exporter::Coding::kZstd
+                                                    ? gym::exporter::make_zstd_coder()
+                                                    : gym::exporter::make_gzip_coder();
+  const auto drop = [](std::string_view piece) { benchmark::DoNotOptimize(piece.data()); };
+  if (!coder || !coder->add(body, drop) || !coder->finish(drop)) return 0;
+  return in_use() - before;
+}
+
+// One scrape of 20,000 series in each format the exporter serves, plain,
+// gzip and zstd (bench/ratios.py ... --baseline text
+// --benchmark_filter=format), with the bytes sent and the heap the coder
+// holds.
+void format(benchmark::State& state, const gym::exporter::Encoder& encoder,
+            gym::exporter::Coding coding) {
   raise_fd_limit();
   GymFixture& f = fixture<GymFixture>(20000 / kSeriesPerWriter);
   size_t bytes = 0;
   for (auto _ : state) {
     std::string body = f.exposition->render(encoder);
-    bytes = gzip ? gym::exporter::gzip_compress(body).size() : body.size();
+    bytes = coding != gym::exporter::Coding::kIdentity
+                ? gym::exporter::compress(coding, body).size()
+                : body.size();
   }
   state.counters["bytes"] = double(bytes);
+  if (coding != gym::exporter::Coding::kIdentity)
+    state.counters["coder_heap"] = double(coder_heap(coding, f.exposition->render(encoder)));
 }
 void format_text(benchmark::State& state) {
-  format(state, gym::exporter::TextEncoder(), false);
+  format(state, gym::exporter::TextEncoder(), gym::exporter::Coding::kIdentity);
 }
 void format_openmetrics(benchmark::State& state) {
-  format(state, gym::exporter::OpenMetricsEncoder(), false);
+  format(state, gym::exporter::OpenMetricsEncoder(), gym::exporter::Coding::kIdentity);
 }
 void format_textgzip(benchmark::State& state) {
-  format(state, gym::exporter::TextEncoder(), true);
+  format(state, gym::exporter::TextEncoder(), gym::exporter::Coding::kGzip);
+}
+void format_textzstd(benchmark::State& state) {
+  format(state, gym::exporter::TextEncoder(), gym::exporter::Coding::kZstd);
 }
 void format_openmetricsgzip(benchmark::State& state) {
-  format(state, gym::exporter::OpenMetricsEncoder(), true);
+  format(state, gym::exporter::OpenMetricsEncoder(), gym::exporter::Coding::kGzip);
+}
+void format_openmetricszstd(benchmark::State& state) {
+  format(state, gym::exporter::OpenMetricsEncoder(), gym::exporter::Coding::kZstd);
 }
 void format_protobuf(benchmark::State& state) {
-  format(state, gym::exporter::ProtobufEncoder(), false);
+  format(state, gym::exporter::ProtobufEncoder(), gym::exporter::Coding::kIdentity);
 }
 void format_protobufgzip(benchmark::State& state) {
-  format(state, gym::exporter::ProtobufEncoder(), true);
+  format(state, gym::exporter::ProtobufEncoder(), gym::exporter::Coding::kGzip);
+}
+void format_protobufzstd(benchmark::State& state) {
+  format(state, gym::exporter::ProtobufEncoder(), gym::exporter::Coding::kZstd);
 }
 // Where a plain scrape of those 20,000 series goes: the registry reader's
 // snapshot alone, the registry collector (snapshot and its model's values),
@@ -302,9 +337,12 @@ BENCHMARK(part_streamed)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_text)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_protobuf)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_protobufgzip)->Unit(benchmark::kMillisecond);
+BENCHMARK(format_protobufzstd)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_openmetrics)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_textgzip)->Unit(benchmark::kMillisecond);
+BENCHMARK(format_textzstd)->Unit(benchmark::kMillisecond);
 BENCHMARK(format_openmetricsgzip)->Unit(benchmark::kMillisecond);
+BENCHMARK(format_openmetricszstd)->Unit(benchmark::kMillisecond);
 
 BENCHMARK(scrape_gym)
     ->Arg(100)

@@ -3,7 +3,7 @@
 prometheus-cpp's Registry + TextSerializer (both from exporter_bench), and
 Python's prometheus_client in multiprocess mode with the same number of
 writer processes' files; then a scaling table of gym-exporter itself over
-HTTP at 10, 100, 1,000 and 5,000 live writers: scrape time plain and gzipped,
+HTTP at 10, 100, 1,000 and 5,000 live writers: scrape time plain, gzip and zstd,
 resident and private memory.
 
     /usr/bin/python3 bench/scrape_compare.py [--build build] [--max-python-series 20000]
@@ -98,13 +98,14 @@ def private_kib(pid):
     return total
 
 
-def scrape(port, gzip=False):
+def scrape(port, coding=None):
     """One scrape of /metrics, timed by the caller: the reply read off the
     socket as it comes and dropped (a Go client parses as it reads), not
-    through urllib, whose reading takes longer than the exporter's work."""
+    through urllib, whose reading takes longer than the exporter's work.
+    `coding`: the Accept-Encoding asked for (gzip, zstd), or none."""
     with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
         s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" +
-                  (b"Accept-Encoding: gzip\r\n" if gzip else b"") + b"\r\n")
+                  (f"Accept-Encoding: {coding}\r\n".encode() if coding else b"") + b"\r\n")
         buf = bytearray(1 << 22)
         n = s.recv_into(buf)
         head = bytes(buf[:n])
@@ -120,7 +121,7 @@ def exporter_memory(build, segments, scrapes=10, shape=None):
     and after them (`private_before`, `private`), RssAnon (KiB) before them
     and its peak while they are served (`anon_before`, `anon_peak`, sampled
     every millisecond), median HTTP scrape seconds
-    plain and gzipped (`plain`, `gzip`), and the plain body's bytes
+    plain, gzip and zstd (`plain`, `gzip`, `zstd`), and the plain body's bytes
     (`bytes`)."""
     directory = tempfile.mkdtemp(prefix="gym-bench-rss-", dir="/dev/shm")
     holder = subprocess.Popen([f"{build}/bench/exporter_bench", f"--hold-segments={segments}",
@@ -158,22 +159,21 @@ def exporter_memory(build, segments, scrapes=10, shape=None):
                 time.sleep(0.001)
         watcher = threading.Thread(target=watch)
         watcher.start()
-        times, gzipped = [], []
+        times = {None: [], "gzip": [], "zstd": []}
         for _ in range(scrapes):
-            start = time.perf_counter()
-            scrape(port)
-            times.append(time.perf_counter() - start)
-            start = time.perf_counter()
-            scrape(port, gzip=True)
-            gzipped.append(time.perf_counter() - start)
+            for coding, took in times.items():
+                start = time.perf_counter()
+                scrape(port, coding)
+                took.append(time.perf_counter() - start)
         body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60).read()
         serving.set()
         watcher.join()
         return {"rss_before": before, "rss": rss(), "peak": rss("VmHWM"),
                 "anon_before": anon_before, "anon_peak": anon_peak[0],
                 "private_before": private_before,
-                "private": private_kib(exporter.pid), "plain": statistics.median(times),
-                "gzip": statistics.median(gzipped), "bytes": len(body)}
+                "private": private_kib(exporter.pid), "plain": statistics.median(times[None]),
+                "gzip": statistics.median(times["gzip"]),
+                "zstd": statistics.median(times["zstd"]), "bytes": len(body)}
     finally:
         if exporter:
             exporter.send_signal(signal.SIGTERM)
@@ -207,12 +207,13 @@ def main():
             line += f" {py * 1000:>21.1f} {py * 1000 / ours:>8.1f}x"
         print(line, flush=True)
     print("\ngym-exporter over HTTP, by live writers (20 series each), after 10 scrapes of each kind:")
-    print(f"{'writers':>8} {'series':>8} {'plain ms':>9} {'gzip ms':>8} {'MB text':>8}"
-          f" {'RSS MiB':>8} {'private MiB':>12} {'ms/1k series':>13}")
+    print(f"{'writers':>8} {'series':>8} {'plain ms':>9} {'gzip ms':>8} {'zstd ms':>8}"
+          f" {'MB text':>8} {'RSS MiB':>8} {'private MiB':>12} {'ms/1k series':>13}")
     for writers in a.writers:
         m = exporter_memory(a.build, writers)
         print(f"{writers:>8} {writers * SERIES_PER_WRITER:>8} {m['plain'] * 1000:>9.1f}"
-              f" {m['gzip'] * 1000:>8.1f} {m['bytes'] / 1e6:>8.1f} {m['rss'] / 1024:>8.1f}"
+              f" {m['gzip'] * 1000:>8.1f} {m['zstd'] * 1000:>8.1f} {m['bytes'] / 1e6:>8.1f}"
+              f" {m['rss'] / 1024:>8.1f}"
               f" {m['private'] / 1024:>12.1f}"
               f" {m['plain'] * 1000 / (writers * SERIES_PER_WRITER / 1000):>13.2f}", flush=True)
     return 0

@@ -6,7 +6,9 @@
 // target, one Host for HTTP/1.1, one body length (never beside
 // Transfer-Encoding), and persistence as the Connection options say. The
 // Accept header then negotiates a format and an escaping scheme, and any
-// bytes escaped by a scheme other than allow-utf-8 are a legacy name.
+// bytes escaped by a scheme other than allow-utf-8 are a legacy name; an
+// Accept-Encoding value chooses only a coding it names (or "*" stands for).
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -16,6 +18,7 @@
 #include "exposition/escaping.h"
 #include "exposition/exposition.h"
 #include "exposition/negotiate.h"
+#include "http/compression.h"
 #include "http/request.h"
 
 namespace {
@@ -76,7 +79,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (r.keep_alive && r.minor == 0 && r.header("connection") == nullptr) std::abort();
     (void)gym::exporter::query_values(r.query, "name[]");
     negotiate_and_escape(r.header("accept"), r.path);
+    (void)gym::exporter::choose_coding(r.header("accept-encoding"));
   }
+  // Any bytes as an Accept-Encoding value: a coding the value names (or
+  // "*" stands for), never a crash.
+  std::string lower(text.substr(0, text.find('\0')));
+  for (char& c : lower) c = char(std::tolower(static_cast<unsigned char>(c)));
+  const gym::exporter::Coding coding = gym::exporter::choose_coding(lower.c_str());
+  const bool any = lower.find('*') != std::string::npos;
+  if (coding == gym::exporter::Coding::kZstd && !any && lower.find("zstd") == std::string::npos)
+    std::abort();
+  if (coding == gym::exporter::Coding::kGzip && !any && lower.find("gzip") == std::string::npos)
+    std::abort();
   negotiate_and_escape(std::string(text).c_str(), text);
   (void)gym::exporter::query_values(text, "name[]");
   return 0;

@@ -6,11 +6,11 @@ set -euo pipefail
 packages=(
   cmake make g++ pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  prometheus-cpp-dev libssl-dev libyaml-cpp-dev libspdlog-dev zlib1g-dev
+  prometheus-cpp-dev libssl-dev libyaml-cpp-dev libspdlog-dev zlib1g-dev libzstd-dev
   prometheus openssl libcrypt-dev wrk clang libclang-rt-14-dev
   python3 python3-dev python3-setuptools python3-wheel python3-venv python3-pip python3-pytest python3-prometheus-client python3-psutil
   libncurses-dev tmux python3-jsonschema help2man dpkg-dev python3-matplotlib mypy
-  valgrind python3-kubernetes python3-yaml jsonnet strace
+  valgrind python3-kubernetes python3-yaml jsonnet strace python3-zstandard curl systemd
 )
 
 missing=()

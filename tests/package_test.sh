@@ -43,8 +43,11 @@ gym-exporter --check-config --config.file="$cfg" >/dev/null || fail "the install
 unit=/usr/lib/systemd/system/gym-exporter.service
 grep -q '^ExecReload=/bin/kill -HUP \$MAINPID$' "$unit" || fail "no SIGHUP reload in $unit"
 grep -q "^ExecStart=/usr/bin/gym-exporter --config.file=$cfg$" "$unit" || fail "ExecStart"
+socket_unit=/usr/lib/systemd/system/gym-exporter.socket
+grep -q '^ListenStream=9478$' "$socket_unit" || fail "no socket activation unit on 9478"
 if command -v systemd-analyze >/dev/null 2>&1; then
   systemd-analyze verify "$unit" || fail "systemd-analyze verify $unit"
+  systemd-analyze verify "$socket_unit" || fail "systemd-analyze verify $socket_unit"
 fi
 [ -f /usr/lib/tmpfiles.d/gym-exporter.conf ] || fail "no tmpfiles.d entry"
 man_page="$(zcat /usr/share/man/man1/gym-exporter.1.gz)"

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "build_info.h"
+#include "final_capture.h"
 #include "http/request.h"
 #include "landing_page.h"
 #include "logging.h"
@@ -97,7 +98,9 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
   app->exposition_->start();
   app->page_ = landing_page(c, flags.config_file);
   App* self = app.get();
-  HttpServer::Options http{c.listen_address,
+  HttpServer::Options http{c.listen_addresses,
+                           c.systemd_socket,
+                           mode_t(c.unix_socket_mode),
                            c.telemetry_path,
                            c.max_connections,
                            app->web_,
@@ -115,10 +118,11 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
       error);
   if (!app->server_) return nullptr;
   const std::string port = std::to_string(app->server_->port());
+  const std::string addresses = fmt::format("{}", fmt::join(app->server_->addresses(), " "));
   log_event(spdlog::level::info,
             fmt::format("gym-exporter {} listening on {} (port {}), telemetry path {}, registry {}",
-                        kVersion, c.listen_address, port, c.telemetry_path, c.registry_dir),
-            {{"address", c.listen_address},
+                        kVersion, addresses, port, c.telemetry_path, c.registry_dir),
+            {{"address", addresses},
              {"port", port},
              {"tls", app->web_.tls ? "true" : "false"},
              {"basic_auth", app->web_.basic_auth_users.empty() ? "false" : "true"},
@@ -153,13 +157,15 @@ void App::apply(Config next, const WebConfig& web) {
   if (!(tls_only == web_)) spdlog::warn("reload: TLS settings change only at restart");
   server_->set_basic_auth_users(web.basic_auth_users);
   web_.basic_auth_users = web.basic_auth_users;
-  if (next.listen_address != config_.listen_address ||
+  if (next.listen_addresses != config_.listen_addresses ||
+      next.unix_socket_mode != config_.unix_socket_mode ||
       next.telemetry_path != config_.telemetry_path ||
       next.max_connections != config_.max_connections ||
       next.max_connections_per_peer != config_.max_connections_per_peer) {
     spdlog::warn("reload: web settings change only at restart; keeping {} {}",
-                 config_.listen_address, config_.telemetry_path);
-    next.listen_address = config_.listen_address;
+                 fmt::join(config_.listen_addresses, " "), config_.telemetry_path);
+    next.listen_addresses = config_.listen_addresses;
+    next.unix_socket_mode = config_.unix_socket_mode;
     next.telemetry_path = config_.telemetry_path;
     next.max_connections = config_.max_connections;
     next.max_connections_per_peer = config_.max_connections_per_peer;
@@ -240,6 +246,16 @@ std::string App::deaths_json(const std::string& query, std::string* error) const
 void App::stop() {
   sd_.remove();  // first: Prometheus stops scraping what is going away
   if (exposition_) exposition_->stop();
+  // Only an exporter that served: a start that failed captures nothing.
+  if (server_ && exposition_ && !config_.final_capture_dir.empty()) {
+    std::string error;
+    const auto paths =
+        write_final_capture(config_.final_capture_dir, *exposition_, snapshot_json(), &error);
+    if (paths.empty())
+      spdlog::error("{}", error);
+    else
+      spdlog::info("final capture written: {}", fmt::join(paths, " "));
+  }
   server_.reset();
 }
 

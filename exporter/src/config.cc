@@ -6,8 +6,10 @@
 #include "yaml_reader.h"
 
 #include <sys/stat.h>
+#include <sys/un.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -48,19 +50,49 @@ void read_registry(YamlReader& rd, const YAML::Node& n, Config& c) {
                }}});
 }
 
+// One address, or a list of them.
+void read_listen_addresses(YamlReader& rd, const YAML::Node& v, Config& c) {
+  std::vector<std::string> out;
+  if (v.IsSequence()) {
+    for (const auto& item : v) {
+      std::string a;
+      if (rd.string(item, "web.listen_address[]", a)) out.push_back(a);
+    }
+  } else if (std::string a; rd.string(v, "web.listen_address", a)) {
+    out.push_back(a);
+  }
+  if (out.empty())
+    rd.error(v, "web.listen_address must be an address or a list of them");
+  else
+    c.listen_addresses = std::move(out);
+}
+
 void read_web(YamlReader& rd, const YAML::Node& n, Config& c) {
-  rd.mapping(n, "web",
-             {{"listen_address",
-               [&](const YAML::Node& v) { rd.string(v, "web.listen_address", c.listen_address); }},
-              {"telemetry_path",
-               [&](const YAML::Node& v) { rd.string(v, "web.telemetry_path", c.telemetry_path); }},
-              {"max_connections",
-               [&](const YAML::Node& v) {
-                 rd.integer(v, "web.max_connections", c.max_connections, 1, 4096);
-               }},
-              {"max_connections_per_peer", [&](const YAML::Node& v) {
-                 rd.integer(v, "web.max_connections_per_peer", c.max_connections_per_peer, 1, 4096);
-               }}});
+  rd.mapping(
+      n, "web",
+      {{"listen_address", [&](const YAML::Node& v) { read_listen_addresses(rd, v, c); }},
+       {"unix_socket_mode",
+        [&](const YAML::Node& v) {
+          std::string mode;
+          if (!rd.string(v, "web.unix_socket_mode", mode)) return;
+          char* end = nullptr;
+          const long m = std::strtol(mode.c_str(), &end, 8);
+          if (mode.empty() || *end != '\0' || m < 0 || m > 0777)
+            rd.error(v, "web.unix_socket_mode must be an octal mode such as \"0660\"");
+          else
+            c.unix_socket_mode = int(m);
+        }},
+       {"final_capture",
+        [&](const YAML::Node& v) { rd.string(v, "web.final_capture", c.final_capture_dir); }},
+       {"telemetry_path",
+        [&](const YAML::Node& v) { rd.string(v, "web.telemetry_path", c.telemetry_path); }},
+       {"max_connections",
+        [&](const YAML::Node& v) {
+          rd.integer(v, "web.max_connections", c.max_connections, 1, 4096);
+        }},
+       {"max_connections_per_peer", [&](const YAML::Node& v) {
+          rd.integer(v, "web.max_connections_per_peer", c.max_connections_per_peer, 1, 4096);
+        }}});
 }
 
 void read_service_discovery(YamlReader& rd, const YAML::Node& n, Config& c) {
@@ -137,12 +169,34 @@ std::string registry_dir_problem(const std::string& dir) {
 }
 
 void ConfigOverrides::apply(Config& c) const {
-  if (listen_address) c.listen_address = *listen_address;
+  if (!listen_addresses.empty()) c.listen_addresses = listen_addresses;
+  if (systemd_socket) c.systemd_socket = true;
+  if (final_capture_dir) c.final_capture_dir = *final_capture_dir;
   if (telemetry_path) c.telemetry_path = *telemetry_path;
   if (registry_dir) c.registry_dir = *registry_dir;
   if (log_level) c.log_level = *log_level;
   if (log_format) c.log_format = *log_format;
   if (sd_file) c.sd.file = *sd_file;
+}
+
+std::string listen_address_problem(const std::string& a) {
+  if (a.starts_with("unix:")) {
+    const std::string path = a.substr(5);
+    if (path.empty() || path[0] != '/' || path.size() >= sizeof(sockaddr_un::sun_path))
+      return "a Unix listen address must be unix:/absolute/path (under " +
+             std::to_string(sizeof(sockaddr_un::sun_path)) + " bytes), got '" + a + "'";
+    return {};
+  }
+  const auto colon = a.rfind(':');
+  bool port_ok = colon != std::string::npos && colon + 1 < a.size();
+  if (port_ok) {
+    for (size_t i = colon + 1; i < a.size(); ++i)
+      port_ok = port_ok && std::isdigit(static_cast<unsigned char>(a[i]));
+    // At most five digits before converting: a longer number would throw.
+    port_ok = port_ok && a.size() - colon - 1 <= 5 && std::stol(a.substr(colon + 1)) <= 65535;
+  }
+  if (!port_ok) return "listen address must be [host]:port or unix:/path, got '" + a + "'";
+  return {};
 }
 
 std::vector<std::string> validate(const Config& c, const std::string& origin) {
@@ -156,17 +210,8 @@ std::vector<std::string> validate(const Config& c, const std::string& origin) {
   if (c.telemetry_path.empty() || c.telemetry_path[0] != '/' || c.telemetry_path == "/")
     errors.push_back(p + "telemetry path must start with '/' and not be '/', got '" +
                      c.telemetry_path + "'");
-  const auto colon = c.listen_address.rfind(':');
-  bool port_ok = colon != std::string::npos && colon + 1 < c.listen_address.size();
-  if (port_ok) {
-    for (size_t i = colon + 1; i < c.listen_address.size(); ++i)
-      port_ok = port_ok && std::isdigit(static_cast<unsigned char>(c.listen_address[i]));
-    // At most five digits before converting: a longer number would throw.
-    port_ok = port_ok && c.listen_address.size() - colon - 1 <= 5 &&
-              std::stol(c.listen_address.substr(colon + 1)) <= 65535;
-  }
-  if (!port_ok)
-    errors.push_back(p + "listen address must be [host]:port, got '" + c.listen_address + "'");
+  for (const std::string& a : c.listen_addresses)
+    if (std::string why = listen_address_problem(a); !why.empty()) errors.push_back(p + why);
   if (c.registry_dir.empty()) errors.push_back(p + "registry directory must not be empty");
   if (!c.sd.file.empty() && !c.sd.file.ends_with(".json"))
     errors.push_back(p + "service discovery file must end in .json (Prometheus file_sd), got '" +

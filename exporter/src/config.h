@@ -26,8 +26,14 @@ struct CollectorSection {
 };
 
 struct Config {
-  std::string listen_address = ":9478";
+  // "[host]:port" or "unix:/path", each listened on (http/listeners.h).
+  std::vector<std::string> listen_addresses{":9478"};
+  bool systemd_socket = false;  // listen on the sockets systemd passed instead
+  int unix_socket_mode = 0660;  // of the Unix sockets it makes
   std::string telemetry_path = "/metrics";
+  // Where a clean stop writes the last exposition and snapshot (empty: no
+  // final capture; final_capture.h).
+  std::string final_capture_dir;
   std::string registry_dir = kDefaultRegistryDir;
   std::string log_level = "info";     // debug, info, warn, error
   std::string log_format = "logfmt";  // logfmt, json
@@ -57,7 +63,9 @@ std::string registry_dir_problem(const std::string& dir);
 
 // Values given on the command line: they win over the file, also on reload.
 struct ConfigOverrides {
-  std::optional<std::string> listen_address;
+  std::vector<std::string> listen_addresses;  // --web.listen-address, repeatable; empty: none
+  bool systemd_socket = false;
+  std::optional<std::string> final_capture_dir;
   std::optional<std::string> telemetry_path;
   std::optional<std::string> registry_dir;
   std::optional<std::string> log_level;
@@ -91,6 +99,8 @@ ConfigResult load_config_file(const std::string& path, const KeyOverrides& keys 
 // The same from YAML text; `name` stands for the file in messages.
 ConfigResult parse_config(const std::string& yaml, const std::string& name,
                           const KeyOverrides& keys = {});
+// Why a listen address is not "[host]:port" or "unix:/path", or empty.
+std::string listen_address_problem(const std::string& address);
 // Checks values that flags may also set (log level and format, path, address).
 std::vector<std::string> validate(const Config& c, const std::string& origin);
 

@@ -17,12 +17,22 @@ struct FlagSpec {
   std::optional<std::string> ConfigOverrides::*override_field = nullptr;
   std::string Flags::*string_field = nullptr;
   bool Flags::*switch_field = nullptr;
+  // A repeatable flag: each value appended.
+  std::vector<std::string> ConfigOverrides::*list_field = nullptr;
+  bool ConfigOverrides::*override_switch = nullptr;
 };
 
 const std::vector<FlagSpec>& table() {
   static const std::vector<FlagSpec> flags = {
-      {"web.listen-address", "ADDR", "address to listen on ([host]:port, default \":9478\")",
-       &ConfigOverrides::listen_address},
+      {"web.listen-address", "ADDR",
+       "address to listen on: [host]:port or unix:/path; repeat for more (default \":9478\")",
+       nullptr, nullptr, nullptr, &ConfigOverrides::listen_addresses},
+      {"web.systemd-socket", "",
+       "listen on the sockets systemd passed (socket activation) instead of the addresses", nullptr,
+       nullptr, nullptr, nullptr, &ConfigOverrides::systemd_socket},
+      {"web.final-capture", "DIR",
+       "at a clean stop, write the last exposition and snapshot into DIR",
+       &ConfigOverrides::final_capture_dir},
       {"web.telemetry-path", "PATH", "path under which to expose metrics (default \"/metrics\")",
        &ConfigOverrides::telemetry_path},
       {"config.file", "FILE", "YAML configuration (see config/gym-exporter.yml)", nullptr,
@@ -89,12 +99,13 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
       error = "unknown flag --" + std::string(name) + " (see --help)";
       return false;
     }
-    if (f->switch_field) {
+    if (f->switch_field || f->override_switch) {
       if (eq != std::string_view::npos) {
         error = "flag --" + std::string(name) + " takes no value";
         return false;
       }
-      flags.*(f->switch_field) = true;
+      if (f->switch_field) flags.*(f->switch_field) = true;
+      if (f->override_switch) flags.overrides.*(f->override_switch) = true;
       continue;
     }
     std::string value;
@@ -107,6 +118,7 @@ bool parse_flags(int argc, char** argv, Flags& flags, std::string& error) {
       return false;
     }
     if (f->override_field) flags.overrides.*(f->override_field) = value;
+    if (f->list_field) (flags.overrides.*(f->list_field)).push_back(value);
     if (f->string_field) flags.*(f->string_field) = value;
   }
   return true;

@@ -27,6 +27,15 @@ std::string html_escape(const std::string& s) {
   return out;
 }
 
+namespace {
+std::string listen_text(const Config& c) {
+  if (c.systemd_socket) return "(sockets passed by systemd)";
+  std::string out;
+  for (const std::string& a : c.listen_addresses) out += (out.empty() ? "" : " ") + a;
+  return out;
+}
+}  // namespace
+
 std::string landing_page(const Config& c, const std::string& config_file) {
   const std::string path = html_escape(c.telemetry_path);
   return "<!DOCTYPE html>\n<html><head><title>gym-exporter</title></head><body>\n"
@@ -38,7 +47,7 @@ std::string landing_page(const Config& c, const std::string& config_file) {
          "<h2>Configuration in effect</h2>\n<pre>\n"
          "config file:      " +
          html_escape(config_file.empty() ? "(none)" : config_file) +
-         "\nlisten address:   " + html_escape(c.listen_address) + "\ntelemetry path:   " + path +
+         "\nlisten address:   " + html_escape(listen_text(c)) + "\ntelemetry path:   " + path +
          "\nregistry dir:     " + html_escape(c.registry_dir) +
          "\nlog:              " + html_escape(c.log_level + " " + c.log_format) +
          "\n</pre>\n</body></html>\n";

@@ -218,7 +218,7 @@ std::string basic(const std::string& user, const std::string& password) {
 
 Flags app_flags(const TempDir& tmp) {
   Flags f;
-  f.overrides.listen_address = "127.0.0.1:0";
+  f.overrides.listen_addresses = {"127.0.0.1:0"};
   f.overrides.registry_dir = tmp.sub("registry");
   f.config_file = tmp.sub("gym.yml");
   f.web_config_file = tmp.sub("web.yml");

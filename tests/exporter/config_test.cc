@@ -56,7 +56,10 @@ bool has_error(const ConfigResult& r, const std::string& needle) {
 TEST(ExporterConfig, DefaultsWhenTheFileSetsNothing) {
   ConfigResult r = parse_config("", "empty.yml");
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r.config.listen_address, ":9478");
+  EXPECT_EQ(r.config.listen_addresses, std::vector<std::string>{":9478"});
+  EXPECT_FALSE(r.config.systemd_socket);
+  EXPECT_EQ(r.config.unix_socket_mode, 0660);
+  EXPECT_EQ(r.config.final_capture_dir, "");
   EXPECT_EQ(r.config.telemetry_path, "/metrics");
   EXPECT_EQ(r.config.registry_dir, "/dev/shm/gym-metrics");
   // RSS and PSS at every 5 s sample (docs/memory.md says what it costs).
@@ -103,7 +106,7 @@ TEST(ExporterConfig, ReadsEveryKey) {
       "registry:\n  dir: /tmp/r\nlog:\n  level: debug\n  format: json\n",
       "full.yml");
   ASSERT_TRUE(r.ok()) << r.errors[0];
-  EXPECT_EQ(r.config.listen_address, "127.0.0.1:9999");
+  EXPECT_EQ(r.config.listen_addresses, std::vector<std::string>{"127.0.0.1:9999"});
   EXPECT_EQ(r.config.telemetry_path, "/m");
   EXPECT_EQ(r.config.max_connections, 3);
   EXPECT_EQ(r.config.registry_dir, "/tmp/r");
@@ -123,6 +126,29 @@ TEST(ExporterConfig, RegistryBoundsAreReadAndCheckedAndHaveDefaults) {
       has_error(parse_config("registry:\n  max_series: 0\n", "b.yml"), "registry.max_series"));
   EXPECT_TRUE(has_error(parse_config("registry:\n  retired_series_ttl_seconds: x\n", "b.yml"),
                         "registry.retired_series_ttl_seconds"));
+}
+
+TEST(ExporterConfig, ListenAddressesAreOneOrAListOfTcpAndUnixAddresses) {
+  ConfigResult r = parse_config(
+      "web:\n  listen_address: [':9478', 'unix:/run/gym/exporter.sock']\n"
+      "  unix_socket_mode: '0666'\n  final_capture: /var/lib/gym\n",
+      "l.yml");
+  ASSERT_TRUE(r.ok()) << r.errors[0];
+  EXPECT_EQ(r.config.listen_addresses,
+            (std::vector<std::string>{":9478", "unix:/run/gym/exporter.sock"}));
+  EXPECT_EQ(r.config.unix_socket_mode, 0666);
+  EXPECT_EQ(r.config.final_capture_dir, "/var/lib/gym");
+  EXPECT_TRUE(has_error(parse_config("web:\n  listen_address: unix:relative.sock\n", "u.yml"),
+                        "unix:/absolute/path"));
+  EXPECT_TRUE(has_error(
+      parse_config("web:\n  listen_address: unix:/" + std::string(120, 'x') + "\n", "u.yml"),
+      "unix:/absolute/path"));
+  EXPECT_TRUE(has_error(parse_config("web:\n  listen_address: []\n", "u.yml"),
+                        "must be an address or a list"));
+  EXPECT_TRUE(
+      has_error(parse_config("web:\n  listen_address: [':1', nope]\n", "u.yml"), "got 'nope'"));
+  EXPECT_TRUE(has_error(parse_config("web:\n  unix_socket_mode: '0999'\n", "u.yml"), "octal mode"));
+  EXPECT_TRUE(has_error(parse_config("web:\n  unix_socket_mode: '1777'\n", "u.yml"), "octal mode"));
 }
 
 TEST(ExporterConfig, AnOverlongPortIsAnErrorNotAnException) {

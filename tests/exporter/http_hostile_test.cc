@@ -35,7 +35,7 @@ struct Loop {
   HttpStats stats;
   std::unique_ptr<HttpLoop> loop;
   explicit Loop(HttpLoop::Options o = {}, size_t big_bytes = 1 << 20) {
-    o.listen_address = "127.0.0.1:0";
+    o.listen_addresses = {"127.0.0.1:0"};
     o.stats = &stats;
     std::string error;
     loop = HttpLoop::start(
@@ -296,7 +296,7 @@ TEST(HttpHostile, AStreamedReplyThroughTlsToASlowSmallWindowReaderArrivesWhole) 
   // 64 pieces of 64 KiB, each of its own bytes: what the socket does not
   // take is held and sent through TLS as the reader reads.
   HttpLoop::Options o;
-  o.listen_address = "127.0.0.1:0";
+  o.listen_addresses = {"127.0.0.1:0"};
   o.tls = self_signed_context();
   HttpStats stats;
   o.stats = &stats;

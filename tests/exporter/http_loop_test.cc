@@ -29,7 +29,7 @@ struct Loop {
   std::atomic<int> requests{0};
   std::unique_ptr<HttpLoop> loop;
   explicit Loop(HttpLoop::Options o = {}) {
-    o.listen_address = "127.0.0.1:0";
+    o.listen_addresses = {"127.0.0.1:0"};
     std::string error;
     loop = HttpLoop::start(
         o,

@@ -40,7 +40,7 @@ struct Server {
     c.push_back(std::make_unique<Up>());
     exposition = std::make_unique<Exposition>(std::move(c));
     HttpServer::Options o;
-    o.listen_address = "127.0.0.1:0";
+    o.listen_addresses = {"127.0.0.1:0"};
     o.telemetry_path = std::move(telemetry_path);
     if (with_snapshot) o.snapshot_json = [] { return std::string("{\"snapshot\":true}"); };
     std::string error;

@@ -1,6 +1,6 @@
-// A scrape streamed (Exposition::render with pieces, GzipStream, the loop's
+// A scrape streamed (Exposition::render with pieces, the coders, the loop's
 // chunked replies), on real sockets: the pieces are the whole exposition and
-// never much more than a piece each; a chunked reply, plain or gzipped, is
+// never much more than a piece each; a chunked reply, plain, gzip or zstd, is
 // the exposition the text encoder renders whole; HEAD and HTTP/1.0 get it
 // whole with its length; a stream that fails before its first piece is a
 // 500 and after it a reply cut short; and a reader at 10 KiB/s does not
@@ -19,9 +19,10 @@
 
 #include "collector.h"
 #include "contract/families.h"
+#include "decompress.h"
 #include "exposition/exposition.h"
 #include "exposition/text.h"
-#include "gunzip.h"
+#include "http/compression.h"
 #include "http/loop.h"
 #include "http/server.h"
 #include "http_client.h"
@@ -30,6 +31,7 @@ namespace gym::exporter {
 namespace {
 
 using testing::gunzip;
+using testing::unzstd;
 
 using namespace std::chrono_literals;
 using testing::http;
@@ -72,7 +74,7 @@ struct Server {
   std::unique_ptr<HttpServer> server;
   explicit Server(int servers) : exposition(exposition_of(servers)) {
     HttpServer::Options o;
-    o.listen_address = "127.0.0.1:0";
+    o.listen_addresses = {"127.0.0.1:0"};
     std::string error;
     server = HttpServer::start(
         o, *exposition, [] { return std::string(); }, &error);
@@ -129,30 +131,34 @@ TEST(Stream, TheExpositionsPiecesAreItWholeAndHoldAPieceAndOnePartAtMost) {
   check_pieces(*exposition_of(5000, 5000), OpenMetricsEncoder(), Exposition::kPartSeries * 160);
 }
 
-TEST(Stream, GzipInPiecesIsOneGzipStreamOfTheWholeInPiecesOfAtMostAPiece) {
+TEST(Stream, ACoderInPiecesMakesOneStreamOfTheWholeInPiecesOfAtMostAPiece) {
   std::string body;
   for (int i = 0; body.size() < (size_t{4} << 20); ++i)
     body += "gym_x_total{server=\"s" + std::to_string(i * 7919 % 100003) + "\"} " +
             std::to_string(i * 2654435761u) + "\n";
-  GzipStream zip;
-  ASSERT_TRUE(zip.ok());
-  std::string zipped;
-  size_t pieces = 0;
-  const auto to = [&](std::string_view p) {
-    EXPECT_LE(p.size(), GzipStream::kPiece);
-    EXPECT_FALSE(p.empty());
-    zipped.append(p);
-    ++pieces;
-  };
-  for (size_t at = 0; at < body.size(); at += 100000)
-    ASSERT_TRUE(zip.add(std::string_view(body).substr(at, 100000), to));
-  ASSERT_TRUE(zip.finish(to));
-  EXPECT_GT(pieces, 2u);
-  EXPECT_TRUE(same(gunzip(zipped), body));
-  EXPECT_TRUE(same(zipped, gzip_compress(body))) << "the same stream as compressed whole";
+  for (Coding c : {Coding::kGzip, Coding::kZstd}) {
+    std::shared_ptr<Coder> coder = acquire_coder(c);
+    ASSERT_TRUE(coder);
+    std::string packed;
+    size_t pieces = 0;
+    const auto to = [&](std::string_view p) {
+      EXPECT_LE(p.size(), Coder::kPiece);
+      EXPECT_FALSE(p.empty());
+      packed.append(p);
+      ++pieces;
+    };
+    for (size_t at = 0; at < body.size(); at += 100000)
+      ASSERT_TRUE(coder->add(std::string_view(body).substr(at, 100000), to));
+    ASSERT_TRUE(coder->finish(to));
+    EXPECT_GT(pieces, 2u) << coding_name(c);
+    EXPECT_TRUE(same(c == Coding::kGzip ? gunzip(packed) : unzstd(packed), body));
+    if (c == Coding::kGzip) {
+      EXPECT_TRUE(same(packed, compress(c, body))) << "the same stream as compressed whole";
+    }
+  }
 }
 
-TEST(Stream, AScrapeIsChunkedPlainOrGzippedAndHeadOrHttp10GetsItWhole) {
+TEST(Stream, AScrapeIsChunkedPlainGzippedOrZstdAndHeadOrHttp10GetsItWhole) {
   Server s(3000);
   ASSERT_TRUE(s.server);
   const std::string whole = steady(s.exposition->render(TextEncoder(), {}));
@@ -166,6 +172,16 @@ TEST(Stream, AScrapeIsChunkedPlainOrGzippedAndHeadOrHttp10GetsItWhole) {
   EXPECT_EQ(zipped.headers.at("content-encoding"), "gzip");
   EXPECT_LT(zipped.body.size(), whole.size() / 4);
   EXPECT_TRUE(same(steady(gunzip(zipped.body)), whole));
+  // Prometheus 3.15 with zstd-scrape; an unknown coding is not taken.
+  const auto packed = http(s.port(), "GET", "/metrics", "Accept-Encoding: zstd, gzip\r\n");
+  EXPECT_EQ(packed.headers.at("transfer-encoding"), "chunked");
+  EXPECT_EQ(packed.headers.at("content-encoding"), "zstd");
+  EXPECT_EQ(packed.headers.at("vary"), "Accept, Accept-Encoding");
+  EXPECT_LT(packed.body.size(), whole.size() / 4);
+  EXPECT_TRUE(same(steady(unzstd(packed.body)), whole));
+  const auto other = http(s.port(), "GET", "/metrics", "Accept-Encoding: br\r\n");
+  EXPECT_EQ(other.headers.count("content-encoding"), 0u);
+  EXPECT_TRUE(same(steady(other.body), whole));
   const auto head = http(s.port(), "HEAD", "/metrics");
   EXPECT_EQ(head.headers.count("transfer-encoding"), 0u);
   // The exposition's length (its scrape duration's digits may differ).
@@ -191,10 +207,45 @@ TEST(Stream, AScrapeIsChunkedPlainOrGzippedAndHeadOrHttp10GetsItWhole) {
   EXPECT_TRUE(same(steady(raw.substr(end + 4)), whole));
 }
 
+TEST(Stream, CompressedScrapesCutShortAndHostileCodingsLeaveTheNextScrapeWhole) {
+  Server s(3000);
+  ASSERT_TRUE(s.server);
+  const std::string whole = steady(s.exposition->render(TextEncoder(), {}));
+  // Clients that read a little of a zstd or gzip reply and hang up: their
+  // coders go back to the pool unfinished, and the next reply starts afresh.
+  for (int i = 0; i < 20; ++i) {
+    const int fd = testing::connect_loopback(s.port());
+    ASSERT_GE(fd, 0);
+    const std::string req = std::string("GET /metrics HTTP/1.1\r\nHost: x\r\nAccept-Encoding: ") +
+                            (i % 2 == 0 ? "zstd" : "gzip") + "\r\n\r\n";
+    ASSERT_EQ(::send(fd, req.data(), req.size(), MSG_NOSIGNAL), ssize_t(req.size()));
+    char buf[512];
+    EXPECT_GT(::recv(fd, buf, sizeof buf, 0), 0);
+    ::close(fd);
+  }
+  // Accept-Encoding values a client could send: long lists, odd q-values.
+  const std::string many = [] {
+    std::string h;
+    for (int i = 0; i < 500; ++i) h += "zstd;q=0." + std::to_string(i % 10) + ", ";
+    return h + "gzip;q=0.95";
+  }();
+  for (const std::string& coding :
+       {many, std::string("zstd;q=NaN, gzip;q=1e400"), std::string("zstd;;;q=1;q=0, gzip"),
+        std::string(",,,zstd"), std::string("zstd;q=\"1\""), std::string("identity;q=0")}) {
+    const auto r = http(s.port(), "GET", "/metrics", "Accept-Encoding: " + coding + "\r\n");
+    ASSERT_EQ(r.status, 200) << coding;
+    const auto enc = r.headers.find("content-encoding");
+    const std::string body = enc == r.headers.end()  ? r.body
+                             : enc->second == "zstd" ? unzstd(r.body)
+                                                     : gunzip(r.body);
+    EXPECT_TRUE(same(steady(body), whole)) << coding.substr(0, 40);
+  }
+}
+
 TEST(Stream, AStreamThatFailsIsA500BeforeItsFirstPieceAndCutShortAfter) {
   HttpStats stats;
   HttpLoop::Options o;
-  o.listen_address = "127.0.0.1:0";
+  o.listen_addresses = {"127.0.0.1:0"};
   o.stats = &stats;
   std::string error;
   auto loop = HttpLoop::start(

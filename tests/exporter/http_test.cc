@@ -1,4 +1,5 @@
-// The HTTP server's pure parts: content type and coding negotiation, gzip.
+// The HTTP server's pure parts: content type and coding negotiation, gzip
+// and zstd.
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -8,9 +9,10 @@
 #include <string_view>
 
 #include "contract/table.h"
+#include "decompress.h"
 #include "exposition/exposition.h"
 #include "exposition/negotiate.h"
-#include "gunzip.h"
+#include "http/compression.h"
 #include "http/loop.h"
 #include "http/server.h"
 
@@ -18,40 +20,59 @@ namespace gym::exporter {
 namespace {
 
 using testing::gunzip;
+using testing::unzstd;
 
-TEST(AcceptEncoding, GzipUnlessItsQualityOrThatOfAStarIsZero) {
-  EXPECT_FALSE(accepts_gzip(nullptr));
-  EXPECT_FALSE(accepts_gzip(""));
-  EXPECT_TRUE(accepts_gzip("gzip")) << "what Prometheus sends";
-  EXPECT_TRUE(accepts_gzip("GZip"));
-  EXPECT_TRUE(accepts_gzip("deflate, gzip;q=0.5, br"));
-  EXPECT_TRUE(accepts_gzip("gzip ; q=1.0"));
-  EXPECT_FALSE(accepts_gzip("gzip;q=0"));
-  EXPECT_FALSE(accepts_gzip("gzip; q=0.000"));
-  EXPECT_FALSE(accepts_gzip("identity"));
-  EXPECT_FALSE(accepts_gzip("x-gzip")) << "another coding's name";
-  EXPECT_FALSE(accepts_gzip("gzipped"));
-  EXPECT_TRUE(accepts_gzip("*"));
-  EXPECT_FALSE(accepts_gzip("*;q=0"));
-  EXPECT_FALSE(accepts_gzip("gzip;q=0, *")) << "gzip named and refused";
-  EXPECT_TRUE(accepts_gzip("*;q=0, gzip")) << "gzip named and accepted";
-  EXPECT_FALSE(accepts_gzip("gzip;q=abc")) << "an unreadable quality is 0";
-  EXPECT_FALSE(accepts_gzip("gzip;q=2")) << "out of range";
+TEST(AcceptEncoding, TheHigherQOfZstdAndGzipWinsZstdOnATieAndIdentityWhenNeither) {
+  EXPECT_EQ(choose_coding(nullptr), Coding::kIdentity);
+  EXPECT_EQ(choose_coding(""), Coding::kIdentity);
+  EXPECT_EQ(choose_coding("gzip"), Coding::kGzip) << "what Prometheus 2 sends";
+  EXPECT_EQ(choose_coding("zstd"), Coding::kZstd);
+  EXPECT_EQ(choose_coding("GZip"), Coding::kGzip);
+  EXPECT_EQ(choose_coding("ZSTD"), Coding::kZstd);
+  EXPECT_EQ(choose_coding("deflate, gzip;q=0.5, br"), Coding::kGzip);
+  EXPECT_EQ(choose_coding("gzip ; q=1.0"), Coding::kGzip);
+  EXPECT_EQ(choose_coding("gzip;q=0"), Coding::kIdentity);
+  EXPECT_EQ(choose_coding("gzip; q=0.000"), Coding::kIdentity);
+  EXPECT_EQ(choose_coding("identity"), Coding::kIdentity);
+  EXPECT_EQ(choose_coding("x-gzip"), Coding::kIdentity) << "another coding's name";
+  EXPECT_EQ(choose_coding("gzipped, zstandard"), Coding::kIdentity);
+  EXPECT_EQ(choose_coding("*"), Coding::kZstd) << "any: the faster";
+  EXPECT_EQ(choose_coding("*;q=0"), Coding::kIdentity);
+  EXPECT_EQ(choose_coding("gzip;q=0, *"), Coding::kZstd) << "gzip named and refused";
+  EXPECT_EQ(choose_coding("zstd;q=0, *"), Coding::kGzip) << "zstd named and refused";
+  EXPECT_EQ(choose_coding("*;q=0, gzip"), Coding::kGzip) << "gzip named and accepted";
+  EXPECT_EQ(choose_coding("gzip;q=abc"), Coding::kIdentity) << "an unreadable quality is 0";
+  EXPECT_EQ(choose_coding("gzip;q=2"), Coding::kIdentity) << "out of range";
+  // What Prometheus 3.15 sends with zstd-scrape, and curl --compressed.
+  EXPECT_EQ(choose_coding("zstd, gzip"), Coding::kZstd);
+  EXPECT_EQ(choose_coding("deflate, gzip, br, zstd"), Coding::kZstd) << "a tie: zstd";
+  EXPECT_EQ(choose_coding("zstd;q=0.5, gzip"), Coding::kGzip) << "the higher q";
+  EXPECT_EQ(choose_coding("zstd, gzip;q=0.9"), Coding::kZstd);
+  EXPECT_EQ(choose_coding("gzip;q=0.5, identity"), Coding::kIdentity) << "identity preferred";
+  EXPECT_EQ(choose_coding("gzip, identity;q=0"), Coding::kGzip);
+  EXPECT_STREQ(coding_name(Coding::kZstd), "zstd");
+  EXPECT_STREQ(coding_name(Coding::kGzip), "gzip");
+  EXPECT_STREQ(coding_name(Coding::kIdentity), "");
 }
 
-TEST(Gzip, ABodyOfManyChunksAndAnEmptyOneComeBackWhole) {
-  // 8 MB of exposition-like lines with random values: compressed output of
-  // many of gzip_compress's 64 KiB chunks.
+// 8 MB of exposition-like lines with random values: compressed output of
+// many of a coder's 64 KiB pieces.
+std::string random_exposition() {
   std::mt19937_64 rng(7);
   std::string body;
   while (body.size() < (size_t{8} << 20))
     body += "gym_x_total{server=\"s" + std::to_string(rng() % 1000) + "\"} " +
             std::to_string(rng()) + "\n";
-  const std::string zipped = gzip_compress(body);
+  return body;
+}
+
+TEST(Gzip, ABodyOfManyChunksAndAnEmptyOneComeBackWhole) {
+  const std::string body = random_exposition();
+  const std::string zipped = compress(Coding::kGzip, body);
   ASSERT_GT(zipped.size(), size_t{4} << 16) << "spans several chunks";
   EXPECT_LT(zipped.size(), body.size() / 2);
   EXPECT_EQ(gunzip(zipped), body);
-  const std::string empty = gzip_compress("");
+  const std::string empty = compress(Coding::kGzip, "");
   EXPECT_FALSE(empty.empty()) << "a gzip stream even of nothing";
   z_stream zs{};
   ASSERT_EQ(inflateInit2(&zs, 15 + 16), Z_OK);
@@ -63,6 +84,42 @@ TEST(Gzip, ABodyOfManyChunksAndAnEmptyOneComeBackWhole) {
   EXPECT_EQ(inflate(&zs, Z_FINISH), Z_STREAM_END);
   EXPECT_EQ(zs.total_out, 0u);
   inflateEnd(&zs);
+}
+
+TEST(Zstd, ABodyOfManyPiecesAndAnEmptyOneComeBackWholeSmallerThanGzip) {
+  const std::string body = random_exposition();
+  const std::string packed = compress(Coding::kZstd, body);
+  ASSERT_GT(packed.size(), size_t{4} << 16) << "spans several pieces";
+  EXPECT_EQ(unzstd(packed), body);
+  EXPECT_LE(packed.size(), compress(Coding::kGzip, body).size() * 12 / 10)
+      << "at most 1.2 times gzip's bytes";
+  const std::string empty = compress(Coding::kZstd, "");
+  EXPECT_FALSE(empty.empty()) << "a frame even of nothing";
+  EXPECT_EQ(ZSTD_getFrameContentSize(empty.data(), empty.size()), ZSTD_CONTENTSIZE_UNKNOWN)
+      << "a streamed frame: its size is not known when it starts";
+  EXPECT_EQ(ZSTD_findFrameCompressedSize(empty.data(), empty.size()), empty.size());
+  EXPECT_EQ(unzstd(packed.substr(0, packed.size() - 1)), "") << "cut short";
+}
+
+TEST(Coders, APooledCoderLeftHalfwayStartsItsNextStreamAfresh) {
+  for (Coding c : {Coding::kGzip, Coding::kZstd}) {
+    const std::string body = random_exposition().substr(0, 300000);
+    {
+      std::shared_ptr<Coder> coder = acquire_coder(c);
+      ASSERT_TRUE(coder);
+      std::string dropped;
+      ASSERT_TRUE(coder->add(body, [&](std::string_view p) { dropped.append(p); }));
+    }  // back to the pool unfinished: a reply cut short
+    for (int i = 0; i < 3; ++i) {
+      std::shared_ptr<Coder> coder = acquire_coder(c);
+      ASSERT_TRUE(coder);
+      std::string out;
+      const auto to = [&](std::string_view p) { out.append(p); };
+      ASSERT_TRUE(coder->add(body, to) && coder->finish(to));
+      EXPECT_EQ(c == Coding::kZstd ? unzstd(out) : gunzip(out), body) << coding_name(c) << " " << i;
+    }
+  }
+  EXPECT_EQ(acquire_coder(Coding::kIdentity), nullptr);
 }
 
 TEST(Accept, PrometheusGetsOpenMetricsAndEveryoneElseText) {

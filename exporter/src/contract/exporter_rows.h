@@ -114,6 +114,15 @@ inline constexpr FamilySpec kSelfFamilies[] = {
      "A metric with a constant '1' value labeled by version and revision of gym-exporter.",
      {"version", "revision"},
      ""},
+    {"gym_run_info",
+     MetricType::kGauge,
+     Source::kExporter,
+     "",
+     "The run this exporter serves, as 1 labelled by its identity (the run: section, else "
+     "GYM_RUN, SLURM_JOB_ID, SLURM_STEP_ID, RAY_CLUSTER_NAME); join on instance, never a "
+     "label of other series.",
+     {"run", "slurm_job_id", "slurm_step_id", "ray_cluster"},
+     ""},
     {"gym_exporter_scrape_duration_seconds",
      MetricType::kGauge,
      Source::kExporter,

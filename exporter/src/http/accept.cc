@@ -20,8 +20,10 @@ using http::Conn;
 
 namespace {
 
-// The peer's address as raw bytes (an IPv4-mapped IPv6 one as IPv4).
+// The peer's address as raw bytes (an IPv4-mapped IPv6 one as IPv4); the
+// clients of Unix sockets are one peer.
 std::string peer_key(const sockaddr_storage& from) {
+  if (from.ss_family == AF_UNIX) return "unix";
   if (from.ss_family == AF_INET) {
     const auto& a = reinterpret_cast<const sockaddr_in&>(from).sin_addr;
     return std::string(reinterpret_cast<const char*>(&a), sizeof a);
@@ -39,14 +41,16 @@ std::string peer_key(const sockaddr_storage& from) {
 
 void HttpLoop::State::set_accepting(bool on) {
   if (on == accepting) return;
-  epoll_event ev{};
-  ev.events = on ? uint32_t{EPOLLIN} : 0u;
-  ev.data.u64 = kListenTag;
-  (void)epoll_ctl(epfd, EPOLL_CTL_MOD, listener, &ev);
+  for (size_t i = 0; i < listeners.size(); ++i) {
+    epoll_event ev{};
+    ev.events = on ? uint32_t{EPOLLIN} : 0u;
+    ev.data.u64 = kListenTag + i;
+    (void)epoll_ctl(epfd, EPOLL_CTL_MOD, listeners[i].fd, &ev);
+  }
   accepting = on;
 }
 
-void HttpLoop::State::accept_new() {
+void HttpLoop::State::accept_new(int listener) {
   for (;;) {
     // At max_connections, the connection that has waited the longest makes
     // room for a new one. With none waiting (all at a worker), the new one
@@ -110,7 +114,7 @@ void HttpLoop::State::admit(int fd, std::string peer) {
     return;
   }
   const int on = 1;
-  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
+  if (peer != "unix") (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof on);
   if (opts.send_buffer > 0)
     (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &opts.send_buffer, sizeof opts.send_buffer);
   auto* c = new Conn;

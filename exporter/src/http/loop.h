@@ -45,12 +45,15 @@
 // called from any worker, concurrently.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "http/request.h"
 #include "http/stats.h"
@@ -88,7 +91,12 @@ class HttpLoop {
 
   using Handler = std::function<HttpReply(const HttpRequest&)>;
   struct Options {
-    std::string listen_address = ":9478";  // [host]:port; port 0 picks a free one
+    // "[host]:port" (port 0 picks a free one) or "unix:/path" (made with
+    // unix_mode), each accepted on; or, with systemd_socket, the sockets
+    // systemd passed (listeners.h).
+    std::vector<std::string> listen_addresses{":9478"};
+    bool systemd_socket = false;
+    mode_t unix_mode = 0660;
     int max_connections = 1024;
     // Connections of one peer address at most; 0: a quarter of
     // max_connections (at least 1).
@@ -118,7 +126,10 @@ class HttpLoop {
   // Stops accepting, closes the waiting connections, waits for the workers
   // (each handler call, then no more).
   ~HttpLoop();
+  // The first TCP listener's port (0: none).
   int port() const;
+  // What it listens on: the addresses, or "systemd:FD" for a passed socket.
+  std::vector<std::string> addresses() const;
   // Worker threads alive now (for tests).
   int workers() const;
 

@@ -305,8 +305,8 @@ void HttpLoop::State::run() {
         uint64_t count;
         (void)!::read(wake, &count, sizeof count);
         take_back();
-      } else if (tag == kListenTag) {
-        accept_new();
+      } else if (tag >= kListenTag && tag < kListenTag + listeners.size()) {
+        accept_new(listeners[tag - kListenTag].fd);
       } else {
         on_event(static_cast<Conn*>(events[i].data.ptr));
       }

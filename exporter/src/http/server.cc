@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "exposition/negotiate.h"
+#include "http/compression.h"
 #include "http/tls.h"
 #include "logging.h"
 #include "self_metrics.h"
@@ -60,7 +61,9 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
   for (const auto& [name, value] : options.web.headers)
     server->configured_headers_ += name + ": " + value + "\r\n";
   HttpLoop::Options loop;
-  loop.listen_address = options.listen_address;
+  loop.listen_addresses = options.listen_addresses;
+  loop.systemd_socket = options.systemd_socket;
+  loop.unix_mode = options.unix_mode;
   loop.max_connections = options.max_connections;
   loop.max_connections_per_peer = options.max_connections_per_peer;
   if (options.web.tls) {
@@ -75,14 +78,10 @@ std::unique_ptr<HttpServer> HttpServer::start(const Options& options, Exposition
   // before the loop's threads: workers that met it first at once raced on
   // its making (ThreadSanitizer, the first scrapes of a test).
   (void)log_enabled(spdlog::level::debug);
-  std::string why;
   HttpServer* self = server.get();
   server->loop_ = HttpLoop::start(
-      loop, [self](const HttpRequest& req) { return self->handle(req); }, &why);
-  if (!server->loop_) {
-    if (error) *error = "cannot listen on " + options.listen_address + ": " + why;
-    return nullptr;
-  }
+      loop, [self](const HttpRequest& req) { return self->handle(req); }, error);
+  if (!server->loop_) return nullptr;
   return server;
 }
 
@@ -193,29 +192,30 @@ HttpReply HttpServer::serve(const HttpRequest& req, size_t to) {
 HttpReply HttpServer::serve_telemetry(const HttpRequest& req, bool head) {
   const Negotiated wanted = negotiate_accept(req.header("accept"));
   const Encoder* encoder = &encoder_for(wanted.format, wanted.escaping);
-  // Compression that cannot start (no memory for zlib's state) leaves the
-  // reply plain. Vary on every reply, gzipped or not: caches must key on both.
-  std::shared_ptr<GzipStream> zip;
-  if (accepts_gzip(req.header("accept-encoding"))) zip = std::make_shared<GzipStream>();
-  if (zip && !zip->ok()) zip.reset();
-  HttpReply r = reply(200, std::string(encoder->content_type()).c_str(), {}, head,
-                      zip ? "Content-Encoding: gzip\r\nVary: Accept, Accept-Encoding\r\n"
-                          : "Vary: Accept, Accept-Encoding\r\n");
-  r.stream = [this, encoder, zip, names = requested_names(req.query)](const HttpReply::Writer& to) {
+  // Compression that cannot start (no memory for the coder's state) leaves
+  // the reply plain. Vary on every reply, compressed or not: caches must
+  // key on both.
+  const std::shared_ptr<Coder> coder = acquire_coder(choose_coding(req.header("accept-encoding")));
+  const std::string vary =
+      (coder ? std::string("Content-Encoding: ") + coding_name(coder->coding()) + "\r\n" : "") +
+      "Vary: Accept, Accept-Encoding\r\n";
+  HttpReply r = reply(200, std::string(encoder->content_type()).c_str(), {}, head, vary.c_str());
+  r.stream = [this, encoder, coder,
+              names = requested_names(req.query)](const HttpReply::Writer& to) {
     size_t bytes = 0;
-    if (!zip) {
+    if (!coder) {
       bytes = exposition_->render(*encoder, names, to);
     } else {
       bytes = exposition_->render(*encoder, names, [&](std::string_view piece) {
-        if (!zip->add(piece, to)) throw std::runtime_error("gzip failed");
+        if (!coder->add(piece, to)) throw std::runtime_error("compression failed");
       });
-      if (!zip->finish(to)) throw std::runtime_error("gzip failed");
+      if (!coder->finish(to)) throw std::runtime_error("compression failed");
     }
     if (log_enabled(spdlog::level::debug))
       log_event(spdlog::level::debug, "scrape",
                 {{"format", std::string(encoder->name())},
                  {"bytes", std::to_string(bytes)},
-                 {"gzip", zip ? "true" : "false"}});
+                 {"encoding", coder ? coding_name(coder->coding()) : "identity"}});
   };
   return r;
 }

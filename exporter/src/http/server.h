@@ -1,5 +1,5 @@
 // The exporter's HTTP server: the telemetry path, a landing page, /-/healthy
-// and /-/ready, /api/v1/snapshot; gzip when asked; 405 for methods other
+// and /-/ready, /api/v1/snapshot; zstd or gzip when asked; 405 for methods other
 // than GET and HEAD; basic auth and TLS from the web configuration. Its
 // connections are http/loop.h's: a few threads, made when needed.
 //
@@ -13,12 +13,11 @@
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "exposition/exposition.h"
 #include "http/loop.h"
 #include "web_config.h"
-
-struct z_stream_s;
 
 namespace gym::exporter {
 
@@ -30,7 +29,10 @@ class HttpServer {
   size_t route(const std::string& uri) const;
 
   struct Options {
-    std::string listen_address = ":9478";  // [host]:port; port 0 picks a free one
+    // Where it listens (HttpLoop::Options): addresses, or systemd's sockets.
+    std::vector<std::string> listen_addresses{":9478"};
+    bool systemd_socket = false;
+    mode_t unix_mode = 0660;
     std::string telemetry_path = "/metrics";
     int max_connections = 1024;  // open at once (idle ones included)
     WebConfig web;               // TLS and basic auth (--web.config.file)
@@ -49,6 +51,7 @@ class HttpServer {
                                            std::string* error);
   ~HttpServer();
   int port() const { return loop_->port(); }
+  std::vector<std::string> addresses() const { return loop_->addresses(); }
   // Replaces the basic auth users (a reload); empty: no authentication.
   void set_basic_auth_users(std::map<std::string, std::string> users);
 
@@ -72,37 +75,5 @@ class HttpServer {
   std::function<std::string()> landing_page_;
   std::unique_ptr<HttpLoop> loop_;  // last: stopped first
 };
-
-// gzip of `in` (RFC 1952); empty when zlib fails (no memory for its state).
-std::string gzip_compress(const std::string& in);
-
-// gzip of a body that comes in pieces (RFC 1952): each piece compressed as
-// it comes, what deflate makes handed on as it fills a piece of kPiece
-// bytes (and at the end), so that neither the whole input nor the whole
-// output is ever held.
-class GzipStream {
- public:
-  using Sink = std::function<void(std::string_view)>;
-  static constexpr size_t kPiece = size_t{64} << 10;
-  GzipStream();
-  ~GzipStream();
-  GzipStream(const GzipStream&) = delete;
-  GzipStream& operator=(const GzipStream&) = delete;
-  // False when zlib had no memory for its state, or a call failed.
-  bool ok() const { return ok_; }
-  // Compresses `in`, handing `to` what deflate made of it so far.
-  bool add(std::string_view in, const Sink& to);
-  // Ends the stream, handing `to` the rest.
-  bool finish(const Sink& to);
-
- private:
-  bool run(std::string_view in, int flush, const Sink& to);
-  std::unique_ptr<z_stream_s> zs_;
-  std::string out_;  // one piece of deflate's output
-  bool ok_ = false;
-};
-// Whether an Accept-Encoding header value accepts gzip (q-values honoured:
-// "gzip;q=0" refuses it, "*" accepts it unless gzip is refused).
-bool accepts_gzip(const char* accept_encoding);
 
 }  // namespace gym::exporter

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "http/conn.h"
+#include "http/listeners.h"
 #include "http/loop.h"
 
 namespace gym::exporter {
@@ -29,8 +30,8 @@ struct HttpLoop::State : std::enable_shared_from_this<HttpLoop::State> {
   Options opts;
   Handler handler;
   HttpStats* stats = nullptr;
-  int listener = -1;
-  int port = 0;
+  std::vector<http::Listener> listeners;
+  int port = 0;  // the first TCP listener's
   int epfd = -1;
   int wake = -1;  // eventfd: stop, or connections handed back
   std::thread reactor;
@@ -49,7 +50,7 @@ struct HttpLoop::State : std::enable_shared_from_this<HttpLoop::State> {
   std::list<Conn*> waiting;                         // connections in epoll, oldest first
   std::map<std::string, std::vector<Conn*>> peers;  // open connections by peer address
   size_t sending_bytes = 0;                         // unsent bytes of replies it sends
-  bool accepting = true;                            // the listener is in epoll
+  bool accepting = true;                            // the listeners are in epoll
   std::optional<Clock::time_point> stop_by;         // stopping: give up sending then
   // Closed during this round of events, deleted after it: a later event of
   // the same round may still name one.
@@ -57,10 +58,12 @@ struct HttpLoop::State : std::enable_shared_from_this<HttpLoop::State> {
 
   ~State();
 
-  // epoll data: these tags for the eventfd and the listener; a connection's
-  // pointer (aligned, so never either) for a connection.
+  // epoll data: these tags for the eventfd and listener i (kListenTag + i,
+  // below a page); a connection's pointer (never in the first page) for a
+  // connection.
   static constexpr uint64_t kWakeTag = 1;
-  static constexpr uint64_t kListenTag = 3;
+  static constexpr uint64_t kListenTag = 16;
+  static constexpr size_t kMaxListeners = 64;
 
   // Moves c to state s, counted.
   void enter(Conn* c, HttpStats::State s) {
@@ -76,7 +79,7 @@ struct HttpLoop::State : std::enable_shared_from_this<HttpLoop::State> {
   // reactor.cc
   void run();
   bool stop_round();
-  void accept_new();
+  void accept_new(int listener);
   void admit(int fd, std::string peer);
   // The peer's connections that count against its cap: not done (lingering
   // after its last reply, or at a worker finishing it).
