@@ -10,13 +10,19 @@
 #
 # Environment (Slurm's, and these settings):
 #   SLURM_JOB_ID, SLURMD_NODENAME (else hostname), SLURM_JOB_UID (the
-#     registry's owner), SLURM_JOB_NAME (the gym_run label by default)
+#     registry's owner), SLURM_JOB_NAME (the run's name by default),
+#     SLURM_STEP_ID
 #   GYM_SD_DIR        the file_sd directory (a shared filesystem); required
 #   GYM_EXPORTER      the exporter (default: gym-exporter on PATH)
 #   GYM_EXPORTER_PORT the port (default: any free one; the entry says which)
-#   GYM_RUN           the gym_run label (default: SLURM_JOB_NAME, else the job id)
+#   GYM_RUN           the run's name (default: SLURM_JOB_NAME, else the job id)
 #   GYM_RUN_DIR       where the job's exporter keeps its files (default /run/gym-exporter)
 #   GYM_EXPORTER_START_SECONDS  how long to wait for it to listen (default 10)
+#
+# The job's identity is one series, gym_run_info{run, slurm_job_id, ...}
+# (the run: section below), joined on instance: not a label of every series
+# the job's exporter serves. At its stop the exporter writes a final
+# capture into the run directory, which the epilog keeps (see there).
 # The job's tasks find the registry through GYM_METRICS_DIR, which
 # gym-task-prolog.sh (TaskProlog) exports: /dev/shm/gym-metrics-JOBID.
 set -uo pipefail
@@ -42,12 +48,13 @@ registry:
   dir: $(quote "$registry")
 web:
   listen_address: $(quote ":${GYM_EXPORTER_PORT:-0}")
+  final_capture: $(quote "$run_dir/final")
+run:
+  name: $(quote "${GYM_RUN:-${SLURM_JOB_NAME:-$job}}")
+  slurm_job_id: $(quote "$job")
 service_discovery:
   file: $(quote "$GYM_SD_DIR/slurm-$job-$node.json")
   target: $(quote "$node")
-  labels:
-    slurm_job_id: $(quote "$job")
-    gym_run: $(quote "${GYM_RUN:-${SLURM_JOB_NAME:-$job}}")
 YAML
 setsid "$exporter" --config.file="$run_dir/gym-exporter.yml" \
   >>"$run_dir/exporter.log" 2>&1 </dev/null &

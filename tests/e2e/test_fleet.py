@@ -1,7 +1,8 @@
 """Fleet: a real Prometheus (Debian's) finds exporters through the file_sd
 entries they write (--web.sd-file, service_discovery:), and the Slurm
 prolog and epilog (deploy/slurm/) start and stop a job's exporter on a node
-with that entry, run here with fake SLURM_* environments. Every process the
+with that entry, which a per-job Prometheus (gym-job-prometheus.sh) finds,
+run here with fake SLURM_* environments. Every process the
 tests start is stopped at the end, also on failure."""
 import json
 import os
@@ -9,12 +10,14 @@ import shutil
 import signal
 import socket
 import subprocess
-import time
+import urllib.parse
 import urllib.request
 
 import pytest
 
 from pace import HTTP_S, SANITIZED, STOP_S
+from procs import Procs as BaseProcs
+from procs import until as procs_until
 
 SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
@@ -41,16 +44,7 @@ def get_json(url):
 
 
 def until(what, check, seconds=WAIT_S, detail=lambda: ""):
-    """check()'s first true answer; after `seconds`, a failure that says what
-    detail() finds (logs, Prometheus's view of its targets)."""
-    deadline = time.time() + seconds
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.time() >= deadline:
-            raise AssertionError(f"not within {seconds} s: {what}\n{detail()}")
-        time.sleep(0.2)
+    return procs_until(what, check, seconds, detail)
 
 
 def targets_and_log(api, log):
@@ -63,16 +57,7 @@ def targets_and_log(api, log):
     return f"Prometheus's targets: {targets}\nthe exporter's log ({log}):\n{tail}"
 
 
-class Procs:
-    def __init__(self, tmp):
-        self.tmp = tmp
-        self.procs = []
-
-    def start(self, *argv, **kw):
-        p = subprocess.Popen(list(argv), stdout=subprocess.DEVNULL, **kw)
-        self.procs.append(p)
-        return p
-
+class Procs(BaseProcs):
     def prometheus(self, sd_dir):
         port = free_port()
         cfg = self.tmp / "prometheus.yml"
@@ -83,17 +68,6 @@ class Procs:
                    f"--web.listen-address=127.0.0.1:{port}",
                    stderr=open(self.tmp / "prometheus.log", "w"))
         return f"http://127.0.0.1:{port}/api/v1"
-
-    def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=STOP_S)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
 
 
 @pytest.fixture
@@ -184,14 +158,15 @@ def test_the_slurm_prolog_starts_a_jobs_exporter_that_prometheus_finds_and_the_e
         procs, tmp_path):
     (tmp_path / "sd").mkdir()
     job = f"9{os.getpid()}"
-    env = slurm_env(tmp_path, job)
+    (tmp_path / "keep").mkdir()
+    env = slurm_env(tmp_path, job, GYM_CAPTURE_DIR=str(tmp_path / "keep"))
     registry = f"/dev/shm/gym-metrics-{job}"
     try:
         assert slurm("gym-exporter-prolog.sh", env).returncode == 0
         sd_file = tmp_path / "sd" / f"slurm-{job}-127.0.0.1.json"
         entry = json.loads(sd_file.read_text())[0]
-        assert entry["labels"]["slurm_job_id"] == job
-        assert entry["labels"]["gym_run"] == "math-rl"
+        # The job's identity is gym_run_info's, not a label of every series.
+        assert entry["labels"] == {"host": socket.gethostname()}
         assert entry["targets"][0].startswith("127.0.0.1:")
         assert os.stat(registry).st_mode & 0o777 == 0o700
         # The job's tasks get the registry from the TaskProlog.
@@ -204,21 +179,25 @@ def test_the_slurm_prolog_starts_a_jobs_exporter_that_prometheus_finds_and_the_e
         api = procs.prometheus(tmp_path / "sd")
 
         def job_series():
+            query = ("count(gym_concurrency_limit * on(instance) group_left(run) "
+                     f'gym_run_info{{slurm_job_id="{job}",run="math-rl"}})')
             try:
-                r = get_json(f"{api}/query?query=count(gym_concurrency_limit"
-                             f"%7Bslurm_job_id%3D%22{job}%22%7D)")
+                r = get_json(f"{api}/query?query={urllib.parse.quote(query)}")
             except OSError:
                 return None
             res = r["data"]["result"]
             return res if res and float(res[0]["value"][1]) >= 4 else None
 
-        until("Prometheus has the job's limits, labelled with the job", job_series,
+        until("Prometheus has the job's limits, joined with the job's gym_run_info", job_series,
               detail=lambda: targets_and_log(api, tmp_path / "run" / job / "exporter.log"))
         demo.send_signal(signal.SIGTERM)
         demo.wait(timeout=STOP_S)
         pid = int((tmp_path / "run" / job / "pid").read_text())
         assert slurm("gym-exporter-epilog.sh", env).returncode == 0
         assert not sd_file.exists()
+        # Its final capture, kept beside the job's outputs.
+        kept = sorted(p.suffix for p in (tmp_path / "keep").iterdir())
+        assert kept == [".json", ".om"], kept
         assert not os.path.exists(registry) and not (tmp_path / "run" / job).exists()
         assert gone(pid)
         until("Prometheus drops the job's node", lambda: not active_targets(api))
@@ -251,3 +230,35 @@ def test_the_epilog_removes_the_entry_of_a_killed_exporter_and_the_prolog_never_
     assert broken.returncode == 0 and "did not start" in broken.stderr
     slurm("gym-exporter-epilog.sh", env)
     assert not os.path.exists(f"/dev/shm/gym-metrics-{job}")
+
+
+def test_a_per_job_prometheus_finds_the_jobs_exporter_by_its_file_sd_entry(procs, tmp_path):
+    (tmp_path / "sd").mkdir()
+    job = f"7{os.getpid()}"
+    env = slurm_env(tmp_path, job, SLURM_SUBMIT_DIR=str(tmp_path))
+    try:
+        assert slurm("gym-exporter-prolog.sh", env).returncode == 0
+        port = free_port()
+        procs.start("bash", os.path.join(SLURM, "gym-job-prometheus.sh"),
+                    env={**env, "GYM_PROMETHEUS_LISTEN": f"127.0.0.1:{port}",
+                         "GYM_SCRAPE_INTERVAL": f"{SCRAPE_S}s", "GYM_PROMETHEUS": PROMETHEUS,
+                         "GYM_RULES": os.path.join(SOURCE, "config", "rules")},
+                    stderr=open(tmp_path / "prometheus.log", "w"))
+        api = f"http://127.0.0.1:{port}/api/v1"
+        query = urllib.parse.quote(f'gym_run_info{{slurm_job_id="{job}",run="math-rl"}}')
+
+        def the_jobs_info():
+            try:
+                return get_json(f"{api}/query?query={query}")["data"]["result"]
+            except OSError:
+                return None
+
+        (info,) = until("the job's Prometheus scrapes its exporter", the_jobs_info,
+                        detail=lambda: targets_and_log(api, tmp_path / "prometheus.log"))
+        assert info["metric"]["job"] == "gym"
+        # Its data are beside the job's outputs, and the gym rules loaded.
+        assert (tmp_path / f"gym-prometheus-{job}" / "tsdb").is_dir()
+        rules = get_json(f"{api}/rules")["data"]["groups"]
+        assert any(g["name"].startswith("gym") for g in rules), [g["name"] for g in rules]
+    finally:
+        slurm("gym-exporter-epilog.sh", env)

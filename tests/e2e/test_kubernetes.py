@@ -2,12 +2,16 @@
 built-in kinds are validated against the Kubernetes API's own models
 (Debian's python3-kubernetes, generated from the API's OpenAPI schema: every
 field known, of its type, required ones present); the Prometheus Operator's
-PodMonitor and PrometheusRule against the fields of theirs we use; the
-PrometheusRule is what config/rules/ holds; the DaemonSet and the sidecar
-keep the settings their comments promise."""
+PodMonitor and PrometheusRule, KubeRay's RayCluster (its pod templates
+against the API's models) and the OpenTelemetry Operator's collector (its
+Prometheus receiver's configuration checked by promtool), against the
+fields of theirs we use; the
+PrometheusRule is what config/rules/ holds; the DaemonSet, the sidecar and
+the KubeRay workers keep the settings their comments promise."""
 import glob
 import os
 import re
+import subprocess
 
 import jsonschema
 import kubernetes.client as k8s
@@ -92,12 +96,77 @@ def test_the_validator_refuses_unknown_fields_wrong_types_and_missing_containers
     assert any("containers" in e for e in validate_builtin(bad))
 
 
+def validate_raycluster(doc):
+    """KubeRay's RayCluster (ray.io/v1): the fields we use, strictly, and
+    every pod template a valid PodTemplateSpec of the Kubernetes API."""
+    jsonschema.validate(doc, RAYCLUSTER_SCHEMA)
+    groups = [doc["spec"]["headGroupSpec"], *doc["spec"]["workerGroupSpecs"]]
+    errors = []
+    for g in groups:
+        errors += problems(g["template"], "V1PodTemplateSpec")
+        try:
+            k8s.ApiClient()._ApiClient__deserialize(g["template"], "V1PodTemplateSpec")
+        except ValueError as e:
+            errors.append(str(e))
+    return errors
+
+
 @pytest.mark.parametrize("path,doc", manifests(), ids=lambda x: x if isinstance(x, str) else "")
 def test_every_manifest_fits_the_api(path, doc):
     if doc["apiVersion"].startswith("monitoring.coreos.com/"):
         jsonschema.validate(doc, OPERATOR_SCHEMAS[doc["kind"]])
+    elif doc["apiVersion"] == "ray.io/v1":
+        assert validate_raycluster(doc) == [], path
+    elif doc["apiVersion"] == "opentelemetry.io/v1beta1":
+        jsonschema.validate(doc, OTEL_SCHEMA)
     else:
         assert validate_builtin(doc) == [], path
+
+
+def test_the_otel_collector_scrapes_per_node_what_prometheus_would_accept(tmp_path):
+    (otel,) = [d for p, d in manifests() if d["kind"] == "OpenTelemetryCollector"]
+    spec = otel["spec"]
+    # Per-node allocation exists only for a collector on every node.
+    assert spec["mode"] == "daemonset"
+    assert spec["targetAllocator"]["allocationStrategy"] == "per-node"
+    # The PodMonitors it takes are the node one's.
+    node_pm = next(d for p, d in manifests() if p == "node/podmonitor.yaml")
+    selector = spec["targetAllocator"]["prometheusCR"]["podMonitorSelector"]["matchLabels"]
+    assert selector.items() <= node_pm["metadata"]["labels"].items()
+    # Its receiver's configuration is a Prometheus one: promtool checks it.
+    prom = tmp_path / "prometheus.yml"
+    prom.write_text(yaml.safe_dump(spec["config"]["receivers"]["prometheus"]["config"]))
+    r = subprocess.run(["promtool", "check", "config", str(prom)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    pipeline = spec["config"]["service"]["pipelines"]["metrics"]
+    assert pipeline["receivers"] == ["prometheus"]
+    assert set(pipeline["exporters"]) <= set(spec["config"]["exporters"])
+
+
+def test_the_kuberay_workers_run_the_sidecar_that_their_podmonitor_scrapes():
+    (ray,) = [d for p, d in manifests() if d["kind"] == "RayCluster"]
+    (worker,) = ray["spec"]["workerGroupSpecs"]
+    pod = worker["template"]["spec"]
+    assert pod["shareProcessNamespace"] is True
+    by_name = {c["name"]: c for c in pod["containers"]}
+    exporter = by_name["gym-exporter"]
+    registry = next(a.split("=", 1)[1] for a in exporter["args"]
+                    if a.startswith("--registry.dir="))
+    others = [c for n, c in by_name.items() if n != "gym-exporter"]
+    assert all({"name": "GYM_METRICS_DIR", "value": registry} in c["env"] for c in others)
+    monitors = [d for p, d in manifests()
+                if d["kind"] == "PodMonitor" and p.startswith("kuberay/")]
+    (pm,) = monitors
+    assert pm["spec"]["selector"]["matchLabels"].items() <= \
+        worker["template"]["metadata"]["labels"].items()
+    (ep,) = pm["spec"]["podMetricsEndpoints"]
+    assert ep["port"] in [p["name"] for p in exporter["ports"]]
+    keep = ep["relabelings"][0]
+    assert keep["sourceLabels"] == ["__meta_kubernetes_pod_label_ray_io_cluster"]
+    assert keep["action"] == "keep" and keep["regex"] == ".+"
+    # No run or cluster label onto every series: gym_run_info says it.
+    assert all(r.get("targetLabel") in (None, "instance") for r in ep["relabelings"])
 
 
 # The Prometheus Operator's kinds (monitoring.coreos.com/v1), the fields we
@@ -114,6 +183,55 @@ _RULE = {"type": "object", "required": ["expr"], "additionalProperties": False,
                         "annotations": {"type": "object",
                                         "additionalProperties": {"type": "string"}}},
          "oneOf": [{"required": ["record"]}, {"required": ["alert"]}]}
+_RELABEL = {"type": "object", "additionalProperties": False,
+            "properties": {"sourceLabels": {"type": "array", "items": {"type": "string"}},
+                           "targetLabel": {"type": "string"}, "regex": {"type": "string"},
+                           "replacement": {"type": "string"},
+                           "action": {"enum": ["replace", "keep", "drop", "labelmap",
+                                              "labeldrop", "labelkeep", "hashmod"]}}}
+_GROUP = {"type": "object", "required": ["rayStartParams", "template"],
+          "properties": {"rayStartParams": {"type": "object"}, "template": {"type": "object"}}}
+RAYCLUSTER_SCHEMA = {
+    "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "ray.io/v1"}, "kind": {"const": "RayCluster"},
+        "metadata": _META,
+        "spec": {"type": "object", "required": ["headGroupSpec"], "additionalProperties": False,
+                 "properties": {
+                     "rayVersion": {"type": "string"},
+                     "headGroupSpec": {**_GROUP, "additionalProperties": False},
+                     "workerGroupSpecs": {"type": "array", "items": {
+                         **_GROUP, "required": ["groupName", "rayStartParams", "template"],
+                         "additionalProperties": False,
+                         "properties": {**_GROUP["properties"], "groupName": {"type": "string"},
+                                        "replicas": {"type": "integer"},
+                                        "minReplicas": {"type": "integer"},
+                                        "maxReplicas": {"type": "integer"}}}}}}}}
+OTEL_SCHEMA = {
+    "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "opentelemetry.io/v1beta1"},
+        "kind": {"const": "OpenTelemetryCollector"}, "metadata": _META,
+        "spec": {"type": "object", "required": ["mode", "config"], "additionalProperties": False,
+                 "properties": {
+                     "mode": {"enum": ["daemonset", "deployment", "statefulset", "sidecar"]},
+                     "targetAllocator": {
+                         "type": "object", "additionalProperties": False,
+                         "properties": {
+                             "enabled": {"type": "boolean"},
+                             "allocationStrategy": {"enum": ["least-weighted",
+                                                             "consistent-hashing",
+                                                             "per-node"]},
+                             "prometheusCR": {
+                                 "type": "object", "additionalProperties": False,
+                                 "properties": {
+                                     "enabled": {"type": "boolean"},
+                                     "scrapeInterval": {"type": "string"},
+                                     "podMonitorSelector": {"type": "object"}}}}},
+                     "config": {"type": "object",
+                                "required": ["receivers", "exporters", "service"]}}}}}
 OPERATOR_SCHEMAS = {
     "PodMonitor": {
         "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
@@ -131,7 +249,9 @@ OPERATOR_SCHEMAS = {
                              "properties": {"port": {"type": "string"},
                                             "path": {"type": "string"},
                                             "interval": {"type": "string",
-                                                         "pattern": "^[0-9]+(ms|s|m|h)$"}}}}}}}},
+                                                         "pattern": "^[0-9]+(ms|s|m|h)$"},
+                                            "relabelings": {"type": "array",
+                                                            "items": _RELABEL}}}}}}}},
     "PrometheusRule": {
         "type": "object", "required": ["apiVersion", "kind", "metadata", "spec"],
         "additionalProperties": False,
@@ -219,7 +339,7 @@ def test_the_sidecar_shares_the_registry_and_the_process_namespace():
 
 
 def test_the_podmonitor_selects_the_daemonsets_pods_on_its_port():
-    pm = next(d for p, d in manifests() if d["kind"] == "PodMonitor")
+    pm = next(d for p, d in manifests() if d["kind"] == "PodMonitor" and p.startswith("node/"))
     ds = node_daemonset()
     labels = ds["spec"]["template"]["metadata"]["labels"]
     assert pm["spec"]["selector"]["matchLabels"].items() <= labels.items()

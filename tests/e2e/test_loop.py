@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +17,8 @@ import urllib.request
 
 import pytest
 
-from pace import HTTP_S, SANITIZED, SHM_PREFIX, STOP_S
+from pace import HTTP_S, SANITIZED, SHM_PREFIX
+from procs import stop_all
 
 SOURCE = os.environ.get("GYM_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
@@ -205,15 +205,7 @@ class Loop:
             time.sleep(0.5)
 
     def stop(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=STOP_S)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop_all(self.procs)
         shutil.rmtree(self.dir, ignore_errors=True)
         for cgroup in self.cgroups:
             for _ in range(100):  # freed once its last process is released
