@@ -1,6 +1,6 @@
 // The few Grafana objects the dashboards are made of, so that all of them
 // share their conventions: schemaVersion 39, a stable uid, a datasource
-// variable and job and instance variables, a unit on every panel, the
+// variable, job, run and instance variables, a unit on every panel, the
 // configured rate interval in every rate, job and instance matchers in every
 // query.
 local ds = { type: 'prometheus', uid: '${datasource}' };
@@ -40,8 +40,27 @@ local ds = { type: 'prometheus', uid: '${datasource}' };
       current: {},
       hide: 0,
     },
+    // The run an exporter serves (gym_run_info, joined on instance rather
+    // than a label of every series): picking runs picks their instances.
+    // All (.*) also matches build_info, which has no run label, so that
+    // exporters without gym_run_info are listed too.
     {
-      local q = 'label_values(gym_exporter_build_info{job=~"$job"}, instance)',
+      local q = 'label_values(gym_run_info{job=~"$job"}, run)',
+      name: 'run',
+      label: 'Run',
+      type: 'query',
+      datasource: ds,
+      query: { query: q, refId: 'run' },
+      definition: q,
+      multi: true,
+      includeAll: true,
+      allValue: '.*',
+      refresh: 2,
+      current: {},
+      hide: 0,
+    },
+    {
+      local q = 'label_values({__name__=~"gym_run_info|gym_exporter_build_info", job=~"$job", run=~"$run"}, instance)',
       name: 'instance',
       label: 'Instance',
       type: 'query',

@@ -1,5 +1,5 @@
 """The Grafana dashboards: valid JSON of schemaVersion 39 with unique, stable
-uids; datasource, job and instance variables; a unit on every panel; every
+uids; datasource, job, run and instance variables; a unit on every panel; every
 rate over $__rate_interval; job and instance matchers in every selector. They
 are rendered from mixin/ (tests/e2e/test_mixin.py checks they are up to date)."""
 import glob
@@ -48,10 +48,15 @@ OWN_VARIABLES = {"gym-concurrency.json": {"component", "limit", "server"},
 
 
 @pytest.mark.parametrize("path", FILES)
-def test_variables_are_datasource_job_instance_and_the_dashboards_own(path):
+def test_variables_are_datasource_job_run_instance_and_the_dashboards_own(path):
     names = {v["name"]: v for v in load(path)["templating"]["list"]}
     own = OWN_VARIABLES[os.path.basename(path)]
-    assert set(names) == {"datasource", "job", "instance"} | own
+    assert set(names) == {"datasource", "job", "run", "instance"} | own
+    # The run picks its exporters' instances (gym_run_info, joined on
+    # instance); All keeps those without it.
+    assert names["run"]["query"]["query"] == 'label_values(gym_run_info{job=~"$job"}, run)'
+    assert 'run=~"$run"' in names["instance"]["query"]["query"]
+    assert "gym_exporter_build_info" in names["instance"]["query"]["query"]
     assert names["datasource"]["type"] == "datasource"
     assert names["datasource"]["query"] == "prometheus"
     for name in own:

@@ -162,7 +162,8 @@ class Loop:
         cfg = os.path.join(self.dir, f"exporter-{n}.yml")
         with open(cfg, "w") as f:
             f.write(f"memory:\n  interval_seconds: {SAMPLE_S}\n"
-                    f"cgroup:\n  interval_seconds: {SAMPLE_S}\n")
+                    f"cgroup:\n  interval_seconds: {SAMPLE_S}\n"
+                    f"run:\n  name: loop-{n}\n")
         self.start(f"{BUILD}/exporter/gym-exporter", f"--config.file={cfg}",
                    f"--registry.dir={registry}", f"--web.listen-address=127.0.0.1:{port}",
                    stderr=open(os.path.join(self.dir, f"exporter-{n}.log"), "w"))
@@ -359,6 +360,22 @@ def test_every_dashboard_variable_lists_values(loop, name, query):
     url = (f"{loop.api}/label/{m.group(2)}/values?"
            + urllib.parse.urlencode({"match[]": selector}))
     assert get_json(url)["data"], f"{name}: no values for {query}"
+
+
+def test_the_run_variable_picks_its_exporters_instance_and_all_picks_both(loop):
+    d = json.load(open(os.path.join(SOURCE, "dashboards", "gym-memory.json")))
+    query = next(v for v in d["templating"]["list"] if v["name"] == "instance")["query"]["query"]
+    m = re.fullmatch(r"label_values\((.+), instance\)", query)
+    assert m, query
+
+    def instances(run):
+        selector = m.group(1).replace("$job", "gym").replace("$run", run)
+        url = f"{loop.api}/label/instance/values?" + urllib.parse.urlencode({"match[]": selector})
+        return get_json(url)["data"]
+
+    ports = [f"127.0.0.1:{p}" for p in loop.exporter_ports]
+    assert instances("loop-1") == [ports[0]]  # hosts 1 and 2, started in that order
+    assert sorted(instances(".*")) == sorted(ports)
 
 
 def test_dashboard_queries_aggregate_across_the_two_instances(loop):
