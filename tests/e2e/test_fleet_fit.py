@@ -1,7 +1,8 @@
 """What the fleets that run Gym expect of an exporter, with real clients:
 zstd replies that curl and Python's zstandard decode to the exposition a
 plain scrape gets, while gym-demo's writers change; Unix-socket listeners
-(curl --unix-socket), a live one refused and a stale one replaced;
+(curl --unix-socket), a live one refused and a stale one replaced, basic
+auth on every listener;
 systemd socket activation (systemd-socket-activate); gym_run_info; and a
 final capture at SIGTERM that promtool backfills into blocks whose counters
 are the last scrape's."""
@@ -13,6 +14,7 @@ import socket
 import stat
 import subprocess
 import time
+import warnings
 
 import pytest
 import zstandard
@@ -154,6 +156,25 @@ def test_a_unix_socket_answers_curl_a_live_one_is_refused_and_a_stale_one_replac
                 log="next.log")
     until("the next one serves the stale path",
           lambda: curl("--unix-socket", str(sock), "http://x/-/ready").stdout == b"OK\n")
+
+
+def test_basic_auth_guards_every_listener_the_unix_socket_too(procs, tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import crypt
+    hashed = crypt.crypt("s3cret", crypt.mksalt(crypt.METHOD_BLOWFISH, rounds=1 << 4))
+    web = tmp_path / "web.yml"
+    web.write_text(f"basic_auth_users:\n  prometheus: '{hashed}'\n")
+    sock = tmp_path / "metrics.sock"
+    procs.start(EXPORTER, f"--registry.dir={tmp_path}/r", f"--web.config.file={web}",
+                f"--web.listen-address=unix:{sock}", "--web.listen-address=127.0.0.1:0")
+    port = until("it listens", lambda: port_of(tmp_path / "exporter.log"))
+    for where in (["--unix-socket", str(sock), "http://x/metrics"],
+                  [f"http://127.0.0.1:{port}/metrics"]):
+        refused = curl("-o", "/dev/null", "-w", "%{http_code}", *where)
+        assert refused.stdout == b"401", where
+        served = curl("-u", "prometheus:s3cret", *where)
+        assert b"gym_exporter_build_info{" in served.stdout, where
 
 
 def free_port():
