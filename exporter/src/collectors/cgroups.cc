@@ -96,9 +96,7 @@ CgroupSample CgroupCollector::take() {
   const std::string& proc = watcher_->config().proc_root;
   for (size_t i = 0; i < 3; ++i)
     out.host[i] = cgroup::read_pressure(proc + "/pressure/" + cgroup::kPressureResources[i]);
-  if (boot_seconds_ == 0 && (out.host[0].some || out.host[1].some))
-    boot_seconds_ = double(procfs::read_boot_time(proc).value_or(0));
-  out.host_since = boot_seconds_;
+  out.host_since = view->boot_seconds;
   return out;
 }
 

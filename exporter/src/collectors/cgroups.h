@@ -155,9 +155,8 @@ class CgroupCollector : public SampledCollector<CgroupSample> {
   std::map<Member, Memberships> members_;  // the last sample's, memory and cpu cgroup
   uint64_t samples_ = 0;
   std::map<std::pair<std::string, int>, Reading> read_now_;  // this sample's, by directory
-  bool changed_ = false;     // its cgroups or gone counts, since the totals file was written
-  double boot_seconds_ = 0;  // the proc root's boot time (0: not read yet)
-  std::string boot_id_;      // the proc root's boot id, read once ("": unknown)
+  bool changed_ = false;  // its cgroups or gone counts, since the totals file was written
+  std::string boot_id_;   // the proc root's boot id, read once ("": unknown)
 };
 
 struct CgroupSample {

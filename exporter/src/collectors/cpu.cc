@@ -26,7 +26,8 @@ CpuCollector::~CpuCollector() {
 }
 
 CpuCollector::ServerCpu CpuCollector::measure(const ServerProcesses::Tree& t, CpuState& st,
-                                              const procfs::ProcessTable& table) {
+                                              const procfs::ProcessTable& table,
+                                              double boot_seconds) {
   ServerCpu c;
   c.name = t.name;
   c.server_type = t.server_type;
@@ -46,8 +47,8 @@ CpuCollector::ServerCpu CpuCollector::measure(const ServerProcesses::Tree& t, Cp
         all = false;  // there, but not ours to count
     }
     if (all) c.open_fds = fds;
-    if (st.since == 0 && boot_seconds_ > 0 && st.members.empty())
-      st.since = procfs::started_unix_seconds(uint64_t(boot_seconds_), t.root->start_ticks);
+    if (st.since == 0 && boot_seconds > 0 && st.members.empty())
+      st.since = procfs::started_unix_seconds(uint64_t(boot_seconds), t.root->start_ticks);
     account_cpu(st, t.usage, table);
   }
   c.user_ticks = st.user;
@@ -61,13 +62,11 @@ CpuSample CpuCollector::take() {
       watcher_->view(std::chrono::duration<double>(interval_seconds_ / 2), view_);
   view_ = view;
   const procfs::ProcessTable& table = view->table;
-  if (boot_seconds_ == 0)
-    boot_seconds_ = double(procfs::read_boot_time(table.proc_root()).value_or(0));
   CpuSample out;
   std::set<std::string> names;
   for (const ServerProcesses::Tree& t : view->trees) {
     names.insert(t.name);
-    out.servers.push_back(measure(t, cpu_[t.name], table));
+    out.servers.push_back(measure(t, cpu_[t.name], table, view->boot_seconds));
   }
   if (view->proc_ok)  // servers that went take their counts
     std::erase_if(cpu_, [&](const auto& kv) { return !names.contains(kv.first); });

@@ -72,9 +72,10 @@ class CpuCollector : public SampledCollector<CpuSample> {
   };
   CpuSample take() override;
   void serve(const CpuSample& s, const Emit& emit) const override;
-  // The tree's threads and open descriptors, its CPU counted into `st`.
-  ServerCpu measure(const ServerProcesses::Tree& t, CpuState& st,
-                    const procfs::ProcessTable& table);
+  // The tree's threads and open descriptors, its CPU counted into `st`
+  // (since its root started, from `boot_seconds`, when first seen).
+  ServerCpu measure(const ServerProcesses::Tree& t, CpuState& st, const procfs::ProcessTable& table,
+                    double boot_seconds);
   void account_cpu(CpuState& st, const procfs::TreeUsage& tree, const procfs::ProcessTable& table);
 
   const double interval_seconds_;
@@ -82,7 +83,6 @@ class CpuCollector : public SampledCollector<CpuSample> {
   std::shared_ptr<const ServersView> view_;  // the last one sampled
   std::map<std::string, CpuState> cpu_;      // the sampling thread's, by server
   std::string scratch_;
-  double boot_seconds_ = 0;  // the proc root's boot time (0: not read yet)
 };
 
 struct CpuSample {

@@ -294,8 +294,7 @@ MemorySample MemoryCollector::take() {
   out.pss_seconds_per_gib = stall_.seconds_per_gib();
   if (procfs::read_file(proc_root + "/vmstat", scratch_) == procfs::ReadStatus::kOk)
     out.host_oom_kills = cgroup::find_count(scratch_, "oom_kill");  // Linux 4.13 or later
-  if (boot_seconds_ == 0) boot_seconds_ = double(procfs::read_boot_time(proc_root).value_or(0));
-  out.host_oom_since = boot_seconds_;
+  out.host_oom_since = view->boot_seconds;
   if (pss_due) {
     last_pss_ = started;
     pss_ever_ = true;

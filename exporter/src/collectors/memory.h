@@ -118,8 +118,7 @@ class MemoryCollector : public SampledCollector<MemorySample> {
   std::chrono::steady_clock::time_point sample_started_{};
   std::map<std::tuple<std::string, std::string, std::string>, uint64_t> peaks_;
   uint64_t host_peak_ = 0;
-  std::string scratch_;      // a buffer for reads
-  double boot_seconds_ = 0;  // the proc root's boot time (0: not read yet)
+  std::string scratch_;  // a buffer for reads
   std::chrono::steady_clock::time_point last_pss_{};
   bool pss_ever_ = false;
 };

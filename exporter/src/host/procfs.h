@@ -91,8 +91,9 @@ bool write_file_whole(const std::string& path, std::string_view text, std::strin
                       mode_t mode = 0600, bool sync = false);
 
 // The boot time of <proc_root> (btime of its stat) in seconds since the
-// epoch; empty when it cannot be read. The one place that reads it: callers
-// keep it (it does not change while the host runs).
+// epoch; empty when it cannot be read. The one place that reads it; the
+// servers unit keeps it for the per-server collectors (ServersView::
+// boot_seconds): it does not change while the host runs.
 std::optional<uint64_t> read_boot_time(const std::string& proc_root);
 // <proc_root>/sys/kernel/random/boot_id, this boot's id as its text ("" when
 // unreadable or not one).

@@ -75,16 +75,19 @@ double boot_instant_now() {
 }
 }  // namespace
 
+void ServerTrees::read_boot_time(const std::string& proc_root) {
+  boot_time_ = procfs::read_boot_time(proc_root);
+  if (!boot_time_) return;
+  // This kernel's proc root: btime is the exact instant truncated.
+  const double exact = boot_instant_now();
+  if (exact >= double(*boot_time_) - 0.001 && exact < double(*boot_time_) + 1.001)
+    boot_exact_ = exact;
+}
+
 std::optional<double> ServerTrees::started_at(const procfs::ProcStat& p,
                                               const procfs::ProcessTable& table) {
-  if (!boot_time_) {
-    boot_time_ = procfs::read_boot_time(table.proc_root());
-    if (!boot_time_) return std::nullopt;
-    // This kernel's proc root: btime is the exact instant truncated.
-    const double exact = boot_instant_now();
-    if (exact >= double(*boot_time_) - 0.001 && exact < double(*boot_time_) + 1.001)
-      boot_exact_ = exact;
-  }
+  if (!boot_time_) read_boot_time(table.proc_root());
+  if (!boot_time_) return std::nullopt;
   if (boot_exact_) return *boot_exact_ + double(p.start_ticks) / procfs::ticks_per_second();
   return procfs::started_unix_seconds(*boot_time_, p.start_ticks);
 }
@@ -268,6 +271,7 @@ std::optional<std::vector<pid_t>> ServerTrees::prepare(std::chrono::nanoseconds 
 
 std::vector<ServerTrees::Server> ServerTrees::resolve(const procfs::ProcessTable& table) {
   if (!prepared_) prepare();
+  if (!boot_time_) read_boot_time(table.proc_root());
   prepared_ = false;
   std::vector<Server> out;
   std::map<std::string, size_t> index;

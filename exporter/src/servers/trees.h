@@ -66,6 +66,10 @@ class ServerTrees {
       std::chrono::nanoseconds declared_age = std::chrono::nanoseconds::zero());
   // Every server, configured ones first, with its roots in `table`.
   std::vector<Server> resolve(const procfs::ProcessTable& table);
+  // The proc root's boot time (btime, Unix seconds), read at the first
+  // resolve() that could and kept: 0 until then. The one copy the
+  // per-server collectors use (ServersView::boot_seconds).
+  double boot_seconds() const { return boot_time_ ? double(*boot_time_) : 0; }
   // Declarers that live in a pid namespace this proc root cannot see, as of
   // the last prepare().
   uint64_t unseen_declarers() const { return unseen_; }
@@ -93,6 +97,7 @@ class ServerTrees {
   // exact boot instant when the proc root is its own, else from btime
   // (truncated to the second: up to a second early).
   std::optional<double> started_at(const procfs::ProcStat& p, const procfs::ProcessTable& table);
+  void read_boot_time(const std::string& proc_root);
 
   ServersConfig config_;
   std::optional<uint64_t> boot_time_;  // btime of the proc root, read once

@@ -59,6 +59,7 @@ std::shared_ptr<const ServersView> ServerWatcher::view(
   else
     error("proc", "cannot list " + config_.proc_root);
   v->unseen_declarers = processes_.trees().unseen_declarers();
+  v->boot_seconds = processes_.trees().boot_seconds();
   failing_.swap(failing_now_);
   failing_now_.clear();
   v->taken = std::chrono::steady_clock::now();

@@ -41,6 +41,7 @@ struct ServersView {
   // no per-process series is served.
   bool proc_ok = true;
   uint64_t unseen_declarers = 0;  // ServerTrees::unseen_declarers
+  double boot_seconds = 0;        // the proc root's boot time (ServerTrees::boot_seconds)
   // When it was finished: a view that took long to read (a registry of many
   // dead writers, read-only) still serves the collectors of the same round.
   std::chrono::steady_clock::time_point taken;
