@@ -12,15 +12,8 @@
 namespace gym::exporter {
 
 const char* coding_name(Coding c) {
-  switch (c) {
-    case Coding::kGzip:
-      return "gzip";
-    case Coding::kZstd:
-      return "zstd";
-    case Coding::kIdentity:
-      break;
-  }
-  return "";
+  constexpr const char* kNames[] = {"", "gzip", "zstd"};  // Coding's order
+  return kNames[static_cast<size_t>(c)];
 }
 
 Coding choose_coding(const char* accept_encoding) {
@@ -84,6 +77,11 @@ CoderPool& pool() {
 }
 
 }  // namespace
+
+std::unique_ptr<Coder> if_ok(std::unique_ptr<Coder> c) {
+  if (!c || !c->ok()) return nullptr;
+  return c;
+}
 
 std::shared_ptr<Coder> acquire_coder(Coding c) {
   if (c == Coding::kIdentity) return nullptr;

@@ -45,11 +45,20 @@ class Coder {
   virtual bool finish(const Sink& to) = 0;
   // Forgets a stream left unfinished (a reply cut short), to start anew.
   virtual bool reset() = 0;
+  // False when its library had no memory for its state, or a call failed.
+  bool ok() const { return ok_; }
+
+ protected:
+  Coder() : out_(kPiece, '\0') {}
+  std::string out_;  // one piece of the library's output
+  bool ok_ = false;
 };
 
 // A new coder, or null when its library has no memory for its state.
 std::unique_ptr<Coder> make_gzip_coder();
 std::unique_ptr<Coder> make_zstd_coder();
+// `c` when its library set it up, else null.
+std::unique_ptr<Coder> if_ok(std::unique_ptr<Coder> c);
 
 // A coder of `c` (not identity) from the pool, or a new one; it goes back to
 // the pool when the last copy of the pointer goes (reset, unless it was

@@ -12,7 +12,7 @@ namespace {
 
 class GzipCoder final : public Coder {
  public:
-  GzipCoder() : out_(kPiece, '\0') {
+  GzipCoder() {
     ok_ = deflateInit2(&zs_, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) == Z_OK;
   }
   ~GzipCoder() override {
@@ -20,7 +20,6 @@ class GzipCoder final : public Coder {
   }
   GzipCoder(const GzipCoder&) = delete;
   GzipCoder& operator=(const GzipCoder&) = delete;
-  bool ok() const { return ok_; }
   Coding coding() const override { return Coding::kGzip; }
 
   bool add(std::string_view in, const Sink& to) override {
@@ -55,16 +54,12 @@ class GzipCoder final : public Coder {
   }
 
   z_stream zs_{};
-  std::string out_;  // one piece of deflate's output
-  bool ok_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<Coder> make_gzip_coder() {
-  auto c = std::make_unique<GzipCoder>();
-  if (!c->ok()) return nullptr;
-  return c;
+  return if_ok(std::make_unique<GzipCoder>());
 }
 
 }  // namespace gym::exporter

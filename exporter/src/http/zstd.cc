@@ -20,14 +20,13 @@ constexpr int kLevel = 1;
 
 class ZstdCoder final : public Coder {
  public:
-  ZstdCoder() : cctx_(ZSTD_createCCtx()), out_(kPiece, '\0') {
+  ZstdCoder() : cctx_(ZSTD_createCCtx()) {
     ok_ = cctx_ != nullptr &&
           !ZSTD_isError(ZSTD_CCtx_setParameter(cctx_, ZSTD_c_compressionLevel, kLevel));
   }
   ~ZstdCoder() override { ZSTD_freeCCtx(cctx_); }
   ZstdCoder(const ZstdCoder&) = delete;
   ZstdCoder& operator=(const ZstdCoder&) = delete;
-  bool ok() const { return ok_; }
   Coding coding() const override { return Coding::kZstd; }
 
   bool add(std::string_view in, const Sink& to) override { return run(in, ZSTD_e_continue, to); }
@@ -54,16 +53,12 @@ class ZstdCoder final : public Coder {
   }
 
   ZSTD_CCtx* cctx_;
-  std::string out_;  // one piece of zstd's output
-  bool ok_ = false;
 };
 
 }  // namespace
 
 std::unique_ptr<Coder> make_zstd_coder() {
-  auto c = std::make_unique<ZstdCoder>();
-  if (!c->ok()) return nullptr;
-  return c;
+  return if_ok(std::make_unique<ZstdCoder>());
 }
 
 }  // namespace gym::exporter
