@@ -39,6 +39,16 @@ std::pair<std::string, std::string> split_address(const std::string& address) {
   return {address.substr(0, colon), address.substr(colon + 1)};
 }
 
+// The port a TCP socket is bound to; 0 for any other socket.
+int tcp_port(int fd) {
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) != 0) return 0;
+  if (bound.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port);
+  if (bound.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  return 0;
+}
+
 // A TCP listener on the first address `address` resolves to.
 bool listen_tcp(const std::string& address, Listener& l, std::string* error) {
   const auto [host, service] = split_address(address);
@@ -64,11 +74,7 @@ bool listen_tcp(const std::string& address, Listener& l, std::string* error) {
   }
   ::freeaddrinfo(found);
   l.fd = fd;
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0)
-    l.port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                         : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  l.port = tcp_port(fd);
   return true;
 }
 
@@ -154,13 +160,7 @@ bool systemd_listeners(std::vector<Listener>& out, std::string* error) {
     Listener l;
     l.fd = fd;
     l.address = "systemd:" + std::to_string(fd);
-    sockaddr_storage bound{};
-    socklen_t blen = sizeof bound;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &blen) == 0 &&
-        (bound.ss_family == AF_INET || bound.ss_family == AF_INET6))
-      l.port = bound.ss_family == AF_INET6
-                   ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                   : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    l.port = tcp_port(fd);
     out.push_back(std::move(l));
   }
   return true;

@@ -196,10 +196,10 @@ HttpReply HttpServer::serve_telemetry(const HttpRequest& req, bool head) {
   // the reply plain. Vary on every reply, compressed or not: caches must
   // key on both.
   const std::shared_ptr<Coder> coder = acquire_coder(choose_coding(req.header("accept-encoding")));
-  const std::string vary =
+  const std::string headers =
       (coder ? std::string("Content-Encoding: ") + coding_name(coder->coding()) + "\r\n" : "") +
       "Vary: Accept, Accept-Encoding\r\n";
-  HttpReply r = reply(200, std::string(encoder->content_type()).c_str(), {}, head, vary.c_str());
+  HttpReply r = reply(200, std::string(encoder->content_type()).c_str(), {}, head, headers.c_str());
   r.stream = [this, encoder, coder,
               names = requested_names(req.query)](const HttpReply::Writer& to) {
     size_t bytes = 0;
