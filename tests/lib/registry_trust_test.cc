@@ -3,7 +3,9 @@
 // full tmpfs mounts, segments truncated and rewritten under live processes,
 // forks with held slots, bad label bytes, wrapping counters, readers killed
 // and run side by side, churn of label sets.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -540,6 +542,53 @@ TEST(RegistryTrust, FoldedSegmentsStayUntilTheirTotalsAreWritten) {
   EXPECT_TRUE(segment_of(dir).empty());
   RegistryReader third(dir);
   EXPECT_EQ(find_series(third.snapshot(), "done_total")->counter, 5u);
+}
+
+TEST(RegistryTrust, AHolderThatHasNotYetSaidWhoItIsIsWaitedForNotTakenForAnExporter) {
+  // A process holds the lock file before writing its pid into it, as a
+  // writer folding segments does for a moment (gym-demo starting beside an
+  // exporter that was refused at start with "pid unknown"), then lets go.
+  TempDir tmp;
+  const std::string lock = tmp.path() + "/" + RegistryReader::kLockFile;
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  pid_t holder = testing::spawn([&] {
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    struct flock fl {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (fd < 0 || ::fcntl(fd, F_OFD_SETLK, &fl) != 0) return 1;
+    if (::write(ready[1], "x", 1) != 1) return 2;
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return 0;  // the lock goes with the process
+  });
+  char c;
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  std::string why;
+  {
+    RegistryReader reader(tmp.path());
+    EXPECT_TRUE(reader.claim(&why)) << why;
+    EXPECT_EQ(testing::wait_exit(holder), 0);
+  }  // lets the lock go
+  // One that never says who it is: refused once patience ends.
+  holder = testing::spawn([&] {
+    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+    struct flock fl {};
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (fd < 0 || ::fcntl(fd, F_OFD_SETLK, &fl) != 0) return 1;
+    if (::write(ready[1], "x", 1) != 1) return 2;
+    ::pause();
+    return 0;
+  });
+  ASSERT_EQ(::read(ready[0], &c, 1), 1);
+  RegistryReader late(tmp.path());
+  EXPECT_FALSE(late.claim(&why, std::chrono::milliseconds(100)));
+  EXPECT_NE(why.find("pid unknown"), std::string::npos) << why;
+  ::kill(holder, SIGKILL);
+  testing::wait_exit(holder);
+  ::close(ready[0]);
+  ::close(ready[1]);
 }
 
 TEST(RegistryTrust, OneRetiringReaderPerDirectoryTheOtherReadsOnly) {

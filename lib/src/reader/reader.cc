@@ -82,8 +82,11 @@ bool ReaderCore::try_lock(std::string* why) {
     const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
     std::string pid = n > 0 ? std::string(buf, size_t(n)) : std::string("unknown");
     while (!pid.empty() && (pid.back() == '\n' || pid.back() == ' ')) pid.pop_back();
-    holder_folds_ = pid.starts_with(kFolderTag);
-    if (holder_folds_)
+    // An empty file is a holder between taking the lock and writing who it
+    // is: a folding writer as likely as an exporter, so waited for as one
+    // (an exporter that cannot write its pid is refused once patience ends).
+    holder_folds_ = n <= 0 || pid.starts_with(kFolderTag);
+    if (holder_folds_ && n > 0)
       *why = "a writer (pid " + pid.substr(std::strlen(kFolderTag)) +
              ") is folding the exited segments of " + dir_ + " (it holds " + kLockFile + ")";
     else
