@@ -336,6 +336,7 @@ OTEL_FAMILIES = {
     "gym.concurrency.admission_timeouts": "gym_concurrency_admission_timeouts",
     "gym.concurrency.admission_cancelled": "gym_concurrency_admission_cancelled",
     "gym.concurrency.admissions": "gym_concurrency_admissions",
+    "gym.concurrency.hold_time": "gym_concurrency_hold_seconds",
     "gym.concurrency.wait_duration": "gym_concurrency_wait_duration_seconds",
     "gym.concurrency.oldest_wait": "gym_concurrency_oldest_wait_seconds",
     "gym.concurrency.oldest_hold": "gym_concurrency_oldest_hold_seconds",

@@ -103,7 +103,7 @@ TEST(OtelNames, EveryRegistryFamilyAndLabelHasOneBothWaysAndNoTwoShareIt) {
   }
   EXPECT_EQ(std::count_if(std::begin(kFamilies), std::end(kFamilies),
                           [](const FamilySpec& f) { return !f.otel.empty(); }),
-            24);
+            25);
   EXPECT_EQ(otel_family_name(family::kConcurrencyLimit), "gym.concurrency.limit");
   EXPECT_EQ(otel_family_name(family::kOperationDuration), "gym.resources.operation.duration");
   EXPECT_EQ(otel_label_name(label::kLimitName), "nemo.gym.concurrency.limit_name");

@@ -698,9 +698,9 @@ TEST(ExporterProcess, ServerNameThatIsNotUtf8ThroughTheCAbiLeavesTheExpositionVa
   gate.open();
   EXPECT_EQ(testing::wait_exit(pid), 0);
   ASSERT_EQ(rc, 0);
-  EXPECT_EQ(sample(out, "gym_exporter_registry_dropped_series_total"), 6)
-      << "limit, available, queue depth, the holds' and waits' ages and cancellations of the "
-         "bad name (nobody waited: no wait histogram registers)";
+  EXPECT_EQ(sample(out, "gym_exporter_registry_dropped_series_total"), 7)
+      << "limit, available, queue depth, the holds' and waits' ages, cancellations and hold "
+         "time of the bad name (nobody waited: no wait histogram registers)";
   EXPECT_EQ(sample(out,
                    "gym_concurrency_active{nemo_gym_concurrency_component="
                    "\"resources_server\",nemo_gym_concurrency_limit_name=\"verifiers\","

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "gym/limit_meter.h"
 #include "gym/metered_semaphore.h"
 #include "gym/registry_reader.h"
 #include "gym/segment_writer.h"
@@ -269,6 +270,45 @@ TEST(Ages, AdmissionsNeverFallWhenASemaphoreIsDestroyedOrItsProcessExits) {
   for (int i = 0; i < 2; ++i) SemaphoreGuard hold(sem);
   EXPECT_EQ(admissions(reader.snapshot(), kStuck), 17u);
   EXPECT_EQ(reader.snapshot().stats.counter_resets_total, 0u);
+}
+
+// gym_concurrency_hold_seconds_total, in seconds (the writer counts
+// nanoseconds and the series' divisor says so).
+double held_seconds(const Snapshot& snap, const Labels& labels) {
+  const SeriesSample* s = find_series(snap, "gym_concurrency_hold_seconds_total", labels);
+  return s == nullptr ? -1.0 : double(s->counter) / s->info->unit_divisor;
+}
+
+TEST(HoldTime, EveryEndedHoldAddsItsTimeWhetherReleasedHandedOnOrEndedWithoutATicket) {
+  TempDir tmp;
+  SegmentWriter w(tmp.path());
+  LimitMeter meter(2, Component::kResourcesServer, "stuck", std::nullopt, false, w);
+  RegistryReader reader(tmp.path());
+  EXPECT_EQ(held_seconds(reader.snapshot(), kStuck), 0.0) << "the series exists from the start";
+  // The stamps' clock is coarse (a tick of a few ms): each hold may read up
+  // to one tick short, never longer than it lasted plus one.
+  const int64_t a = meter.admitted_at_once();
+  std::this_thread::sleep_for(60ms);
+  const double before_release = held_seconds(reader.snapshot(), kStuck);
+  meter.released(a);
+  const double one = held_seconds(reader.snapshot(), kStuck);
+  EXPECT_EQ(before_release, 0.0) << "a hold in progress adds nothing yet";
+  EXPECT_GE(one, 0.05);
+  EXPECT_LT(one, 5.0);
+  // Handed on: the first hold ends at the hand-off, the next one starts.
+  const int64_t b = meter.admitted_at_once();
+  const int64_t wait = meter.wait_started();
+  std::this_thread::sleep_for(40ms);
+  const std::optional<int64_t> c = meter.handed_off(b, wait);
+  ASSERT_TRUE(c.has_value());
+  const double two = held_seconds(reader.snapshot(), kStuck);
+  EXPECT_GE(two - one, 0.035);
+  std::this_thread::sleep_for(30ms);
+  meter.released(0);  // no ticket: the oldest hold (c) ends, its time known from its slot
+  const double three = held_seconds(reader.snapshot(), kStuck);
+  EXPECT_GE(three - two, 0.025);
+  EXPECT_EQ(admissions(reader.snapshot(), kStuck), 3u) << "a, b and the waiter b handed on to";
+  EXPECT_EQ(meter.holds().count(), 0);
 }
 
 }  // namespace

@@ -181,7 +181,7 @@ void RegistryCollector::update_values(const Snapshot& snap) {
     if (k < x.created.size()) x.created[k] = double(s.created_unix_ns) / 1e9;
     switch (s.info->kind) {
       case segment::SeriesKind::kCounter:
-        metric->counter.value = static_cast<double>(s.counter);
+        metric->counter.value = static_cast<double>(s.counter) / s.info->unit_divisor;
         break;
       case segment::SeriesKind::kGauge:
         metric->gauge.value = static_cast<double>(s.gauge);

@@ -23,6 +23,7 @@ inline constexpr std::string_view kConcurrencyQueueDepth = "gym_concurrency_queu
 inline constexpr std::string_view kAdmissionTimeouts = "gym_concurrency_admission_timeouts_total";
 inline constexpr std::string_view kAdmissionCancelled = "gym_concurrency_admission_cancelled_total";
 inline constexpr std::string_view kConcurrencyAdmissions = "gym_concurrency_admissions_total";
+inline constexpr std::string_view kConcurrencyHoldSeconds = "gym_concurrency_hold_seconds_total";
 inline constexpr std::string_view kConcurrencyWaitDuration =
     "gym_concurrency_wait_duration_seconds";
 inline constexpr std::string_view kConcurrencyOldestWait = "gym_concurrency_oldest_wait_seconds";

@@ -24,6 +24,7 @@
 // Internal (docs/api.md): installed because metered_semaphore.h includes it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -73,8 +74,9 @@ class LimitMeter {
   // nothing, when nobody waits.
   std::optional<int64_t> handed_off(int64_t hold, int64_t wait,
                                     const TraceContext* trace = nullptr) const;
-  // The hold of `hold` ended (the slot is back).
-  void released(int64_t hold) const noexcept { holds_.end(hold); }
+  // The hold of `hold` ended (the slot is back); its time is added to the
+  // held time.
+  void released(int64_t hold) const noexcept { held(holds_.end(hold)); }
 
   // Callers waiting: process memory, mirrored to the registry.
   int64_t queued() const { return __atomic_load_n(&queued_local_->value, __ATOMIC_RELAXED); }
@@ -88,6 +90,10 @@ class LimitMeter {
   const AgeSlots& waits() const { return waits_; }
 
  private:
+  // A hold that began at `start` (0: unknown, not counted) ends now.
+  void held(int64_t start) const noexcept {
+    if (start > 0) hold_ns_.add(uint64_t(std::max<int64_t>(segment::stamp_now_ns() - start, 0)));
+  }
   void observe_wait(int64_t wait, WaitOutcome outcome, const TraceContext* trace) const;
   // The wait-duration histogram of `outcome`, registered at its first wait:
   // a limit's waits that never happen take no space and no series.
@@ -109,6 +115,7 @@ class LimitMeter {
   LazyHistogram waits_duration_[kWaitOutcomes.size()];
   Counter timeouts_;
   Counter cancelled_;
+  Counter hold_ns_;  // gym_concurrency_hold_seconds_total, in nanoseconds
 };
 
 }  // namespace gym

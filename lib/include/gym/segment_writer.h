@@ -151,8 +151,10 @@ class AgeSlots {
   int64_t begin(int64_t start) const noexcept;
   // Ends the one `ticket` started. Ticket 0, or a ticket whose slot an
   // earlier end_any() took, ends another in progress instead (one without a
-  // slot first, else the oldest): the count stays right.
-  void end(int64_t ticket) const noexcept;
+  // slot first, else the oldest): the count stays right. Returns the start
+  // of the one ended (`ticket`'s own when it names one; 0: unknown, one
+  // without a slot ended for ticket 0, or none registered).
+  int64_t end(int64_t ticket) const noexcept;
   // Gives `ticket`'s slot to one that starts at `start` (a slot handed from
   // one holder to the next) with no instant in which the count differs; the
   // new one is counted as begun. Returns the new ticket.
@@ -166,7 +168,7 @@ class AgeSlots {
 
  private:
   friend class SegmentWriter;
-  void end_any() const noexcept;
+  int64_t end_any() const noexcept;       // the start of the one ended, 0: unknown
   uint32_t count_begun() const noexcept;  // returns the thread's lane
   SegmentWriter* writer_ = nullptr;
   uint32_t record_ = 0;
@@ -331,8 +333,11 @@ class SegmentWriter {
   // The process's writer, for $GYM_METRICS_DIR or kDefaultDir. Never destroyed.
   static SegmentWriter& process();
 
-  // Get-or-create by family and labels (label order does not matter).
-  Counter counter(std::string_view family, std::span<const Label> labels);
+  // Get-or-create by family and labels (label order does not matter). A
+  // counter of a unit counts raw integers (nanoseconds for seconds) and
+  // `unit_divisor` turns them into its unit, as a histogram's.
+  Counter counter(std::string_view family, std::span<const Label> labels,
+                  double unit_divisor = 1.0);
   // With `native`, it also counts native buckets (of values in the exposed
   // unit, seconds for durations). A family is native or not in every series.
   Histogram histogram(std::string_view family, std::span<const Label> labels,

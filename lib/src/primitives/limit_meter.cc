@@ -58,6 +58,7 @@ LimitMeter::LimitMeter(int64_t limit, Component component, std::string_view limi
   // The timeouts series exists only for a limit that can time out.
   if (has_admission_timeout) timeouts_ = writer.counter(family::kAdmissionTimeouts, l);
   cancelled_ = writer.counter(family::kAdmissionCancelled, l);
+  hold_ns_ = writer.counter(family::kConcurrencyHoldSeconds, l, double(kNanosPerSecond));
 }
 
 const Histogram& LimitMeter::wait_duration(WaitOutcome outcome) const {
@@ -119,7 +120,12 @@ bool LimitMeter::wait_failed(int64_t wait, WaitOutcome outcome, const TraceConte
 std::optional<int64_t> LimitMeter::handed_off(int64_t hold, int64_t wait,
                                               const TraceContext* trace) const {
   if (!leave_queue()) return std::nullopt;
-  const int64_t next = holds_.restart(hold, segment::stamp_now_ns());
+  const int64_t now = segment::stamp_now_ns();
+  // Ticket 0 ends some other hold (as restart() would), whose start end()
+  // tells; a ticket says its own.
+  const int64_t ended = hold != 0 ? segment::ticket_start(hold) : holds_.end(0);
+  const int64_t next = hold != 0 ? holds_.restart(hold, now) : holds_.begin(now);
+  held(ended);
   observe_wait(wait, WaitOutcome::kAdmitted, trace);
   return next;
 }

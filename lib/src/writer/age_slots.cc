@@ -128,18 +128,19 @@ int64_t AgeSlots::begin(int64_t start) const noexcept {
   return base;
 }
 
-void AgeSlots::end(int64_t ticket) const noexcept {
-  if (words_ == nullptr) return;
+int64_t AgeSlots::end(int64_t ticket) const noexcept {
+  if (words_ == nullptr) return 0;
   const uint32_t w = slot_of(ticket);
-  if (w != 0 && cas_relaxed(&words_[w], ticket, 0)) return;
-  end_any();
+  if (w != 0 && cas_relaxed(&words_[w], ticket, 0)) return segment::ticket_start(ticket);
+  const int64_t other = end_any();
+  return ticket != 0 ? segment::ticket_start(ticket) : other;
 }
 
-void AgeSlots::end_any() const noexcept {
+int64_t AgeSlots::end_any() const noexcept {
   for (int64_t n = segment::load_relaxed(&words_[0]); n > 0;)
     if (__atomic_compare_exchange_n(&words_[0], &n, n - 1, true, __ATOMIC_RELAXED,
                                     __ATOMIC_RELAXED))
-      return;
+      return 0;
   for (;;) {
     uint32_t oldest = 0;
     int64_t oldest_ticket = 0;
@@ -150,8 +151,8 @@ void AgeSlots::end_any() const noexcept {
         oldest_ticket = t;
       }
     }
-    if (oldest == 0) return;  // nothing in progress: nothing to end
-    if (cas_relaxed(&words_[oldest], oldest_ticket, 0)) return;
+    if (oldest == 0) return 0;  // nothing in progress: nothing to end
+    if (cas_relaxed(&words_[oldest], oldest_ticket, 0)) return segment::ticket_start(oldest_ticket);
   }
 }
 

@@ -255,9 +255,11 @@ int32_t SegmentWriter::find_or_add_record_locked(SeriesKind kind, std::string_vi
   return index;
 }
 
-Counter SegmentWriter::counter(std::string_view family, std::span<const Label> labels) {
+Counter SegmentWriter::counter(std::string_view family, std::span<const Label> labels,
+                               double unit_divisor) {
   std::lock_guard<std::mutex> lock(mu_);
-  int32_t index = find_or_add_record_locked(SeriesKind::kCounter, family, labels, {}, 1.0, false);
+  int32_t index =
+      find_or_add_record_locked(SeriesKind::kCounter, family, labels, {}, unit_divisor, false);
   if (index < 0) return Counter();
   RecordHead* r = record_of(base_, static_cast<uint32_t>(index));
   return Counter(reinterpret_cast<uint64_t*>(line_of(base_, r->value_line)));
