@@ -147,7 +147,7 @@ void server(const std::string& role) {
   if (role == "rollout_driver") {
     gym::declare_server("rollout_driver", "rollout_driver");
     gym::MeteredSemaphore rollouts(16, Component::kRolloutDriver, "rollouts");
-    run_limit_workers(rollouts, 24, 50, 400);  // too small: a queue builds
+    run_limit_workers(rollouts, 21, 50, 400);  // too small: a queue builds
   } else if (role == "agent") {
     gym::declare_server("simple_agent", "agent_server");
     gym::MeteredSemaphore upstream(8, Component::kAgentServer, "upstream_requests", "simple_agent",

@@ -45,6 +45,18 @@
     processDeathWindowSeconds: 600,  // the window over which a server's processes' deaths are counted
     processCrashes: 5,  // processes of a server killed by a signal (not the OOM killer) in that window
 
+    // The verdict's recording rules (docs/verdict.md): their window, and the
+    // thresholds of the exporter's verdict: section, with its defaults.
+    verdictWindow: '2m',
+    verdictSaturation: 0.9,
+    verdictMinWaiting: 0.5,
+    verdictStrandedSlots: 0.5,
+    verdictQueueOverRun: 1,
+    verdictThrottledShare: 0.25,
+    verdictLoopBlockedSeconds: 1,
+    verdictLoopLagP99Seconds: 0.1,
+    verdictGpuMemoryRatio: 0.95,
+
     // Dashboards.
     dashboardTags: ['gym', 'nemo-gym'],
     dashboardRefresh: '30s',

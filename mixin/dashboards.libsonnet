@@ -25,6 +25,15 @@ local SERVER = 'nemo_gym_server_name, nemo_gym_server_type';
                   'Gym / Concurrency limits',
                   'Every concurrency limit: its slots, who holds them and who waits.',
                   [
+                    panel('Verdict: where work waits, ranked', 'short', [
+                      ['sort_desc(gym:verdict:score{%s})' % BASE, ''],
+                    ], kind='table', instant=true, description="The bottleneck verdict (docs/verdict.md): every place where callers wait (score: callers waiting on average over the rules' window) and every server in trouble with nobody waiting on it (a tenth of its severity), with its cause; the first row is the bottleneck. The same rules as gym-stat's first line and /api/v1/snapshot's verdict."),
+                    panel("Little's law: mean number over time per second", 'short', [
+                      ['gym:littles_law_limit_waiting:ratio{%s}' % BASE, 'waiting {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}'],
+                      ['gym:littles_law_limit_held:ratio{%s}' % BASE, 'held {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}} {{instance}}'],
+                      ['gym:littles_law_operation_queued:ratio{%s}' % BASE, 'queued {{nemo_gym_resources_operation}}/{{nemo_gym_resources_executor}} {{nemo_gym_server_name}} {{instance}}'],
+                      ['gym:littles_law_operation_active:ratio{%s}' % BASE, 'active {{nemo_gym_resources_operation}}/{{nemo_gym_resources_executor}} {{nemo_gym_server_name}} {{instance}}'],
+                    ], description="The instrument's own check: each limit's and operation's mean number waiting (held, active) over the rules' window divided by the time waited (held, run) per second. 1 when the counting is right; a line that strays and stays is a bug in the counting, a slot held outside the instrumentation, or a caller that bypasses it (docs/verdict.md derives how far chance takes it)."),
                     panel('Limit, active and queued', 'short', [
                       [byLimit('gym_concurrency_limit'), 'limit {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}'],
                       [byLimit('gym_concurrency_active'), 'active {{nemo_gym_concurrency_limit_name}} {{nemo_gym_server_name}}'],

@@ -6,5 +6,6 @@
 (import 'config.libsonnet') +
 { assert self._config.gymSelector != '' : '_config.gymSelector must be a matcher, such as job="gym"' } +
 (import 'rules.libsonnet') +
+(import 'verdict.libsonnet') +
 (import 'alerts.libsonnet') +
 (import 'dashboards.libsonnet')

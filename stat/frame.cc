@@ -256,6 +256,31 @@ void server_and_writer_lines(const View& now, const View* prev, const FrameOptio
   }
 }
 
+// The verdict's headline first, then its entries ranked and the checks of
+// Little's law that drift (marked "!"), or how many hold.
+void verdict_lines(const exporter::Verdict& v, const FrameOptions& o, std::vector<Line>& out) {
+  out.insert(out.begin(), {Line::Kind::kTitle, exporter::headline(v)});
+  size_t drifting = 0;
+  for (const exporter::LawCheck& c : v.checks) drifting += c.holds() ? 0 : 1;
+  out.push_back({Line::Kind::kTitle,
+                 "VERDICT (window " + fmt("%.0fs", v.end_seconds - v.start_seconds) + ", " +
+                     std::to_string(v.entries.size()) + " entries; Little's law: " +
+                     (drifting ? std::to_string(drifting) + " of " : "all ") +
+                     std::to_string(v.checks.size()) + (drifting ? " checks drift)" : " hold)")});
+  for (size_t i = 0; i < v.entries.size() && room(out, o); ++i)
+    out.push_back({Line::Kind::kRow, std::to_string(i + 1) + ". " +
+                                         exporter::describe(v.entries[i]) +
+                                         fmt(" [score %.2f]", v.entries[i].score)});
+  for (const exporter::LawCheck& c : v.checks) {
+    if (c.holds() || !room(out, o)) continue;
+    out.push_back({Line::Kind::kRow, "! " + c.place + " " + c.subject + " " + c.quantity +
+                                         fmt(": mean %.3g", c.mean) +
+                                         fmt(" vs %.3g/s", c.per_second) +
+                                         fmt(" (tolerance %.3g)", c.tolerance)});
+  }
+  out.push_back({Line::Kind::kBlank, ""});
+}
+
 }  // namespace
 
 const char* sort_name(Sort s) {
@@ -270,7 +295,8 @@ const char* sort_name(Sort s) {
   return "?";
 }
 
-std::vector<Line> frame(const View& now, const View* previous, const FrameOptions& options) {
+std::vector<Line> frame(const View& now, const View* previous, const FrameOptions& options,
+                        const exporter::Verdict* verdict) {
   const double dt = previous ? now.time_seconds - previous->time_seconds : 0;
   std::vector<Line> out;
   out.push_back({Line::Kind::kTitle,
@@ -279,6 +305,7 @@ std::vector<Line> frame(const View& now, const View* previous, const FrameOption
                      (options.filter.empty() ? "" : "  filter: " + options.filter) +
                      "   [s]ort [/]filter [c]lear [q]uit"});
   out.push_back({Line::Kind::kBlank, ""});
+  if (verdict != nullptr) verdict_lines(*verdict, options, out);
   limit_lines(now, previous, dt, options, out);
   out.push_back({Line::Kind::kBlank, ""});
   operation_lines(now, previous, dt, options, out);

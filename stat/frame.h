@@ -1,6 +1,8 @@
-// gym-stat's screen as lines of text: the registry view (snapshot/view.h)
-// with rates, outcome ratios and quantiles over the window since the previous
-// view. Both the full-screen view and --once print these lines.
+// gym-stat's screen as lines of text: the verdict of its window first
+// (snapshot/verdict.h: "bottleneck: ..." and its ranked entries, and the
+// Little's-law checks that drift), then the registry view (snapshot/view.h)
+// with rates, outcome ratios and quantiles over the window since the
+// previous view. Both the full-screen view and --once print these lines.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -8,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "snapshot/verdict.h"
 #include "snapshot/view.h"
 
 namespace gym::stat {
@@ -30,9 +33,10 @@ struct Line {
   double fill = 0;
 };
 
-// `previous` may be null (no window yet: rates are shown as "-").
+// `previous` may be null (no window yet: rates are shown as "-"); so may
+// `verdict` (no verdict lines).
 std::vector<Line> frame(const exporter::View& now, const exporter::View* previous,
-                        const FrameOptions& options);
+                        const FrameOptions& options, const exporter::Verdict* verdict = nullptr);
 std::string plain(const std::vector<Line>& lines);
 
 }  // namespace gym::stat

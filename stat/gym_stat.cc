@@ -2,13 +2,15 @@
 // registry, read directly (read-only: it never retires or removes anything,
 // so it runs beside gym-exporter, or without one).
 //
-//   gym-stat [--registry.dir=DIR] [--interval=SECONDS] [--once | --json]
+//   gym-stat [--registry.dir=DIR] [--interval=SECONDS] [--window=SECONDS] [--once | --json]
 //            [--sort=saturation|queue|name] [--filter=TEXT] [--proc-root=DIR]
 //            [--gpu-library=PATH] [--config.file=FILE]
 //
 // Its servers are resolved and sampled by the exporter's own servers unit and
 // collectors (servers, memory, gpu), run in-process: the numbers it shows are
-// computed as /metrics computes them.
+// computed as /metrics computes them. Its first line is the verdict of its
+// window of refreshes, by the rules of the configuration's verdict: section
+// (snapshot/verdict.h).
 #include <curses.h>
 #include <unistd.h>
 
@@ -21,6 +23,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "collectors/verdict.h"
 #include "frame.h"
 #include "gym/contract.h"
 #include "gym/registry_reader.h"
@@ -29,6 +32,7 @@
 #include "servers/deaths.h"
 #include "shared_registry.h"
 #include "snapshot/view.h"
+#include "snapshot/window.h"
 #include "wiring.h"
 
 namespace gym::stat {
@@ -40,20 +44,32 @@ struct Args {
   std::optional<std::string> gpu_library;  // else the configuration's
   std::string config_file;                 // the exporter's (its servers: and gpu:)
   double interval = 1;
+  std::optional<double> window;  // else the configuration's verdict.window_seconds
   bool once = false;
   bool json = false;
   FrameOptions frame;
 };
 
 const char* kUsage =
-    "usage: gym-stat [--registry.dir=DIR] [--interval=SECONDS] [--once | --json]\n"
+    "usage: gym-stat [--registry.dir=DIR] [--interval=SECONDS] [--window=SECONDS]\n"
+    "                [--once | --json]\n"
     "                [--sort=saturation|queue|name] [--filter=TEXT] [--proc-root=DIR]\n"
     "                [--gpu-library=PATH] [--config.file=FILE]\n\n"
     "A live view of the NeMo Gym metrics registry (read-only; runs beside gym-exporter).\n"
     "  --once   print one table (rates over one interval) and exit\n"
+    "  --window the verdict's window (default: the configuration's, 30 s)\n"
     "  --json   print one JSON snapshot (docs/snapshot.schema.json) and exit\n"
     "  --config.file  the exporter's configuration: its servers (servers:) and gpu: sections\n"
     "Keys: s sort, / filter, c clear the filter, q quit.\n";
+
+// A number of seconds from `min` to 3600.
+bool seconds_in(const std::string& text, double min, double& out) {
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(v >= min) || v > 3600) return false;
+  out = v;
+  return true;
+}
 
 // 0: go on; otherwise the exit status.
 int parse(int argc, char** argv, Args& a) {
@@ -84,12 +100,17 @@ int parse(int argc, char** argv, Args& a) {
     } else if (auto v = value("--filter")) {
       a.frame.filter = *v;
     } else if (auto v = value("--interval")) {
-      char* end = nullptr;
-      a.interval = std::strtod(v->c_str(), &end);
-      if (end == v->c_str() || *end != '\0' || !(a.interval >= 0) || a.interval > 3600) {
+      if (!seconds_in(*v, 0, a.interval)) {
         std::fprintf(stderr, "gym-stat: --interval must be a number of seconds, 0 to 3600\n");
         return 2;
       }
+    } else if (auto v = value("--window")) {
+      double w = 0;
+      if (!seconds_in(*v, 1, w)) {
+        std::fprintf(stderr, "gym-stat: --window must be a number of seconds, 1 to 3600\n");
+        return 2;
+      }
+      a.window = w;
     } else if (auto v = value("--sort")) {
       if (*v == "saturation")
         a.frame.sort = Sort::kSaturation;
@@ -184,16 +205,44 @@ class Source {
   exporter::ViewBuilder builder_;
 };
 
-// Two views: the one shown and the one before it (for rates).
+// The verdict's settings: the configuration's verdict: section (its
+// defaults without one), the window as --window says.
+exporter::VerdictSettings verdict_settings(const Args& a, const exporter::Config& config) {
+  exporter::VerdictSettings s;
+  if (auto it = config.collectors.find("verdict"); it != config.collectors.end())
+    if (auto* v = dynamic_cast<const exporter::VerdictSettings*>(it->second.settings.get())) s = *v;
+  if (a.window) s.window_seconds = *a.window;
+  return s;
+}
+
+// Two views: the one shown and the one before it (for rates); the window
+// of every view so far (for the verdict).
 struct Views {
+  explicit Views(const exporter::VerdictSettings& s) : rules(s), windows(s.window_seconds) {}
   exporter::View a, b;
   exporter::View* now = &a;
   exporter::View* previous = nullptr;
+  exporter::VerdictRules rules;
+  exporter::WindowSampler windows;
+  void first(Source& source) {
+    source.next(*now);
+    windows.add(*now);
+  }
   void advance(Source& source) {
     exporter::View* spare = now == &a ? &b : &a;
     source.next(*spare);
     previous = now;
     now = spare;
+    windows.add(*now);
+  }
+  // The verdict of the window (of the view shown, before a second).
+  exporter::Verdict verdict() const {
+    const exporter::Window* w = windows.current();
+    return w ? exporter::verdict(*w, rules) : exporter::verdict(exporter::window_of(*now), rules);
+  }
+  std::vector<Line> lines(const FrameOptions& o) const {
+    const exporter::Verdict v = verdict();
+    return frame(*now, previous, o, &v);
   }
 };
 
@@ -250,7 +299,7 @@ int interactive(Args& a, Source& source, Views& views) {
   auto next_at = std::chrono::steady_clock::now();
   for (;;) {
     a.frame.max_lines = size_t(std::max(LINES, 1));
-    draw(frame(*views.now, views.previous, a.frame));
+    draw(views.lines(a.frame));
     next_at += std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(std::max(a.interval, 0.1)));
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -280,10 +329,11 @@ int run(int argc, char** argv) {
   Source source(a, *config, [screen](const std::string& problem) {
     if (!screen) std::fprintf(stderr, "gym-stat: %s\n", problem.c_str());
   });
-  Views views;
-  source.next(*views.now);
+  Views views(verdict_settings(a, *config));
+  views.first(source);
   if (a.json) {
-    std::fputs(exporter::to_json(*views.now).c_str(), stdout);
+    const exporter::Verdict v = views.verdict();
+    std::fputs(exporter::to_json(*views.now, &v).c_str(), stdout);
     return 0;
   }
   if (screen) return interactive(a, source, views);
@@ -293,7 +343,7 @@ int run(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::duration<double>(a.interval));
       views.advance(source);
     }
-    std::fputs(plain(frame(*views.now, views.previous, a.frame)).c_str(), stdout);
+    std::fputs(plain(views.lines(a.frame)).c_str(), stdout);
     std::fflush(stdout);
     if (a.once || a.interval <= 0) return 0;
     std::fputs("\n", stdout);

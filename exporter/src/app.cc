@@ -52,11 +52,16 @@ void warn_deprecations(const ConfigResult& c) {
 namespace {
 CollectorContext context_for(std::shared_ptr<SharedRegistry> registry,
                              std::shared_ptr<ServerBoard> board = nullptr,
-                             std::shared_ptr<DeathLog> deaths = nullptr) {
+                             std::shared_ptr<DeathLog> deaths = nullptr,
+                             std::shared_ptr<VerdictBoard> verdicts = nullptr) {
   // A problem seen at every scrape or sample is one line a minute.
   static RateLimitedLog warnings;
-  return {std::move(registry), [](const std::string& problem) { warnings.warn(problem); }, nullptr,
-          std::move(board), std::move(deaths)};
+  return {std::move(registry),
+          [](const std::string& problem) { warnings.warn(problem); },
+          nullptr,
+          std::move(board),
+          std::move(deaths),
+          std::move(verdicts)};
 }
 }  // namespace
 
@@ -93,10 +98,9 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
   // One retiring reader per directory.
   if (!app->registry_->with([&](RegistryReader& r) { return r.claim(error); })) return nullptr;
   app->exposition_ = std::make_unique<Exposition>(
-      make_collectors(c, context_for(app->registry_, app->board_, app->deaths_)),
+      make_collectors(c, context_for(app->registry_, app->board_, app->deaths_, app->verdicts_)),
       [](const std::string& e) { spdlog::error("{}", e); });
   app->exposition_->start();
-  app->page_ = landing_page(c, flags.config_file);
   App* self = app.get();
   HttpServer::Options http{c.listen_addresses,
                            c.systemd_socket,
@@ -112,8 +116,9 @@ std::unique_ptr<App> App::start(const Flags& flags, const Loaded& loaded, std::s
   app->server_ = HttpServer::start(
       http, *app->exposition_,
       [self] {
+        const std::shared_ptr<const Verdict> verdict = self->verdicts_->read();
         std::lock_guard<std::mutex> lock(self->state_mu_);
-        return self->page_;
+        return landing_page(self->config_, self->flags_.config_file, verdict.get());
       },
       error);
   if (!app->server_) return nullptr;
@@ -188,7 +193,7 @@ void App::apply(Config next, const WebConfig& web) {
       std::lock_guard<std::mutex> lock(state_mu_);
       board_ = board;
     }
-    exposition_->replace(make_collectors(next, context_for(registry_, board, deaths_)));
+    exposition_->replace(make_collectors(next, context_for(registry_, board, deaths_, verdicts_)));
   }
   if (!(next.sd == config_.sd)) {
     std::string error;
@@ -199,7 +204,6 @@ void App::apply(Config next, const WebConfig& web) {
   }
   std::lock_guard<std::mutex> lock(state_mu_);
   config_ = std::move(next);
-  page_ = landing_page(config_, flags_.config_file);
 }
 
 std::string App::snapshot_json() {
@@ -215,8 +219,10 @@ std::string App::snapshot_json() {
   }
   const double boot = boot_time_seconds(proc_root);
   const auto figures = board->read();
-  return registry->with(
-      [&](RegistryReader& r) { return to_json(make_view(r.snapshot(), dir, figures, boot)); });
+  const std::shared_ptr<const Verdict> verdict = verdicts_->read();
+  return registry->with([&](RegistryReader& r) {
+    return to_json(make_view(r.snapshot(), dir, figures, boot), verdict.get());
+  });
 }
 
 std::string App::deaths_json(const std::string& query, std::string* error) const {

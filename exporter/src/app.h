@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "collector.h"
+#include "collectors/verdict.h"
 #include "config.h"
 #include "exposition/exposition.h"
 #include "flags.h"
@@ -67,14 +68,17 @@ class App {
   WebConfig web_;
   std::shared_ptr<SharedRegistry> registry_;
   std::unique_ptr<Exposition> exposition_;
-  std::mutex state_mu_;  // guards what HTTP threads read: page_, registry_ (the pointer)
-  std::string page_;
+  // Guards what HTTP threads read: config_ (the landing page's), registry_
+  // (the pointer).
+  std::mutex state_mu_;
   std::unique_ptr<HttpServer> server_;
   SdFile sd_;  // this exporter's file_sd entry, while it runs
   // What the collectors' last samples say of each server, for the snapshot.
   std::shared_ptr<ServerBoard> board_ = std::make_shared<ServerBoard>();
   // Deaths of servers' processes: kept across reloads (the collectors' go).
   std::shared_ptr<DeathLog> deaths_;
+  // The verdict collector's last verdict: kept across reloads.
+  std::shared_ptr<VerdictBoard> verdicts_ = std::make_shared<VerdictBoard>();
 };
 
 }  // namespace gym::exporter

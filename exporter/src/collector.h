@@ -35,6 +35,7 @@ struct Config;
 class ServerWatcher;
 class ServerBoard;
 class DeathLog;
+class VerdictBoard;
 
 // What a family's samples carry that prometheus-cpp's types have no field
 // for, by the index of the sample in the family.
@@ -137,6 +138,9 @@ struct CollectorContext {
   // Where process deaths are recorded (servers/deaths.h), kept across
   // reloads; null: the deaths collector keeps its own.
   std::shared_ptr<DeathLog> deaths = nullptr;
+  // Where the verdict collector posts its verdicts (collectors/verdict.h);
+  // null: no verdict collector is made.
+  std::shared_ptr<VerdictBoard> verdicts = nullptr;
 };
 
 struct CollectorKind {

@@ -1,5 +1,6 @@
-// The landing page at "/": links to the telemetry path and the health
-// endpoints, and the configuration in effect.
+// The landing page at "/": links to the telemetry path, the snapshot and the
+// health endpoints, the verdict's headline (snapshot/verdict.h) when there
+// is one, and the configuration in effect.
 #pragma once
 
 #include <string>
@@ -9,6 +10,8 @@
 namespace gym::exporter {
 
 std::string html_escape(const std::string& s);
-std::string landing_page(const Config& c, const std::string& config_file);
+struct Verdict;
+std::string landing_page(const Config& c, const std::string& config_file,
+                         const Verdict* verdict = nullptr);
 
 }  // namespace gym::exporter

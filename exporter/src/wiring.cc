@@ -26,7 +26,8 @@ std::vector<std::unique_ptr<Collector>> make_collectors(const Config& c,
     const CollectorSettings* settings =
         it == c.collectors.end() ? nullptr : it->second.settings.get();
     if (settings != nullptr && !settings->enabled) continue;
-    out.push_back(make_collector(kind->name, context, settings));
+    // A kind may decline a context that lacks what it needs (null).
+    if (auto made = make_collector(kind->name, context, settings)) out.push_back(std::move(made));
   }
   return out;
 }

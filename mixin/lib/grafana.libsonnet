@@ -78,7 +78,8 @@ local ds = { type: 'prometheus', uid: '${datasource}' };
   // targets: [[expr, legend], ...]; kind: timeseries or heatmap; exemplars:
   // its queries ask for the buckets' exemplars (trace ids: a point links to
   // the trace, docs/metrics.md#exemplars).
-  panel(title, unit, targets, kind='timeseries', description='', stack=false, exemplars=false):: {
+  // instant: its queries are instant, as a table (kind 'table').
+  panel(title, unit, targets, kind='timeseries', description='', stack=false, exemplars=false, instant=false):: {
     type: kind,
     title: title,
     description: description,
@@ -107,6 +108,7 @@ local ds = { type: 'prometheus', uid: '${datasource}' };
         datasource: ds,
       } + (if kind == 'heatmap' then { format: 'heatmap' } else {})
       + (if exemplars then { exemplar: true } else {})
+      + (if instant then { instant: true, range: false, format: 'table' } else {})
       for i in std.range(0, std.length(targets) - 1)
     ],
   },

@@ -92,7 +92,7 @@ def test_rates_use_rate_interval(path):
 
 
 # A metric selector: a metric name followed by {...}.
-SELECTOR = re.compile(r"\b(gym_[a-z_]+|process_[a-z_]+)\{([^}]*)\}")
+SELECTOR = re.compile(r"\b(gym_[a-z_]+|gym:[a-z0-9_:]+|process_[a-z_]+)\{([^}]*)\}")
 
 
 @pytest.mark.parametrize("path", FILES)

@@ -424,7 +424,7 @@ def test_promtool_checks_and_tests_the_rules():
     r = subprocess.run([PROMTOOL, "check", "rules", *files], capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr
     tests = os.path.join(SOURCE, "tests", "rules")
-    r = subprocess.run([PROMTOOL, "test", "rules", f"{tests}/gym-rules.test.yml"],
+    r = subprocess.run([PROMTOOL, "test", "rules", *sorted(glob.glob(f"{tests}/*.test.yml"))],
                        capture_output=True, text=True, cwd=tests)
     assert r.returncode == 0, r.stdout + r.stderr
     r = subprocess.run([PROMTOOL, "check", "config", os.path.join(SOURCE, "config",

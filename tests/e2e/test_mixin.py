@@ -60,7 +60,9 @@ def test_every_shipped_rule_selects_the_gym_jobs():
                 found = raw_selectors(r["expr"])
                 for metric, matchers in found:
                     assert 'job=~"gym.*"' in matchers, (r.get("alert") or r["record"], metric)
-                assert found or r.get("record", "").startswith("gym:resources_operation") \
+                # Rules over other recorded series (which select the jobs).
+                assert found or r.get("record", "").startswith(
+                    ("gym:resources_operation", "gym:verdict", "gym:littles_law")) \
                     or r.get("alert", "").startswith("GymResourcesOperation") \
                     or r.get("alert") == "GymServerMemoryNearHost", r
 

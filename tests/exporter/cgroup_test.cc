@@ -109,13 +109,7 @@ TEST(CgroupParse, FindCountReadsKeyValueLines) {
   EXPECT_FALSE(cgroup::find_count("oom 3\n", "oom_kill"));
 }
 
-ServerTarget pid_target(const std::string& name, const std::string& type, pid_t pid) {
-  ServerTarget t;
-  t.name = name;
-  t.server_type = type;
-  t.pid = pid;
-  return t;
-}
+using testing::pid_target;
 
 // A fixture host: <dir>/proc with one server process (pid 100) and the
 // exporter's own cgroup (self), and <dir>/cg, a mounted hierarchy.
@@ -827,68 +821,6 @@ TEST(RealCgroup, ConfiguredMountsAreWhereExitReasonsAreRead) {
   EXPECT_EQ(cg.oom_kills(), 0u) << "the real cgroup saw none";
   EXPECT_EQ(exits_of(*memory), (std::pair<uint64_t, uint64_t>{0, 1}));
 }
-
-// A real cpu cgroup of this host with a quota, removed at the end: cgroup v2
-// when the unified hierarchy offers the cpu controller, else v1's.
-class RealCpuCgroup {
- public:
-  RealCpuCgroup(uint64_t quota_us, uint64_t period_us) {
-    std::string text;
-    if (procfs::read_file("/proc/self/mountinfo", text) != procfs::ReadStatus::kOk) return;
-    const cgroup::Mounts m = cgroup::parse_mountinfo(text);
-    std::string controllers;
-    const bool v2 =
-        !m.v2.empty() &&
-        procfs::read_file(m.v2 + "/cgroup.controllers", controllers) == procfs::ReadStatus::kOk &&
-        controllers.find("cpu") != std::string::npos;
-    if (!v2 && m.v1_cpu.empty()) {
-      why_ = "the cpu controller is mounted neither in cgroup v2 nor in v1";
-      return;
-    }
-    if (v2) put(m.v2 + "/cgroup.subtree_control", "+cpu");
-    dir_ = (v2 ? m.v2 : m.v1_cpu) + "/gym-test-cpu-" + std::to_string(::getpid());
-    if (::mkdir(dir_.c_str(), 0755) != 0) {
-      why_ = "cannot create " + dir_ + ": " + std::strerror(errno);
-      dir_.clear();
-      return;
-    }
-    if (v2) {
-      std::ofstream(dir_ + "/cpu.max") << quota_us << " " << period_us;
-    } else {
-      std::ofstream(dir_ + "/cpu.cfs_period_us") << period_us;
-      std::ofstream(dir_ + "/cpu.cfs_quota_us") << quota_us;
-    }
-    std::string got;
-    const std::string file = dir_ + (v2 ? "/cpu.max" : "/cpu.cfs_quota_us");
-    if (procfs::read_file(file, got) != procfs::ReadStatus::kOk || std::stoull(got) != quota_us) {
-      why_ = "cannot set " + file;
-      return;
-    }
-    version_ = v2 ? 2 : 1;
-  }
-  ~RealCpuCgroup() {
-    for (int i = 0; !dir_.empty() && i < 500 && ::rmdir(dir_.c_str()) != 0; ++i)
-      std::this_thread::sleep_for(10ms);
-  }
-  bool ok() const { return version_ != 0; }
-  const std::string& why() const { return why_; }
-  bool join() const {
-    std::ofstream procs(dir_ + "/cgroup.procs");
-    procs << ::getpid() << std::flush;
-    return bool(procs);
-  }
-  // The kernel's own count of time throttled, in microseconds.
-  uint64_t throttled_us() const {
-    std::string text;
-    if (procfs::read_file(dir_ + "/cpu.stat", text) != procfs::ReadStatus::kOk) return 0;
-    if (version_ == 2) return cgroup::find_count(text, "throttled_usec").value_or(0);
-    return cgroup::find_count(text, "throttled_time").value_or(0) / 1000;
-  }
-
- private:
-  std::string dir_, why_ = "no /proc/self/mountinfo";
-  int version_ = 0;
-};
 
 // A server whose verifier runs in a sandbox cgroup limited to 0.2 CPU and
 // burns CPU for 4 s: the server reads the sandbox's limit and its throttled

@@ -20,6 +20,7 @@
 
 #include "app.h"
 #include "collector.h"
+#include "collectors/verdict.h"
 #include "contract/families.h"
 #include "exposition/exposition.h"
 #include "exposition/protobuf.h"
@@ -91,7 +92,10 @@ TEST(Collectors, AKindRegisteredInItsOwnFileIsBuiltWithItsOwnSection) {
   ConfigResult r = parse_config("probe:\n  family: gym_exporter_series\n", "g.yml");
   ASSERT_TRUE(r.ok()) << r.errors.at(0);
   TempDir tmp;
-  auto collectors = make_collectors(r.config, {std::make_shared<SharedRegistry>(tmp.path())});
+  // With a verdict board: every kind, the verdict collector included.
+  CollectorContext context{std::make_shared<SharedRegistry>(tmp.path())};
+  context.verdicts = std::make_shared<VerdictBoard>();
+  auto collectors = make_collectors(r.config, context);
   ASSERT_EQ(collectors.size(), collector_kinds().size());
   Families seen;
   collectors.back()->collect([&](const Family& f) { seen.push_back(f); });

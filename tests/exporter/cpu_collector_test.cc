@@ -21,11 +21,7 @@ using namespace std::chrono_literals;
 const Log kQuiet = [](const std::string&) {};
 
 ServerTarget target_of(const std::string& name, pid_t pid) {
-  ServerTarget t;
-  t.name = name;
-  t.server_type = "resources_server";
-  t.pid = pid;
-  return t;
+  return testing::pid_target(name, "resources_server", pid);
 }
 
 TEST(CpuCollector, CpuOfAChildSeenRunningThenReapedIsCountedOnce) {

@@ -27,6 +27,15 @@ using exporter::ServerTarget;
 using exporter::ServerWatcher;
 using exporter::SharedRegistry;
 
+// A server that is the process tree under `pid`.
+inline ServerTarget pid_target(const std::string& name, const std::string& type, pid_t pid) {
+  ServerTarget t;
+  t.name = name;
+  t.server_type = type;
+  t.pid = pid;
+  return t;
+}
+
 // The keys these tests set, wherever they live now (servers: or memory:).
 struct SamplerConfig {
   double interval_seconds = 5;

@@ -142,8 +142,16 @@ std::shared_ptr<const ServerFigures> GpuCollector::figures(const GpuSample& s) c
     row.server_type = type;
     row.gpu_bytes = 0;
   }
-  for (const ServerGpu& g : s.servers)
-    if (auto it = f->servers.find(g.name); it != f->servers.end()) *it->second.gpu_bytes += g.bytes;
+  for (const ServerGpu& g : s.servers) {
+    auto it = f->servers.find(g.name);
+    if (it == f->servers.end()) continue;
+    ServerFigures::Row& row = it->second;
+    *row.gpu_bytes += g.bytes;
+    for (const Gpu& gpu : s.gpus)
+      if (gpu.index == g.gpu && gpu.total_bytes > 0 && g.bytes > 0)
+        row.gpu_fullest_ratio = std::max(row.gpu_fullest_ratio.value_or(0),
+                                         double(gpu.used_bytes) / double(gpu.total_bytes));
+  }
   return f;
 }
 

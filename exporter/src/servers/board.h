@@ -27,6 +27,8 @@ struct ServerFigures {
     std::optional<pid_t> pid;                      // the oldest root as the host sees it (servers)
     std::optional<uint64_t> rss_bytes, processes;  // memory
     std::optional<uint64_t> gpu_bytes;             // gpu: over every GPU
+    // gpu: the fullest of the GPUs it has memory on, as used / total memory.
+    std::optional<double> gpu_fullest_ratio;
     // cgroup: over every cgroup of it, removed ones included
     std::optional<uint64_t> cpu_periods, cpu_throttled_periods, oom_kills;
     std::optional<double> oldest_process_seconds;  // servers

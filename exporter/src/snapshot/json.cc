@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "json_text.h"
+#include "snapshot/verdict.h"
 #include "snapshot/view.h"
 
 namespace gym::exporter {
@@ -103,6 +104,10 @@ void limits(Json& j, const View& v) {
     j.field("stranded_slots", double(l.stranded_slots));
     j.optional_number("admission_timeouts_total", l.admission_timeouts_total);
     j.field("admission_cancelled_total", double(l.admission_cancelled_total));
+    j.field("admissions_total", double(l.admissions_total));
+    j.optional_number("hold_seconds_total", l.hold_seconds_total);
+    j.key("wait_duration_seconds");
+    histogram(j, l.wait_duration);
     j.close('}');
   }
   j.close(']');
@@ -143,6 +148,7 @@ void servers_and_writers(Json& j, const View& v) {
     j.optional_number("rss_bytes", s.rss_bytes);
     j.optional_number("processes", s.processes);
     j.optional_number("gpu_memory_bytes", s.gpu_bytes);
+    j.optional_number("gpu_fullest_memory_ratio", s.gpu_fullest_ratio);
     j.optional_number("cpu_periods_total", s.cpu_periods);
     j.optional_number("cpu_throttled_periods_total", s.cpu_throttled_periods);
     j.optional_number("oom_kills_total", s.oom_kills);
@@ -171,9 +177,61 @@ void servers_and_writers(Json& j, const View& v) {
   j.close(']');
 }
 
+void verdict_entries(Json& j, const Verdict& v) {
+  j.key("entries");
+  j.open('[');
+  for (const VerdictEntry& e : v.entries) {
+    j.open('{');
+    j.field("place", e.place);
+    j.field("subject", e.subject);
+    j.optional_string("server_name", e.server_name);
+    j.field("cause", e.cause);
+    j.field("score", e.score);
+    j.key("evidence");
+    j.open('{');
+    for (const auto& [name, value] : e.evidence) j.field(name.c_str(), value);
+    j.close('}');
+    j.field("cannot_tell", e.cannot_tell);
+    j.close('}');
+  }
+  j.close(']');
+}
+
+void law_checks(Json& j, const Verdict& v) {
+  j.key("littles_law");
+  j.open('[');
+  for (const LawCheck& c : v.checks) {
+    j.open('{');
+    j.field("place", c.place);
+    j.field("subject", c.subject);
+    j.field("quantity", c.quantity);
+    j.field("mean", c.mean);
+    j.field("per_second", c.per_second);
+    j.field("tolerance", c.tolerance);
+    j.key("holds");
+    j.literal(c.holds() ? "true" : "false");
+    j.close('}');
+  }
+  j.close(']');
+}
+
+// The verdict (null before its first window: the exporter's verdict
+// collector is off or has not sampled twice).
+void verdict(Json& j, const Verdict* v) {
+  j.key("verdict");
+  if (v == nullptr) return j.literal("null");
+  j.open('{');
+  j.field("window_start_seconds", v->start_seconds);
+  j.field("window_end_seconds", v->end_seconds);
+  j.field("headline", headline(*v));
+  verdict_entries(j, *v);
+  law_checks(j, *v);
+  j.close('}');
+}
+
 }  // namespace
 
-std::string to_json(const View& v) {
+std::string to_json(const View& v, const Verdict* verdict_now) {
   Json j;
   j.open('{');
   j.field("schema_version", 1.0);
@@ -186,6 +244,7 @@ std::string to_json(const View& v) {
   limits(j, v);
   operations(j, v);
   servers_and_writers(j, v);
+  verdict(j, verdict_now);
   j.close('}');
   j.out += '\n';
   return j.out;

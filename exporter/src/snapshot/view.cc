@@ -79,8 +79,7 @@ double boot_time_seconds(const std::string& proc_root) {
 
 // The limits' rows (the reader joined each limit's series once) in key
 // order, as people read them: limit_rank_[k] is row k's place.
-void ViewBuilder::reshape_limits(const Snapshot& snap) {
-  std::map<std::string, uint32_t> ranked;
+void ViewBuilder::reshape_limits(const Snapshot& snap, std::map<std::string, uint32_t>& ranked) {
   std::vector<LimitView> limits;
   for (const LimitRow& row : snap.limits) {
     const SeriesInfo& info = *snap.series[row.any()].info;
@@ -94,22 +93,45 @@ void ViewBuilder::reshape_limits(const Snapshot& snap) {
   limit_rank_.assign(limits.size(), 0);
   limits_.assign(limits.size(), LimitView{});
   uint32_t r = 0;
-  for (const auto& [_, k] : ranked) {
+  for (auto& [_, k] : ranked) {
     limit_rank_[k] = r;
-    limits_[r++] = std::move(limits[k]);
+    limits_[r] = std::move(limits[k]);
+    k = r++;
+  }
+}
+
+void ViewBuilder::reshape_limit_extras(const Snapshot& snap,
+                                       const std::map<std::string, uint32_t>& ranked) {
+  for (size_t i = 0; i < snap.series.size(); ++i) {
+    const SeriesInfo& info = *snap.series[i].info;
+    const Field field = info.family == family::kConcurrencyWaitDuration  ? Field::kLimitWait
+                        : info.family == family::kConcurrencyHoldSeconds ? Field::kLimitHeld
+                        : info.family == family::kConcurrencyOldestWait  ? Field::kLimitOldestWait
+                                                                         : Field::kNone;
+    if (field == Field::kNone) continue;
+    LimitView l;
+    l.component = label_of(info, label::kComponent);
+    l.limit_name = label_of(info, label::kLimitName);
+    l.server_name = label_of(info, label::kServerName);
+    auto it = ranked.find(l.key());
+    if (it != ranked.end()) slots_[i] = Slot{field, it->second, {}};
   }
 }
 
 // The operations: their series joined by their labels, in key order.
 void ViewBuilder::reshape(const Snapshot& snap) {
-  reshape_limits(snap);
+  std::map<std::string, uint32_t> ranked;
+  reshape_limits(snap, ranked);
   slots_.assign(snap.series.size(), Slot{});
+  reshape_limit_extras(snap, ranked);
   std::map<std::string, uint32_t> op_rows;
   std::vector<OperationView> ops;
   const std::pair<std::string_view, Field> fields[] = {
       {family::kOperationQueued, Field::kQueued},
       {family::kOperationActive, Field::kActive},
       {family::kOperationQueueDuration, Field::kQueueDuration},
+      {family::kOperationOldestQueued, Field::kOldestQueued},
+      {family::kOperationOldestActive, Field::kOldestActive},
       {family::kOperationDuration, Field::kDuration}};
   const std::string_view* run = nullptr;  // the snapshot groups families
   Field field = Field::kNone;
@@ -139,7 +161,7 @@ void ViewBuilder::reshape(const Snapshot& snap) {
   operations_.assign(ops.size(), OperationView{});
   for (size_t k = 0; k < ops.size(); ++k) operations_[op_rank[k]] = std::move(ops[k]);
   for (Slot& slot : slots_)
-    if (slot.field != Field::kNone) slot.row = op_rank[slot.row];
+    if (slot.field != Field::kNone && slot.field < Field::kLimitWait) slot.row = op_rank[slot.row];
   static std::atomic<uint64_t> shapes{0};
   shape_ = ++shapes;
 }
@@ -164,8 +186,14 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
       l.admission_timeouts_total = snap.series[row.timeouts].counter;
     l.admission_cancelled_total =
         row.cancelled != LimitRow::kNone ? snap.series[row.cancelled].counter : 0;
+    l.admissions_total = row.holds != LimitRow::kNone ? snap.series[row.holds].counter : 0;
+    l.oldest_hold_seconds = row.oldest_hold_seconds;
   }
   for (OperationView& o : out.operations) o.queue_duration = {};  // summed below
+  for (LimitView& l : out.limits) {
+    l.wait_duration = {};
+    l.hold_seconds_total.reset();
+  }
   for (size_t i = 0; i < slots_.size(); ++i) {
     const Slot& slot = slots_[i];
     const SeriesSample& s = snap.series[i];
@@ -180,6 +208,21 @@ void ViewBuilder::fill(const Snapshot& snap, View& out) const {
         break;
       case Field::kQueueDuration:
         add_histogram(out.operations[slot.row].queue_duration, s);  // every way a wait ended
+        break;
+      case Field::kLimitWait:
+        add_histogram(out.limits[slot.row].wait_duration, s);  // every way a wait ended
+        break;
+      case Field::kOldestQueued:
+        out.operations[slot.row].oldest_queued_seconds = age_seconds(snap, s);
+        break;
+      case Field::kOldestActive:
+        out.operations[slot.row].oldest_active_seconds = age_seconds(snap, s);
+        break;
+      case Field::kLimitOldestWait:
+        out.limits[slot.row].oldest_wait_seconds = age_seconds(snap, s);
+        break;
+      case Field::kLimitHeld:
+        out.limits[slot.row].hold_seconds_total = double(s.counter) / s.info->unit_divisor;
         break;
       case Field::kDuration:
         assign_histogram(out.operations[slot.row].duration[slot.outcome], s);
@@ -231,6 +274,7 @@ void add_servers(const Snapshot& snap, const BoardFigures& figures, View& v,
       if (r.rss_bytes) s.rss_bytes = r.rss_bytes;
       if (r.processes) s.processes = r.processes;
       if (r.gpu_bytes) s.gpu_bytes = r.gpu_bytes;
+      if (r.gpu_fullest_ratio) s.gpu_fullest_ratio = r.gpu_fullest_ratio;
       if (r.cpu_periods) s.cpu_periods = r.cpu_periods;
       if (r.cpu_throttled_periods) s.cpu_throttled_periods = r.cpu_throttled_periods;
       if (r.oom_kills) s.oom_kills = r.oom_kills;

@@ -44,6 +44,14 @@ struct LimitView {
   int64_t holds = 0;
   std::optional<uint64_t> admission_timeouts_total;  // only limits with a timeout
   uint64_t admission_cancelled_total = 0;
+  uint64_t admissions_total = 0;
+  // Every wait that ended (admitted, timed out, cancelled), summed over the
+  // outcomes; and the time slots were held over the holds that ended (absent
+  // from writers older than the counter).
+  HistogramView wait_duration;
+  std::optional<double> hold_seconds_total;
+  // How long its longest hold and its longest wait have lasted now (0: none).
+  double oldest_hold_seconds = 0, oldest_wait_seconds = 0;
   // Its spread over the processes holding it (LimitRow, gym/registry_reader.h):
   // how many, and their free slots stranded beside another process's queue.
   uint32_t processes = 0;
@@ -59,6 +67,8 @@ struct OperationView {
   int64_t queued = 0, active = 0;
   HistogramView queue_duration;  // every wait that ended: admitted, timed out or cancelled
   std::map<std::string, HistogramView> duration;  // by outcome
+  // How long its longest wait and its longest run have lasted now (0: none).
+  double oldest_queued_seconds = 0, oldest_active_seconds = 0;
   std::string key() const { return server_name + "\x1f" + operation + "\x1f" + executor; }
   uint64_t finished() const;
 };
@@ -71,6 +81,8 @@ struct ServerView {
   // GPU memory of its processes over every GPU (the gpu collector's last
   // sample, when NVML was read and every GPU's processes were known).
   std::optional<uint64_t> gpu_bytes;
+  // The fullest GPU it has memory on: used / total memory (the same sample).
+  std::optional<double> gpu_fullest_ratio;
   // Over every cgroup of it, removed ones included (the cgroup collector's
   // last sample): CFS periods and those throttled, OOM kills of both kinds.
   std::optional<uint64_t> cpu_periods, cpu_throttled_periods, oom_kills;
@@ -138,14 +150,29 @@ class ViewBuilder {
 
  private:
   // An operation series' part in its row.
-  enum class Field : uint8_t { kNone, kQueued, kActive, kQueueDuration, kDuration };
+  // A series' part in its row: an operation's, or (kLimit*) a limit's.
+  enum class Field : uint8_t {
+    kNone,
+    kQueued,
+    kActive,
+    kQueueDuration,
+    kDuration,
+    kOldestQueued,
+    kOldestActive,
+    kLimitWait,
+    kLimitHeld,
+    kLimitOldestWait
+  };
   struct Slot {
     Field field = Field::kNone;
     uint32_t row = 0;
     std::string outcome;  // kDuration
   };
   void reshape(const Snapshot& snap);
-  void reshape_limits(const Snapshot& snap);
+  // The limits' rows in key order; `ranked` gets each one's place by key.
+  void reshape_limits(const Snapshot& snap, std::map<std::string, uint32_t>& ranked);
+  // The slots of limits' series that are not parts of their row (LimitRow).
+  void reshape_limit_extras(const Snapshot& snap, const std::map<std::string, uint32_t>& ranked);
   void fill(const Snapshot& snap, View& out) const;
 
   std::vector<const SeriesInfo*> infos_;  // the series the shape is for
@@ -167,6 +194,8 @@ double boot_time_seconds(const std::string& proc_root = "/proc");
 // /api/v1/deaths (docs/deaths.schema.json): the records, oldest first, and
 // the source of process events ("connector" or "sampling").
 std::string deaths_json(const std::vector<ProcessDeath>& deaths, const std::string& source);
-std::string to_json(const View& v);
+struct Verdict;
+// With the verdict of a window (snapshot/verdict.h) when there is one.
+std::string to_json(const View& v, const Verdict* verdict = nullptr);
 
 }  // namespace gym::exporter
