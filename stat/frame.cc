@@ -259,24 +259,26 @@ void server_and_writer_lines(const View& now, const View* prev, const FrameOptio
 // The verdict's headline first, then its entries ranked and the checks of
 // Little's law that drift (marked "!"), or how many hold.
 void verdict_lines(const exporter::Verdict& v, const FrameOptions& o, std::vector<Line>& out) {
-  out.insert(out.begin(), {Line::Kind::kTitle, exporter::headline(v)});
+  out.insert(out.begin(), {Line::Kind::kTitle, printable(exporter::headline(v))});
   size_t drifting = 0;
   for (const exporter::LawCheck& c : v.checks) drifting += c.holds() ? 0 : 1;
+  const std::string law = v.checks.empty() ? "no check (too little traffic or time)"
+                          : drifting       ? std::to_string(drifting) + " of " +
+                                           std::to_string(v.checks.size()) + " checks drift"
+                                     : "all " + std::to_string(v.checks.size()) + " hold";
   out.push_back({Line::Kind::kTitle,
                  "VERDICT (window " + fmt("%.0fs", v.end_seconds - v.start_seconds) + ", " +
-                     std::to_string(v.entries.size()) + " entries; Little's law: " +
-                     (drifting ? std::to_string(drifting) + " of " : "all ") +
-                     std::to_string(v.checks.size()) + (drifting ? " checks drift)" : " hold)")});
+                     std::to_string(v.entries.size()) + " entries; Little's law: " + law + ")"});
   for (size_t i = 0; i < v.entries.size() && room(out, o); ++i)
-    out.push_back({Line::Kind::kRow, std::to_string(i + 1) + ". " +
-                                         exporter::describe(v.entries[i]) +
-                                         fmt(" [score %.2f]", v.entries[i].score)});
+    out.push_back({Line::Kind::kRow,
+                   printable(std::to_string(i + 1) + ". " + exporter::describe(v.entries[i]) +
+                             fmt(" [score %.2f]", v.entries[i].score))});
   for (const exporter::LawCheck& c : v.checks) {
     if (c.holds() || !room(out, o)) continue;
-    out.push_back({Line::Kind::kRow, "! " + c.place + " " + c.subject + " " + c.quantity +
-                                         fmt(": mean %.3g", c.mean) +
-                                         fmt(" vs %.3g/s", c.per_second) +
-                                         fmt(" (tolerance %.3g)", c.tolerance)});
+    out.push_back(
+        {Line::Kind::kRow, printable("! " + c.place + " " + c.subject + " " + c.quantity +
+                                     fmt(": mean %.3g", c.mean) + fmt(" vs %.3g/s", c.per_second) +
+                                     fmt(" (tolerance %.3g)", c.tolerance))});
   }
   out.push_back({Line::Kind::kBlank, ""});
 }

@@ -145,5 +145,31 @@ TEST(Frame, ControlCharactersInLabelValuesNeverReachTheTerminal) {
   EXPECT_NE(text.find("evil?]0;title?"), std::string::npos) << text;
 }
 
+TEST(Frame, TheVerdictIsTheFirstLineAndADriftIsMarkedWithNoRawControlCharacter) {
+  View now;
+  now.limits = {limit("math", "verifiers", 4, 0, 0)};
+  exporter::Verdict v;
+  v.start_seconds = 100;
+  v.end_seconds = 130;
+  v.entries = {{"limit", "math/resources_server/verifiers", "math", "limit_too_small", 5.5,
+                {{"slots", 4}, {"waiting_mean", 5.5}}, ""}};
+  exporter::LawCheck drift{"limit", "evil\x1b[2J/x/y", "waiting", 3, 1.5, 0.5};
+  exporter::LawCheck fine{"limit", "math/resources_server/verifiers", "held", 4, 4, 0.1};
+  v.checks = {drift, fine};
+  const std::vector<Line> lines = frame(now, nullptr, {}, &v);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines[0].text,
+            "bottleneck: limit math/resources_server/verifiers: limit too small — slots=4, "
+            "waiting_mean=5.5");
+  const std::string text = plain(lines);
+  EXPECT_NE(text.find("VERDICT (window 30s, 1 entries; Little's law: 1 of 2 checks drift)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("! limit evil?[2J/x/y waiting: mean 3 vs 1.5/s (tolerance 0.5)"),
+            std::string::npos)
+      << text;
+  for (const Line& l : lines) EXPECT_EQ(l.text.find('\x1b'), std::string::npos) << l.text;
+}
+
 }  // namespace
 }  // namespace gym::stat
