@@ -151,8 +151,13 @@ TEST(Frame, TheVerdictIsTheFirstLineAndADriftIsMarkedWithNoRawControlCharacter) 
   exporter::Verdict v;
   v.start_seconds = 100;
   v.end_seconds = 130;
-  v.entries = {{"limit", "math/resources_server/verifiers", "math", "limit_too_small", 5.5,
-                {{"slots", 4}, {"waiting_mean", 5.5}}, ""}};
+  v.entries = {{"limit",
+                "math/resources_server/verifiers",
+                "math",
+                "limit_too_small",
+                5.5,
+                {{"slots", 4}, {"waiting_mean", 5.5}},
+                ""}};
   exporter::LawCheck drift{"limit", "evil\x1b[2J/x/y", "waiting", 3, 1.5, 0.5};
   exporter::LawCheck fine{"limit", "math/resources_server/verifiers", "held", 4, 4, 0.1};
   v.checks = {drift, fine};
