@@ -136,6 +136,9 @@ def test_gym_stat_the_api_and_the_mixin_name_the_same_bottleneck_and_the_law_hol
         first = {(v["entries"][0]["subject"], v["entries"][0]["cause"])
                  for v in verdicts.values()}
         assert first == {(MATH, "limit_too_small")}, verdicts
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=HTTP_S) as r:
+            page = r.read().decode()
+        assert f"<b>bottleneck: limit {MATH}: limit too small" in page, page
         ranked = until("the mixin's verdict in Prometheus", lambda: ranked_by_prometheus(api),
                        WAIT_S, pause=1)
         assert ranked[0][:2] == (MATH, "limit_too_small"), ranked
