@@ -13,7 +13,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <semaphore>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -149,18 +150,32 @@ TEST(VerdictProcesses, FreeSlotsInAnIdleProcessBesideAQueueAreStranded) {
   expect_the_law_holds(v);
 }
 
-// A plain semaphore: the operation's limit, not metered.
-struct PlainLimit {
-  std::counting_semaphore<8> s{1};
-  void acquire() { s.acquire(); }
-  void release() { s.release(); }
+// One slot, first come first served, not metered: the operation's limit.
+// (A std::counting_semaphore lets a releasing thread take its slot back at
+// once, starving the waiters, slower ones the most: a sanitized build's.)
+struct FairLimit {
+  std::mutex mu;
+  std::condition_variable turn;
+  uint64_t next = 0, serving = 0;
+  void acquire() {
+    std::unique_lock<std::mutex> lock(mu);
+    const uint64_t ticket = next++;
+    turn.wait(lock, [&] { return serving == ticket; });
+  }
+  void release() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ++serving;
+    }
+    turn.notify_all();
+  }
 };
 
 TEST(VerdictProcesses, AnOperationThatWaitsLongerThanItRunsComesFirst) {
   Scene s;
   std::unique_ptr<SegmentWriter> w;
   std::unique_ptr<OperationMetrics> metrics;
-  PlainLimit limit;
+  FairLimit limit;
   s.children = {workers(
       4, s.stop, s.ready,
       [&] {
@@ -169,11 +184,8 @@ TEST(VerdictProcesses, AnOperationThatWaitsLongerThanItRunsComesFirst) {
         metrics = std::make_unique<OperationMetrics>(*w);
       },
       [&] {
-        {
-          ResourcesOperation op(limit, Operation::kVerify, Executor::kSubprocess, {}, *metrics);
-          sleep_ms(30);
-        }
-        sleep_ms(1);  // a plain semaphore is not fair: let a waiter in
+        ResourcesOperation op(limit, Operation::kVerify, Executor::kSubprocess, {}, *metrics);
+        sleep_ms(30);
       })};
   const Verdict v = s.judged(2.5);
   ASSERT_FALSE(v.entries.empty());
