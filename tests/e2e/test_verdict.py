@@ -28,6 +28,9 @@ BUILD = os.environ.get("GYM_BUILD_DIR", os.path.join(SOURCE, "build"))
 # and evaluates every second here). A sanitized build reads more slowly.
 WINDOW_S = 30 if SANITIZED else 10
 WINDOWS = 3
+# The mixin's: at least six scrapes (a sanitized exporter is scraped every
+# 10 s), so that a mean is not one or two samples'.
+RULES_WINDOW_S = 60 if SANITIZED else 10
 WAIT_S = 600 if SANITIZED else 120
 
 
@@ -61,7 +64,7 @@ def rules_file(tmp_path):
     """The mixin's recording rules with the test's window."""
     out = subprocess.run(
         ["jsonnet", "-J", os.path.join(SOURCE, "mixin"), "-e",
-         f"((import 'mixin.libsonnet') + {{_config+:: {{verdictWindow: '{WINDOW_S}s', "
+         f"((import 'mixin.libsonnet') + {{_config+:: {{verdictWindow: '{RULES_WINDOW_S}s', "
          "gymSelector: 'job=\"gym\"'}}).prometheusRules"],
         check=True, capture_output=True, text=True).stdout
     path = tmp_path / "rules.yml"
