@@ -552,16 +552,22 @@ TEST(RegistryTrust, AHolderThatHasNotYetSaidWhoItIsIsWaitedForNotTakenForAnExpor
   const std::string lock = tmp.path() + "/" + RegistryReader::kLockFile;
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
-  pid_t holder = testing::spawn([&] {
-    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-    struct flock fl {};
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    if (fd < 0 || ::fcntl(fd, F_OFD_SETLK, &fl) != 0) return 1;
-    if (::write(ready[1], "x", 1) != 1) return 2;
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    return 0;  // the lock goes with the process
-  });
+  // A child that takes the lock with nothing in it, says so on `ready`, and
+  // holds it for 300 ms (the lock goes with the process) or for ever.
+  auto silent_holder = [&](bool forever) {
+    return testing::spawn([&, forever] {
+      const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
+      struct flock fl {};
+      fl.l_type = F_WRLCK;
+      fl.l_whence = SEEK_SET;
+      if (fd < 0 || ::fcntl(fd, F_OFD_SETLK, &fl) != 0) return 1;
+      if (::write(ready[1], "x", 1) != 1) return 2;
+      if (forever) ::pause();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return 0;
+    });
+  };
+  pid_t holder = silent_holder(false);
   char c;
   ASSERT_EQ(::read(ready[0], &c, 1), 1);
   std::string why;
@@ -571,16 +577,7 @@ TEST(RegistryTrust, AHolderThatHasNotYetSaidWhoItIsIsWaitedForNotTakenForAnExpor
     EXPECT_EQ(testing::wait_exit(holder), 0);
   }  // lets the lock go
   // One that never says who it is: refused once patience ends.
-  holder = testing::spawn([&] {
-    const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0600);
-    struct flock fl {};
-    fl.l_type = F_WRLCK;
-    fl.l_whence = SEEK_SET;
-    if (fd < 0 || ::fcntl(fd, F_OFD_SETLK, &fl) != 0) return 1;
-    if (::write(ready[1], "x", 1) != 1) return 2;
-    ::pause();
-    return 0;
-  });
+  holder = silent_holder(true);
   ASSERT_EQ(::read(ready[0], &c, 1), 1);
   RegistryReader late(tmp.path());
   EXPECT_FALSE(late.claim(&why, std::chrono::milliseconds(100)));
