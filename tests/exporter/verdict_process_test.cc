@@ -189,8 +189,8 @@ TEST(VerdictProcesses, AnOperationThatWaitsLongerThanItRunsComesFirst) {
       })};
   const Verdict v = s.judged(2.5);
   ASSERT_FALSE(v.entries.empty());
-  EXPECT_EQ(v.entries[0].subject, "math/verify/subprocess");
-  EXPECT_EQ(v.entries[0].cause, "queue_dominates");
+  EXPECT_EQ(v.entries[0].subject, "math/verify/subprocess") << describe(v.entries[0]);
+  EXPECT_EQ(v.entries[0].cause, "queue_dominates") << describe(v.entries[0]);
   expect_the_law_holds(v);
 }
 

@@ -272,6 +272,36 @@ TEST(Ages, AdmissionsNeverFallWhenASemaphoreIsDestroyedOrItsProcessExits) {
   EXPECT_EQ(reader.snapshot().stats.counter_resets_total, 0u);
 }
 
+TEST(Ages, AdmissionsNoReaderSawBeforeTheSemaphoreWentAreStillCounted) {
+  TempDir tmp;
+  // A writer alone: admits, destroys its semaphore, makes it again (the
+  // released record reused), admits more, destroys it and exits; no reader
+  // ran meanwhile, so its exit hook folds the segment itself.
+  pid_t writer = testing::spawn([&] {
+    SegmentWriter w(tmp.path());
+    for (int round = 0; round < 2; ++round) {
+      MeteredSemaphore sem(2, Component::kResourcesServer, "stuck", std::nullopt, std::nullopt, w);
+      for (int i = 0; i < 5 + round; ++i) SemaphoreGuard hold(sem);
+    }
+    return 0;
+  });
+  EXPECT_EQ(testing::wait_exit(writer), 0);
+  RegistryReader reader(tmp.path());
+  EXPECT_EQ(admissions(reader.snapshot(), kStuck), 11u) << "5 + 6, from the folded totals";
+  // In a live process: read only after the semaphore went, then again
+  // once its record counts on in a new one.
+  SegmentWriter w(tmp.path());
+  {
+    MeteredSemaphore sem(2, Component::kResourcesServer, "stuck", std::nullopt, std::nullopt, w);
+    for (int i = 0; i < 4; ++i) SemaphoreGuard hold(sem);
+  }
+  EXPECT_EQ(admissions(reader.snapshot(), kStuck), 15u);
+  MeteredSemaphore sem(2, Component::kResourcesServer, "stuck", std::nullopt, std::nullopt, w);
+  for (int i = 0; i < 2; ++i) SemaphoreGuard hold(sem);
+  EXPECT_EQ(admissions(reader.snapshot(), kStuck), 17u);
+  EXPECT_EQ(reader.snapshot().stats.counter_resets_total, 0u);
+}
+
 // gym_concurrency_hold_seconds_total, in seconds (the writer counts
 // nanoseconds and the series' divisor says so).
 double held_seconds(const Snapshot& snap, const Labels& labels) {

@@ -188,10 +188,12 @@
 // thread of the process at a time (handed out and back with an atomic
 // bitmap), which adds with a plain load and store, no read-modify-write;
 // lane 0 is shared (an atomic add) by threads beyond the lanes. An ages record is an instance's,
-// like a gauge: released (all words zeroed) and reused the same way, dropped when its owner is
-// gone. Its count of beginnings is a counter: folded into the totals when the record is released or
-// its owner is gone, and in a forked child's copy it starts from zero (the child's copy is not
-// exported as in progress, as for gauges, but what the child begins in it is counted).
+// like a gauge: released and reused the same way, its words in progress (0..kAgeSlots) zeroed
+// each time, its lanes kept. Its count of beginnings is a counter: read from a live, inherited or
+// released record alike, it goes on counting in a reused one, is folded into the totals when its
+// owner is gone, and in a forked child's copy it starts from zero (the child's copy is not
+// exported as in progress, as for gauges, but what the child begins in it is counted). Writers
+// of earlier builds zeroed the lanes too at release: a reader takes that for a reset.
 //
 // Versions. 2 added kRecordInherited and the reservation rule; the layout is
 // that of 1. 3 added kAges records. 4 added native buckets to histograms

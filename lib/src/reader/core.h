@@ -282,7 +282,6 @@ class ReaderCore {
   int32_t intern(const segment::Record& rec, std::string* why);
   bool read_values(Segment& s, bool gone, uint32_t* count);
   void read_segment(Segment& s, bool gauges);
-  void release_ages(Segment& s, const Segment::Entry& e, int64_t now);
   void add_in_progress(const Segment::Entry& e, const uint64_t* cur, Accumulator& acc, int64_t now);
   void add_gauge(const Segment& s, const Segment::Entry& e, const uint64_t* cur, Accumulator& acc,
                  int64_t now, bool& declared);

@@ -137,20 +137,6 @@ void ReaderCore::damage(Segment& s, const std::string& why) {
                                "): its last values are kept, it is not read again");
 }
 
-// A released ages record's count of beginnings (a counter) goes to the
-// totals, once.
-void ReaderCore::release_ages(Segment& s, const Segment::Entry& e, int64_t now) {
-  uint64_t* last = s.last.data() + e.last;
-  if (*last == 0) return;
-  Accumulator& ret = values_.retired(e.id);
-  ret.counter = sat_add(ret.counter, *last);
-  ret.note_created(s.created_ns);
-  ret.present = true;
-  *last = 0;
-  totals_dirty_ = true;
-  series_.last_change(e.id) = now;
-}
-
 // A live ages record's callers in progress: word 0 and the slots in use;
 // the oldest start is the smallest ticket.
 void ReaderCore::add_in_progress(const Segment::Entry& e, const uint64_t* cur, Accumulator& acc,
@@ -245,10 +231,11 @@ void ReaderCore::read_segment(Segment& s, bool gauges) {
     const uint32_t state = scratch_states_[j];
     const uint64_t* cur = scratch_.data() + e.scratch;
     const bool ages = e.kind == SeriesKind::kAges;
-    if (ages && state != segment::kRecordLive && state != segment::kRecordInherited) {
-      release_ages(s, e, now);
+    // A released ages record keeps its count of beginnings (a counter); an
+    // earlier build's writer zeroed it, which reads as a reset: folded then.
+    if (ages && state != segment::kRecordLive && state != segment::kRecordInherited &&
+        state != segment::kRecordReleased)
       continue;
-    }
     if (!ages && state != segment::kRecordLive) continue;
     if (e.kind == SeriesKind::kGauge) {  // a gauge is not folded: none made for it
       if (gauges) add_gauge(s, e, cur, values_.live(e.id), now, declared);
