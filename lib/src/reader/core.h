@@ -4,7 +4,9 @@
 //
 //   reader.cc        the reader's life, the directory lock, a snapshot's steps,
 //                    the samples it hands out
-//   listing.cc       the set of segments: listing, opening, markers, rejection
+//   segment.h        a segment as the reader holds it
+//   segment_set.h    the directory's files: listing, opening, markers,
+//                    rejection, folded names (SegmentSet); who is trusted
 //   series.cc        records validated and interned; segments retired; expiry
 //   record_copies.h  a segment's new records copied out
 //   series_table.h   the series table (ids, identity keys, order)
@@ -63,6 +65,8 @@
 #include "reader/accumulators.h"
 #include "reader/histograms.h"
 #include "reader/limits.h"
+#include "reader/segment.h"
+#include "reader/segment_set.h"
 #include "reader/series_table.h"
 #include "reader/totals_file.h"
 
@@ -77,11 +81,6 @@ inline constexpr int kConsistentReadAttempts = 16;
 
 inline constexpr int32_t kInvalid = -2;
 inline constexpr int32_t kOverLimit = -3;
-// Layout sizes a header may declare; anything larger is not ours.
-inline constexpr uint64_t kMaxSegmentBytes = uint64_t{1} << 30;
-// A named temporary (only where O_TMPFILE is unsupported) older than this,
-// and unlocked, was left by a writer that died while creating it.
-inline constexpr time_t kStaleTempSeconds = 60;
 // A totals file larger than this is not ours.
 inline constexpr off_t kMaxTotalsBytes = off_t{64} << 20;
 inline constexpr const char* kTotalsTemp = ".exporter-totals.new";
@@ -92,11 +91,6 @@ inline constexpr const char* kTotalsTemp = ".exporter-totals.new";
 inline constexpr int64_t kNotYetServed = INT64_MAX;
 // What a folding writer writes before its pid in the lock file.
 inline constexpr const char* kFolderTag = "fold ";
-
-inline bool ends_with(const std::string& s, const char* suffix) {
-  size_t n = std::strlen(suffix);
-  return s.size() >= n && s.compare(s.size() - n, n, suffix) == 0;
-}
 
 inline int64_t now_ns() {
   timespec ts{};
@@ -178,91 +172,7 @@ class ReaderCore {
   const Snapshot& last_snapshot() const { return snapshot_; }
   const std::string& dir() const { return dir_; }
 
-  // A segment as the reader holds it.
-  struct Segment {
-    std::string name;
-    ino_t ino = 0;
-    int fd = -1;
-    const unsigned char* base = nullptr;
-    uint64_t size = 0;
-    uint32_t version = 0;
-    uint32_t max_records = 0;
-    uint32_t value_lines = 0;
-    uint32_t record_bytes = 0;  // 32 from version 7, 1024 before
-    uint64_t records_offset = 0;
-    uint64_t strings_offset = 0;  // version 7
-    uint32_t string_bytes = 0;    // version 7
-    uint64_t values_offset = 0;
-    pid_t pid = 0;
-    uint64_t start_ticks = 0;
-    uint64_t pid_ns = 0;     // the owner's pid namespace (0: not recorded)
-    int64_t created_ns = 0;  // the header's created_unix_ns: when its counting began
-    uint8_t boot_id[16] = {};
-    uint64_t dropped = 0;  // the header's dropped_series, last read
-    uint32_t parsed = 0;   // records [0, parsed) examined
-    // The valid records, with their validated metadata: nothing is read from
-    // shared memory twice to decide where a value lives.
-    struct Entry {
-      uint32_t record;
-      uint32_t id;
-      uint32_t value_line;
-      SeriesKind kind;
-      uint8_t shards;
-      uint8_t bound_count;
-      uint16_t native_words;
-      uint32_t scratch;  // first word in the copied values
-      uint32_t last;     // first word in `last`
-    };
-    std::vector<Entry> entries;
-    uint32_t scratch_words = 0;
-    // Counters and histograms as last read (histograms: the shards' buckets,
-    // then the sum), to see a reset and to fold what was seen on damage.
-    std::vector<uint64_t> last;
-    bool listed = false;
-    bool damaged = false;
-    bool dead = false;  // read only: owner gone, left for the retiring reader
-
-    const Header* header() const { return reinterpret_cast<const Header*>(base); }
-    // Its layout and its owner, from its header (validated).
-    void take_layout(const Header& h) {
-      version = h.format_version;
-      max_records = h.max_records;
-      value_lines = h.value_lines;
-      record_bytes = h.record_bytes;
-      records_offset = h.records_offset;
-      strings_offset = h.strings_offset;
-      string_bytes = h.string_bytes;
-      values_offset = h.values_offset;
-    }
-    void take_owner(const Header& h) {
-      pid = h.owner_pid;
-      start_ticks = h.owner_start_ticks;
-      pid_ns = h.owner_pid_ns;
-      created_ns = h.created_unix_ns > uint64_t(INT64_MAX) ? 0 : int64_t(h.created_unix_ns);
-      std::memcpy(boot_id, h.owner_boot_id, sizeof boot_id);
-    }
-    // Record i's head: its state and exemplar_line are read from the
-    // mapping (they change); a Record's first bytes in every version.
-    const segment::RecordHead* record(uint32_t i) const {
-      return reinterpret_cast<const segment::RecordHead*>(base + records_offset +
-                                                          uint64_t{i} * record_bytes);
-    }
-    const uint64_t* line(uint32_t l) const {
-      return reinterpret_cast<const uint64_t*>(base + values_offset +
-                                               uint64_t{l} * segment::kLineBytes);
-    }
-    ~Segment() {
-      if (base != nullptr) ::munmap(const_cast<unsigned char*>(base), size);
-      if (fd >= 0) ::close(fd);
-    }
-  };
-
  private:
-  struct Marker {
-    int fd = -1;
-    ino_t ino = 0;
-    bool listed = false;
-  };
   bool open_dir();
   void follow_holders_totals();
   void retire_gone_owners();
@@ -270,14 +180,6 @@ class ReaderCore {
   bool try_lock(std::string* why);
   // Mode::kFold's snapshot: exited writers folded while the lock is free.
   const Snapshot& fold_snapshot();
-  void list_directory();
-  bool known(const std::string& name, ino_t ino);
-  void forget_unlisted();
-  void open_fresh(const std::vector<std::pair<std::string, ino_t>>& fresh);
-  void open_segment(const std::string& name, ino_t ino);
-  void open_marker(const std::string& name, ino_t ino);
-  void check_markers();
-  bool owner_alive(const Segment& s) const;
   void parse_new_records(Segment& s, uint32_t count);
   int32_t intern(const segment::Record& rec, std::string* why);
   bool read_values(Segment& s, bool gone, uint32_t* count);
@@ -290,31 +192,25 @@ class ReaderCore {
   void fold_last(Segment& s);
   void damage(Segment& s, const std::string& why);
   void retire(Segment& s);
-  using SegmentMap = std::unordered_map<std::string, std::unique_ptr<Segment>>;
-  SegmentMap::iterator drop_segment(SegmentMap::iterator it);
-  void reject(const std::string& name, ino_t ino, const std::string& why);
-  void read_error(const std::string& name, ino_t ino, const std::string& what);
-  void cleanup_stale_temp(const std::string& name);
+  void list_directory();
+  SegmentSet::Map::iterator drop_segment(SegmentSet::Map::iterator it);
   void load_totals(bool adopt_folded);
   bool read_totals_file(int fd, detail::Totals& t, std::string& why);
-  void adopt_folded_names(const detail::Totals& t, bool own);
   void persist_totals();
   void expire_series(int64_t now_ns);
   void build_output();
-  bool trusted(uid_t owner);
 
   std::string dir_;
   ReaderOptions options_;
-  bool default_trust_;
+  Trust trust_;
   int dir_fd_ = -1;
   int lock_fd_ = -1;
   bool lock_refused_ = false;  // reported once
   bool holder_folds_ = false;  // the last refusal's holder is a folding writer
-  SegmentMap segments_;
-  std::unordered_map<std::string, Marker> markers_;
-  std::unordered_map<std::string, ino_t> rejected_;     // name -> inode counted
-  std::unordered_map<std::string, ino_t> read_failed_;  // name -> inode reported
-  std::vector<std::string> listed_;                     // scratch
+  Snapshot snapshot_;
+
+  // The directory's files: segments, markers, those skipped (segment_set.h).
+  SegmentSet segments_{dir_, trust_, snapshot_};
 
   // Series, by id (series_table.h).
   SeriesTable series_;
@@ -333,11 +229,8 @@ class ReaderCore {
   std::vector<uint32_t> scratch_states_;
   std::vector<ReadOutcome> scratch_outcomes_;  // by entry: how its values were read
 
-  // Totals: folded segments whose files are kept until the totals that hold
-  // them are written (name -> inode; a read-only reader's: folded into its
-  // own totals, skipped while the file stays); whether the totals changed since.
-  std::unordered_map<std::string, ino_t> folded_pending_;
-  std::unordered_set<std::string> folded_by_owner_;  // read only: the holder's
+  // Totals: whether they changed since written (the folded segments whose
+  // files wait for them are the SegmentSet's).
   bool totals_dirty_ = false;
   bool totals_error_reported_ = false;
   struct stat_key {
@@ -346,8 +239,6 @@ class ReaderCore {
     off_t size = 0;
     bool operator==(const stat_key&) const = default;
   } totals_seen_;
-
-  Snapshot snapshot_;
 };
 
 }  // namespace reader_internal

@@ -9,16 +9,12 @@ namespace gym {
 using namespace reader_internal;  // NOLINT: the reader's own parts, in this file
 
 ReaderCore::ReaderCore(std::string dir, ReaderOptions options)
-    : dir_(std::move(dir)),
-      options_(std::move(options)),
-      default_trust_(options_.trusted_uids.empty()) {
+    : dir_(std::move(dir)), options_(std::move(options)), trust_(options_.trusted_uids) {
   detail::install_fault_handler();
   snapshot_.reader_started_unix_ns = now_ns();
 }
 
 ReaderCore::~ReaderCore() {
-  segments_.clear();
-  for (auto& [name, m] : markers_) ::close(m.fd);
   if (lock_fd_ >= 0) ::close(lock_fd_);
   if (dir_fd_ >= 0) ::close(dir_fd_);
 }
@@ -48,18 +44,6 @@ const Snapshot& RegistryReader::last_snapshot() const {
 }
 const std::string& RegistryReader::dir() const {
   return core_->dir();
-}
-
-bool ReaderCore::trusted(uid_t owner) {
-  if (default_trust_) {
-    // The directory's owner (looked up each time: it may be made later) and
-    // our own effective user.
-    struct stat st {};
-    if (owner == ::geteuid()) return true;
-    return dir_fd_ >= 0 && ::fstat(dir_fd_, &st) == 0 && st.st_uid == owner;
-  }
-  const auto& t = options_.trusted_uids;
-  return std::find(t.begin(), t.end(), owner) != t.end();
 }
 
 // ---------------------------------------------------------------- the lock
@@ -107,8 +91,7 @@ bool ReaderCore::try_lock(std::string* why) {
   lock_fd_ = fd;
   // Take over from read-only state: the totals are the file's now.
   values_.drop_retired();
-  folded_by_owner_.clear();
-  folded_pending_.clear();  // folded while reading only: read again, into the file's totals
+  segments_.forget_folded();  // folded while reading only: read again, into the file's totals
   load_totals(/*adopt_folded=*/true);
   return true;
 }
@@ -140,7 +123,7 @@ const Snapshot& ReaderCore::fold_snapshot() {
   if (!open_dir() || (!retiring() && !try_lock(&why))) return snapshot_;
   list_directory();
   retire_gone_owners();
-  check_markers();
+  segments_.check_markers(dir_fd_, retiring());
   if (totals_dirty_) persist_totals();
   // The directory's size now (on tmpfs, 20 bytes an entry) beside our pid,
   // for the next writer to tell how much it grew since (writer/folding.h).
@@ -179,7 +162,7 @@ const Snapshot& ReaderCore::snapshot() {
   list_directory();
   retire_gone_owners();
   read_live_segments();
-  check_markers();
+  segments_.check_markers(dir_fd_, retiring());
   expire_series(now);
   if (retiring() && totals_dirty_) persist_totals();
   if (struct stat st{};
@@ -201,10 +184,25 @@ void ReaderCore::follow_holders_totals() {
   if (seen == totals_seen_) return;
   values_.drop_retired();
   retired_dropped_ = 0;
-  folded_by_owner_.clear();
-  folded_pending_.clear();
+  segments_.forget_folded();
   if (seen.ino != 0) load_totals(/*adopt_folded=*/false);
   totals_seen_ = seen;
+}
+
+// The directory listed (segments_ says how); a segment whose name has a new
+// file is the old one's end: retired (by the retiring reader) and let go of.
+void ReaderCore::list_directory() {
+  segments_.unlist();
+  if (!open_dir()) {
+    snapshot_.directory_error = "cannot open " + dir_ + ": " + std::strerror(errno);
+    return;
+  }
+  std::vector<std::unique_ptr<Segment>> replaced;
+  segments_.list(dir_fd_, retiring(), replaced);
+  for (std::unique_ptr<Segment>& s : replaced) {
+    if (retiring()) retire(*s);
+    for (const Segment::Entry& e : s->entries) --series_.refs(e.id);
+  }
 }
 
 // Owners that are gone: their counters and histograms are folded in once
@@ -213,7 +211,8 @@ void ReaderCore::follow_holders_totals() {
 // totals and skips the files while they stay (a dead owner's values no
 // longer change), until the holder's totals change.
 void ReaderCore::retire_gone_owners() {
-  for (auto it = segments_.begin(); it != segments_.end();) {
+  SegmentSet::Map& open = segments_.open();
+  for (auto it = open.begin(); it != open.end();) {
     Segment& s = *it->second;
     const bool removed = !s.listed && snapshot_.directory_error.empty();
     const bool alive = !removed && owner_alive(s);
@@ -233,7 +232,7 @@ void ReaderCore::read_live_segments() {
   uint64_t live = 0;
   uint64_t dropped = 0;
   limits_.begin();
-  for (auto& [name, seg] : segments_) {
+  for (auto& [name, seg] : segments_.open()) {
     read_segment(*seg, /*gauges=*/!seg->dead);
     dropped = sat_add(dropped, seg->dropped);
     if (seg->dead) continue;

@@ -198,19 +198,19 @@ void ReaderCore::retire(Segment& s) {
   retired_dropped_ = sat_add(retired_dropped_, s.dropped);
   if (!retiring()) {
     // Read only: skipped while its file stays (list_directory).
-    folded_pending_[s.name] = s.ino;
+    segments_.fold(s.name, s.ino);
     return;
   }
   ++snapshot_.stats.retired_segments_total;
   totals_dirty_ = true;
   struct stat st {};
   if (::fstatat(dir_fd_, s.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == s.ino)
-    folded_pending_[s.name] = s.ino;
+    segments_.fold(s.name, s.ino);
 }
 
 // Forgets an open segment (and its records' references to series); returns
 // the next one.
-ReaderCore::SegmentMap::iterator ReaderCore::drop_segment(SegmentMap::iterator it) {
+SegmentSet::Map::iterator ReaderCore::drop_segment(SegmentSet::Map::iterator it) {
   for (const Segment::Entry& e : it->second->entries) --series_.refs(e.id);
   return segments_.erase(it);
 }

@@ -39,7 +39,7 @@ bool ReaderCore::read_totals_file(int fd, detail::Totals& t, std::string& why) {
     why = "not a regular file of a sensible size";
     return false;
   }
-  if (!trusted(st.st_uid)) {
+  if (!trust_(st.st_uid, dir_fd_)) {
     why = "owned by untrusted user " + std::to_string(st.st_uid);
     return false;
   }
@@ -64,7 +64,7 @@ void ReaderCore::load_totals(bool adopt_folded) {
   int fd = ::openat(dir_fd_, kTotalsFile, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     totals_seen_ = {};
-    if (errno != ENOENT) read_error(kTotalsFile, 0, "cannot open");
+    if (errno != ENOENT) segments_.read_error(kTotalsFile, 0, "cannot open");
     return;
   }
   std::string why;
@@ -101,33 +101,24 @@ void ReaderCore::load_totals(bool adopt_folded) {
     series_.last_change(uint32_t(id)) = first_served ? now_ns() : s.last_change_ns;
     served_now = served_now || first_served;
   }
-  adopt_folded_names(t, adopt_folded);
+  // The segments the totals say are folded: the holder's own (folded before
+  // its last writer stopped, not yet removed: kept until written again), or,
+  // read only, the holder's, skipped while their files stay.
+  if (adopt_folded) {
+    segments_.adopt_existing(t.folded, dir_fd_);
+    totals_dirty_ = segments_.any_folded();
+  } else {
+    segments_.adopt_holders(t.folded);
+  }
   // The holder writes when their TTL began, so that a restart keeps it.
   if (adopt_folded && served_now) totals_dirty_ = true;
-}
-
-// The segments the totals say are folded: the holder's own (folded before
-// its last writer stopped, not yet removed: kept until written again), or,
-// read only, the holder's, skipped while their files stay.
-void ReaderCore::adopt_folded_names(const detail::Totals& t, bool own) {
-  if (!own) {
-    folded_by_owner_.clear();
-    folded_by_owner_.insert(t.folded.begin(), t.folded.end());
-    return;
-  }
-  for (const std::string& name : t.folded) {
-    struct stat seg {};
-    if (::fstatat(dir_fd_, name.c_str(), &seg, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(seg.st_mode))
-      folded_pending_[name] = seg.st_ino;
-  }
-  totals_dirty_ = !folded_pending_.empty();
 }
 
 void ReaderCore::persist_totals() {
   detail::Totals t;
   detail::read_boot_id(t.boot_id.data());
   t.dropped_series = retired_dropped_;
-  for (const auto& [name, ino] : folded_pending_) t.folded.push_back(name);
+  t.folded = segments_.folded_names();
   for (size_t id = 0; id < series_.size(); ++id) {
     const Accumulator& acc = values_.retired_or_none(uint32_t(id));
     if (!series_.info(id) || !acc.present) continue;
@@ -174,13 +165,7 @@ void ReaderCore::persist_totals() {
   }
   totals_error_reported_ = false;
   totals_dirty_ = false;
-  // Now that the totals hold them, the folded segments may go.
-  for (const auto& [name, ino] : folded_pending_) {
-    struct stat st {};
-    if (::fstatat(dir_fd_, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && st.st_ino == ino)
-      ::unlinkat(dir_fd_, name.c_str(), 0);
-  }
-  folded_pending_.clear();
+  segments_.remove_folded(dir_fd_);  // the totals hold them now
 }
 
 }  // namespace gym::reader_internal

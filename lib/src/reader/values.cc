@@ -17,7 +17,7 @@ uint32_t count_total(SeriesKind kind, const uint64_t* cur, uint64_t* out) {
   return 1;
 }
 
-HistogramShape shape_of(const ReaderCore::Segment& s, const ReaderCore::Segment::Entry& e) {
+HistogramShape shape_of(const Segment& s, const Segment::Entry& e) {
   return {s.version, e.shards, e.bound_count, e.native_words};
 }
 }  // namespace
