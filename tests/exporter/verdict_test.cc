@@ -196,6 +196,27 @@ TEST(Verdict, AnOperationThatWaitsLongerThanItRunsIsAnEntryUnlessItsServerHasAFu
   EXPECT_TRUE(v.entries.empty()) << "it waits a third of its run time";
 }
 
+TEST(Verdict, AnOperationAndALimitFirstSeenInTheWindowAreJudgedOnAllTheirCounts) {
+  // Absent from the first View (its process started after it): everything
+  // its histograms and counters hold was counted in the window.
+  const Verdict v =
+      verdict(window(11,
+                     [](int i, View& view) {
+                       if (i == 0) return;
+                       view.operations = {operation(3, 1, 3.0 * i, 1.0 * i, uint64_t(2 * i))};
+                       view.limits = {limit("code", 2, 2, 2)};
+                       view.limits[0].admissions_total = uint64_t(4 * i);
+                     }),
+              {});
+  ASSERT_EQ(v.entries.size(), 2u);
+  const VerdictEntry& op = v.entries[0].place == "operation" ? v.entries[0] : v.entries[1];
+  EXPECT_EQ(op.cause, "queue_dominates");
+  EXPECT_DOUBLE_EQ(evidence(op, "queue_over_run"), 3);
+  EXPECT_DOUBLE_EQ(evidence(op, "finished_per_second"), 2);
+  const VerdictEntry& lim = v.entries[0].place == "limit" ? v.entries[0] : v.entries[1];
+  EXPECT_DOUBLE_EQ(evidence(lim, "admissions_per_second"), 4);
+}
+
 TEST(Verdict, OneViewJudgesByItsGaugesAlone) {
   View now;
   now.limits = {limit("math", 4, 4, 6)};

@@ -92,11 +92,14 @@ std::optional<Condition> condition(const Window& w, const ServerView& now, const
   return c;
 }
 
-// A limit's rates over the window (none in a window of one View).
+// A limit's rates over the window (none in a window of one View; since
+// zero for a limit first seen in it).
 void limit_rates(const Window& w, const LimitView& now, Evidence& e) {
   const double t = w.seconds();
-  const LimitView* was = row_with_key(w.first.limits, now.key());
-  if (t <= 0 || was == nullptr) return;
+  if (t <= 0) return;
+  const LimitView* first = row_with_key(w.first.limits, now.key());
+  const LimitView none;
+  const LimitView* was = first != nullptr ? first : &none;
   const double admitted =
       double(now.admissions_total - std::min(now.admissions_total, was->admissions_total));
   e.emplace_back("admissions_per_second", admitted / t);
@@ -115,9 +118,9 @@ void limit_rates(const Window& w, const LimitView& now, Evidence& e) {
                  double(now.admission_cancelled_total -
                         std::min(now.admission_cancelled_total, was->admission_cancelled_total)) /
                      t);
-  if (now.hold_seconds_total && was->hold_seconds_total && admitted > 0)
+  if (now.hold_seconds_total && (first == nullptr || was->hold_seconds_total) && admitted > 0)
     e.emplace_back("hold_mean_seconds",
-                   (*now.hold_seconds_total - *was->hold_seconds_total) / admitted);
+                   (*now.hold_seconds_total - was->hold_seconds_total.value_or(0)) / admitted);
 }
 
 void limit_entries(const Window& w, const VerdictRules& r, std::vector<VerdictEntry>& out) {
@@ -143,23 +146,23 @@ void limit_entries(const Window& w, const VerdictRules& r, std::vector<VerdictEn
   }
 }
 
-// Queue time over run time: the durations' increases over the window
-// (infinite when it waited and ran nothing); in a window of one View, by
-// Little's law the mean queued over the mean active (the same arrivals wait
-// and then run).
+// Queue time over run time: the durations' increases over the window (all
+// of them for an operation first seen in it; infinite when it waited and
+// ran nothing); in a window of one View, by Little's law the mean queued
+// over the mean active (the same arrivals wait and then run).
 double queue_over_run(const Window& w, const OperationView& now, double queued, double active,
                       Evidence& e) {
-  const OperationView* was = row_with_key(w.first.operations, now.key());
-  double queue_s = 0, run_s = 0, finished = 0;
   if (w.seconds() <= 0) return active > 0 ? queued / active : (queued > 0 ? kNever : 0);
-  if (was != nullptr) {
-    queue_s = now.queue_duration.minus(was->queue_duration).sum;
-    for (const auto& [outcome, h] : now.duration) {
-      auto it = was->duration.find(outcome);
-      const HistogramView d = it == was->duration.end() ? h : h.minus(it->second);
-      run_s += d.sum;
-      finished += double(d.count);
-    }
+  const OperationView* first = row_with_key(w.first.operations, now.key());
+  const OperationView none;
+  const OperationView& was = first != nullptr ? *first : none;
+  double run_s = 0, finished = 0;
+  const double queue_s = now.queue_duration.minus(was.queue_duration).sum;
+  for (const auto& [outcome, h] : now.duration) {
+    auto it = was.duration.find(outcome);
+    const HistogramView d = it == was.duration.end() ? h : h.minus(it->second);
+    run_s += d.sum;
+    finished += double(d.count);
   }
   e.emplace_back("finished_per_second", finished / w.seconds());
   if (finished > 0) {
