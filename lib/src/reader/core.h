@@ -16,6 +16,7 @@
 //   limits.h         the limits: their series joined once (LimitTable)
 //   totals.cc        folded totals: loading and persisting them
 //   totals_file.h    the totals file's format
+//   totals_store.h   the totals file read, checked and written (TotalsFile)
 //
 // A file's life in the reader. Each snapshot lists the directory; a name it
 // has not seen (or the same name on a new inode) is examined once:
@@ -69,6 +70,7 @@
 #include "reader/segment_set.h"
 #include "reader/series_table.h"
 #include "reader/totals_file.h"
+#include "reader/totals_store.h"
 
 #include "gym/registry_reader.h"
 
@@ -81,9 +83,6 @@ inline constexpr int kConsistentReadAttempts = 16;
 
 inline constexpr int32_t kInvalid = -2;
 inline constexpr int32_t kOverLimit = -3;
-// A totals file larger than this is not ours.
-inline constexpr off_t kMaxTotalsBytes = off_t{64} << 20;
-inline constexpr const char* kTotalsTemp = ".exporter-totals.new";
 // A series' last change in the totals when a folding writer folded it and
 // no serving reader has had it since: such a reader starts its
 // retired_series_ttl when it loads it (so that what writers counted while no
@@ -195,7 +194,6 @@ class ReaderCore {
   void list_directory();
   SegmentSet::Map::iterator drop_segment(SegmentSet::Map::iterator it);
   void load_totals(bool adopt_folded);
-  bool read_totals_file(int fd, detail::Totals& t, std::string& why);
   void persist_totals();
   void expire_series(int64_t now_ns);
   void build_output();
@@ -233,12 +231,7 @@ class ReaderCore {
   // files wait for them are the SegmentSet's).
   bool totals_dirty_ = false;
   bool totals_error_reported_ = false;
-  struct stat_key {
-    ino_t ino = 0;
-    int64_t mtime_ns = 0;
-    off_t size = 0;
-    bool operator==(const stat_key&) const = default;
-  } totals_seen_;
+  TotalsFile totals_file_;  // its reads and writes (totals_store.h)
 };
 
 }  // namespace reader_internal

@@ -177,16 +177,12 @@ const Snapshot& ReaderCore::snapshot() {
 // A read-only reader follows the retiring reader's totals when they change:
 // what it folded itself is read again beside them.
 void ReaderCore::follow_holders_totals() {
-  struct stat st {};
-  stat_key seen{};
-  if (::fstatat(dir_fd_, kTotalsFile, &st, AT_SYMLINK_NOFOLLOW) == 0)
-    seen = {st.st_ino, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec, st.st_size};
-  if (seen == totals_seen_) return;
+  bool present = false;
+  if (!totals_file_.changed(dir_fd_, present)) return;
   values_.drop_retired();
   retired_dropped_ = 0;
   segments_.forget_folded();
-  if (seen.ino != 0) load_totals(/*adopt_folded=*/false);
-  totals_seen_ = seen;
+  if (present) load_totals(/*adopt_folded=*/false);
 }
 
 // The directory listed (segments_ says how); a segment whose name has a new

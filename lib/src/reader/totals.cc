@@ -25,53 +25,13 @@ Record record_of(const detail::TotalsSeries& s) {
 }
 }  // namespace
 
-// The totals file read and checked (a regular file of a sensible size, of
-// a trusted owner, in the format, of this boot) into `t`; false with why.
-bool ReaderCore::read_totals_file(int fd, detail::Totals& t, std::string& why) {
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    why = "not a regular file of a sensible size";
-    return false;
-  }
-  totals_seen_ = {st.st_ino, int64_t{st.st_mtim.tv_sec} * 1000000000 + st.st_mtim.tv_nsec,
-                  st.st_size};
-  if (!S_ISREG(st.st_mode) || st.st_size > kMaxTotalsBytes) {
-    why = "not a regular file of a sensible size";
-    return false;
-  }
-  if (!trust_(st.st_uid, dir_fd_)) {
-    why = "owned by untrusted user " + std::to_string(st.st_uid);
-    return false;
-  }
-  std::string text(size_t(st.st_size), '\0');
-  size_t got = 0;
-  while (got < text.size()) {
-    ssize_t n = ::pread(fd, text.data() + got, text.size() - got, off_t(got));
-    if (n <= 0) break;
-    got += size_t(n);
-  }
-  text.resize(got);
-  if (!detail::decode_totals(text, t, &why)) return false;
-  uint8_t boot[16] = {};
-  if (detail::read_boot_id(boot) && std::memcmp(boot, t.boot_id.data(), 16) != 0) {
-    why = "written before the host last booted";
-    return false;
-  }
-  return true;
-}
-
 void ReaderCore::load_totals(bool adopt_folded) {
-  int fd = ::openat(dir_fd_, kTotalsFile, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) {
-    totals_seen_ = {};
-    if (errno != ENOENT) segments_.read_error(kTotalsFile, 0, "cannot open");
-    return;
-  }
   std::string why;
   detail::Totals t;
-  const bool ok = read_totals_file(fd, t, why);
-  ::close(fd);
-  if (!ok) {
+  const TotalsFile::Read read = totals_file_.read(dir_fd_, trust_, t, why);
+  if (read == TotalsFile::Read::kCannotOpen) segments_.read_error(kTotalsFile, 0, "cannot open");
+  if (read == TotalsFile::Read::kAbsent || read == TotalsFile::Read::kCannotOpen) return;
+  if (read == TotalsFile::Read::kRefused) {
     ++snapshot_.stats.rejected_files_total;
     snapshot_.problems.push_back("ignored folded totals in " + dir_ + "/" + kTotalsFile + ": " +
                                  why + "; counters of exited writers start from zero");
@@ -138,23 +98,8 @@ void ReaderCore::persist_totals() {
     s.created_ns = acc.created_unknown ? 0 : acc.created_ns;
     t.series.push_back(std::move(s));
   }
-  const std::string text = detail::encode_totals(t);
-  int fd =
-      ::openat(dir_fd_, kTotalsTemp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  bool ok = fd >= 0;
-  size_t put = 0;
-  while (ok && put < text.size()) {
-    ssize_t n = ::write(fd, text.data() + put, text.size() - put);
-    if (n <= 0) ok = false;
-    put += n > 0 ? size_t(n) : 0;
-  }
-  const int saved = errno;
-  if (ok) ok = ::fsync(fd) == 0;
-  if (fd >= 0 && ::close(fd) != 0) ok = false;
-  if (ok) ok = ::renameat(dir_fd_, kTotalsTemp, dir_fd_, kTotalsFile) == 0;
-  if (!ok) {
-    const int err = errno != 0 ? errno : saved;
-    ::unlinkat(dir_fd_, kTotalsTemp, 0);
+  if (!totals_file_.write(dir_fd_, t)) {
+    const int err = errno;
     ++snapshot_.stats.totals_write_errors_total;
     if (!totals_error_reported_)
       snapshot_.problems.push_back("cannot write folded totals to " + dir_ + "/" + kTotalsFile +
