@@ -1,16 +1,19 @@
 // What the registry reader's files (reader/*.cc) share: ReaderCore, the
 // reader behind RegistryReader's installed interface (gym/registry_reader.h),
-// the segment as it holds one, and small helpers. Not installed.
+// a thin owner of the typed parts below, and small helpers. Not installed.
 //
 //   reader.cc        the reader's life, the directory lock, a snapshot's steps,
 //                    the samples it hands out
 //   segment.h        a segment as the reader holds it
 //   segment_set.h    the directory's files: listing, opening, markers,
 //                    rejection, folded names (SegmentSet); who is trusted
-//   series.cc        records validated and interned; segments retired; expiry
+//   reading.h        a segment's records and values read (SegmentReading)
+//   series.cc        records validated and interned (SegmentReading); segments
+//                    retired; expiry
+//   values.cc        a segment's values, exemplars, resets, ages, gauges,
+//                    damage (SegmentReading)
 //   record_copies.h  a segment's new records copied out
 //   series_table.h   the series table (ids, identity keys, order)
-//   values.cc        a segment's values, exemplars, resets, ages, gauges, damage
 //   accumulators.h   each series' sums, live and retired (SeriesValues)
 //   histograms.h     a histogram's values, one layout reader a format family
 //   limits.h         the limits: their series joined once (LimitTable)
@@ -66,6 +69,7 @@
 #include "reader/accumulators.h"
 #include "reader/histograms.h"
 #include "reader/limits.h"
+#include "reader/reading.h"
 #include "reader/segment.h"
 #include "reader/segment_set.h"
 #include "reader/series_table.h"
@@ -179,17 +183,6 @@ class ReaderCore {
   bool try_lock(std::string* why);
   // Mode::kFold's snapshot: exited writers folded while the lock is free.
   const Snapshot& fold_snapshot();
-  void parse_new_records(Segment& s, uint32_t count);
-  int32_t intern(const segment::Record& rec, std::string* why);
-  bool read_values(Segment& s, bool gone, uint32_t* count);
-  void read_segment(Segment& s, bool gauges);
-  void add_in_progress(const Segment::Entry& e, const uint64_t* cur, Accumulator& acc, int64_t now);
-  void add_gauge(const Segment& s, const Segment::Entry& e, const uint64_t* cur, Accumulator& acc,
-                 int64_t now, bool& declared);
-  void add_total(Segment& s, const Segment::Entry& e, const uint64_t* folded, uint32_t words,
-                 bool native_as_last, Accumulator& acc, bool into_retired, int64_t now);
-  void fold_last(Segment& s);
-  void damage(Segment& s, const std::string& why);
   void retire(Segment& s);
   void list_directory();
   SegmentSet::Map::iterator drop_segment(SegmentSet::Map::iterator it);
@@ -212,26 +205,21 @@ class ReaderCore {
 
   // Series, by id (series_table.h).
   SeriesTable series_;
-  bool over_limit_reported_ = false;
-
   // The limits (limits.h): each series' part in one, noted as it is
   // interned; their values and spread as live segments are read.
   LimitTable limits_;
-
-  void read_exemplars(const Segment& s, uint32_t id, uint32_t record, uint32_t bound_count);
   // Each series' sums, live and retired, and its exemplars (accumulators.h).
   SeriesValues values_;
   uint64_t retired_dropped_ = 0;
-  std::vector<uint64_t> scratch_;      // one segment's values, copied out
-  std::vector<char> scratch_strings_;  // one segment's string area, copied out
-  std::vector<uint32_t> scratch_states_;
-  std::vector<ReadOutcome> scratch_outcomes_;  // by entry: how its values were read
 
   // Totals: whether they changed since written (the folded segments whose
   // files wait for them are the SegmentSet's).
   bool totals_dirty_ = false;
   bool totals_error_reported_ = false;
   TotalsFile totals_file_;  // its reads and writes (totals_store.h)
+
+  // Segments' records and values into the parts above (reading.h).
+  SegmentReading reading_{{series_, values_, limits_, snapshot_, totals_dirty_, dir_, options_}};
 };
 
 }  // namespace reader_internal

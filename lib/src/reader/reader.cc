@@ -229,7 +229,7 @@ void ReaderCore::read_live_segments() {
   uint64_t dropped = 0;
   limits_.begin();
   for (auto& [name, seg] : segments_.open()) {
-    read_segment(*seg, /*gauges=*/!seg->dead);
+    reading_.read_segment(*seg, /*gauges=*/!seg->dead);
     dropped = sat_add(dropped, seg->dropped);
     if (seg->dead) continue;
     snapshot_.writers.push_back(

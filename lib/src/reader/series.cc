@@ -85,7 +85,7 @@ std::unique_ptr<SeriesInfo> series_info(const Record& rec, const RecordText& tex
 
 // The series id of a record's metadata (a copy, never shared memory),
 // interning it the first time; kInvalid with why, or kOverLimit.
-int32_t ReaderCore::intern(const Record& rec, std::string* why) {
+int32_t SegmentReading::intern(const Record& rec, std::string* why) {
   RecordText text;
   const char* bad = bad_shape(rec);
   if (bad == nullptr) bad = bad_text(rec, text);
@@ -93,24 +93,24 @@ int32_t ReaderCore::intern(const Record& rec, std::string* why) {
     *why = bad;
     return kInvalid;
   }
-  const uint64_t hash = identity_hash(rec, series_.seed());
+  const uint64_t hash = identity_hash(rec, in_.series.seed());
   const auto same = [&](const SeriesInfo& info) { return same_identity(info, rec); };
-  if (std::optional<uint32_t> id = series_.find(hash, same)) return static_cast<int32_t>(*id);
+  if (std::optional<uint32_t> id = in_.series.find(hash, same)) return static_cast<int32_t>(*id);
   std::unique_ptr<SeriesInfo> info = series_info(rec, text);
-  if (!series_.fits_its_family(*info)) {
+  if (!in_.series.fits_its_family(*info)) {
     *why = "conflicts with the kind or buckets of its family";
     return kInvalid;
   }
-  if (series_.live() >= options_.max_series) return kOverLimit;
-  const uint32_t id = series_.add(hash, std::move(info), now_ns());
-  values_.made(id);
-  limits_.note_part(id, text.parts[0], label_text(rec, text));
+  if (in_.series.live() >= in_.options.max_series) return kOverLimit;
+  const uint32_t id = in_.series.add(hash, std::move(info), now_ns());
+  in_.values.made(id);
+  in_.limits.note_part(id, text.parts[0], label_text(rec, text));
   return static_cast<int32_t>(id);
 }
 
 // Examines records [s.parsed, count): copies them out (record_copies.h),
 // validates each once, and notes where its values are.
-void ReaderCore::parse_new_records(Segment& s, uint32_t count) {
+void SegmentReading::parse_new_records(Segment& s, uint32_t count) {
   uint32_t invalid = 0;
   std::string first_problem;
   const reader_internal::RecordCopies copies(
@@ -141,18 +141,19 @@ void ReaderCore::parse_new_records(Segment& s, uint32_t count) {
       }
     }
     if (id == kOverLimit) {
-      ++snapshot_.stats.series_over_limit_total;
+      ++in_.out.stats.series_over_limit_total;
       if (!over_limit_reported_)
-        snapshot_.problems.push_back("registry.max_series (" + std::to_string(options_.max_series) +
-                                     ") reached: further series are not tracked");
+        in_.out.problems.push_back("registry.max_series (" +
+                                   std::to_string(in_.options.max_series) +
+                                   ") reached: further series are not tracked");
       over_limit_reported_ = true;
       continue;
     }
     if (id < 0) {
-      ++snapshot_.stats.invalid_records_total;
+      ++in_.out.stats.invalid_records_total;
       if (invalid++ == 0)
         first_problem =
-            "skipped record " + std::to_string(i) + " of " + dir_ + "/" + s.name + ": " + why;
+            "skipped record " + std::to_string(i) + " of " + in_.dir + "/" + s.name + ": " + why;
       continue;
     }
     Segment::Entry e{};
@@ -173,14 +174,18 @@ void ReaderCore::parse_new_records(Segment& s, uint32_t count) {
                                       : 1u;
     if (e.kind == SeriesKind::kCounter || e.kind == SeriesKind::kAges) s.last.push_back(0);
     if (e.kind == SeriesKind::kHistogram) s.last.resize(s.last.size() + hist_words, 0);
-    ++series_.refs(e.id);
+    ++in_.series.refs(e.id);
     s.entries.push_back(e);
   }
   s.parsed = std::max(s.parsed, count);
-  if (invalid > 0) snapshot_.problems.push_back(first_problem);
+  if (invalid > 0) in_.out.problems.push_back(first_problem);
   if (invalid > 1)
-    snapshot_.problems.push_back("skipped " + std::to_string(invalid - 1) +
-                                 " more invalid records of " + dir_ + "/" + s.name);
+    in_.out.problems.push_back("skipped " + std::to_string(invalid - 1) +
+                               " more invalid records of " + in_.dir + "/" + s.name);
+}
+
+void SegmentReading::series_expired() {
+  over_limit_reported_ = false;
 }
 
 // The owner is gone: keep its counters and histograms in the totals, drop
@@ -188,7 +193,7 @@ void ReaderCore::parse_new_records(Segment& s, uint32_t count) {
 // it are written; a read-only reader leaves it.
 void ReaderCore::retire(Segment& s) {
   if (!s.damaged) {
-    read_segment(s, /*gauges=*/false);
+    reading_.read_segment(s, /*gauges=*/false);
     if (!s.damaged) {
       const int64_t now = options_.mode == ReaderOptions::Mode::kFold ? kNotYetServed : now_ns();
       for (const Segment::Entry& e : s.entries)
@@ -228,7 +233,7 @@ void ReaderCore::expire_series(int64_t now) {
     ++snapshot_.stats.expired_series_total;
     totals_dirty_ = true;
   }
-  if (series_.live() < options_.max_series) over_limit_reported_ = false;
+  if (series_.live() < options_.max_series) reading_.series_expired();
 }
 
 }  // namespace gym::reader_internal

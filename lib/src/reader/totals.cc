@@ -42,7 +42,7 @@ void ReaderCore::load_totals(bool adopt_folded) {
   for (const detail::TotalsSeries& s : t.series) {
     std::string bad;
     const Record rec = record_of(s);
-    const int32_t id = intern(rec, &bad);
+    const int32_t id = reading_.intern(rec, &bad);
     if (id == kOverLimit) ++snapshot_.stats.series_over_limit_total;
     if (id < 0) continue;
     Accumulator& acc = values_.retired(uint32_t(id));

@@ -25,7 +25,7 @@ HistogramShape shape_of(const Segment& s, const Segment::Entry& e) {
 // Copies the segment's header counts, states and values out of shared memory
 // into scratch_ with aligned atomic loads (untorn), under the SIGBUS guard.
 // False when the mapping faulted (the file lost pages under us).
-bool ReaderCore::read_values(Segment& s, bool gone, uint32_t* count) {
+bool SegmentReading::read_values(Segment& s, bool gone, uint32_t* count) {
   uint32_t n = 0;
   uint64_t dropped = 0;
   if (!guarded(s.base, s.size, [&] {
@@ -58,7 +58,7 @@ bool ReaderCore::read_values(Segment& s, bool gone, uint32_t* count) {
         continue;
       }
       read_exemplars(seg, e.id, e.record, e.bound_count);
-      outcome[j] = read_histogram(shape_of(seg, e), *series_.info(e.id), line,
+      outcome[j] = read_histogram(shape_of(seg, e), *in_.series.info(e.id), line,
                                   seg.last.data() + e.last, gone, to);
     }
   });
@@ -94,13 +94,13 @@ bool read_exemplar(const segment::ExemplarSlot* slot, Exemplar& out) {
 // is as new or newer (so the newest of all processes wins). One whose value
 // is not in its bucket (a corrupt segment) or whose context is invalid is
 // not taken.
-void ReaderCore::read_exemplars(const Segment& s, uint32_t id, uint32_t record,
-                                uint32_t bound_count) {
+void SegmentReading::read_exemplars(const Segment& s, uint32_t id, uint32_t record,
+                                    uint32_t bound_count) {
   const uint32_t line = segment::load_acquire(&s.record(record)->exemplar_line);
   if (line == 0 || uint64_t{line} + bound_count + 1 > s.value_lines) return;
-  const std::vector<int64_t>& bounds = series_.info(id)->bounds;
+  const std::vector<int64_t>& bounds = in_.series.info(id)->bounds;
   if (bounds.size() != bound_count) return;
-  std::vector<Exemplar>& kept = values_.exemplars(id);
+  std::vector<Exemplar>& kept = in_.values.exemplars(id);
   for (uint32_t b = 0; b <= bound_count; ++b) {
     Exemplar x;
     const auto* slot = reinterpret_cast<const segment::ExemplarSlot*>(s.line(line + b));
@@ -113,34 +113,34 @@ void ReaderCore::read_exemplars(const Segment& s, uint32_t id, uint32_t record,
 
 // Folds the values last read from a segment into the totals (it was damaged,
 // or its owner is gone and it can no longer be read).
-void ReaderCore::fold_last(Segment& s) {
+void SegmentReading::fold_last(Segment& s) {
   const int64_t now = now_ns();
   for (const Segment::Entry& e : s.entries) {
     if (e.kind == SeriesKind::kGauge) continue;
-    Accumulator& acc = values_.retired(e.id);
+    Accumulator& acc = in_.values.retired(e.id);
     acc.add_words(e.kind, s.last.data() + e.last, e.bound_count, e.native_words);
     acc.note_created(s.created_ns);
     acc.present = true;
-    series_.last_change(e.id) = now;
+    in_.series.last_change(e.id) = now;
   }
   std::fill(s.last.begin(), s.last.end(), 0);
-  totals_dirty_ = true;
+  in_.totals_dirty = true;
 }
 
-void ReaderCore::damage(Segment& s, const std::string& why) {
+void SegmentReading::damage(Segment& s, const std::string& why) {
   if (s.damaged) return;
   fold_last(s);
   s.damaged = true;
-  ++snapshot_.stats.damaged_segments_total;
-  snapshot_.problems.push_back("segment " + dir_ + "/" + s.name + " of pid " +
-                               std::to_string(s.pid) + " is damaged (" + why +
-                               "): its last values are kept, it is not read again");
+  ++in_.out.stats.damaged_segments_total;
+  in_.out.problems.push_back("segment " + in_.dir + "/" + s.name + " of pid " +
+                             std::to_string(s.pid) + " is damaged (" + why +
+                             "): its last values are kept, it is not read again");
 }
 
 // A live ages record's callers in progress: word 0 and the slots in use;
 // the oldest start is the smallest ticket.
-void ReaderCore::add_in_progress(const Segment::Entry& e, const uint64_t* cur, Accumulator& acc,
-                                 int64_t now) {
+void SegmentReading::add_in_progress(const Segment::Entry& e, const uint64_t* cur, Accumulator& acc,
+                                     int64_t now) {
   int64_t n = static_cast<int64_t>(cur[0]);
   int64_t oldest = 0;
   for (uint32_t w = 1; w <= segment::kAgeSlots; ++w) {
@@ -154,28 +154,28 @@ void ReaderCore::add_in_progress(const Segment::Entry& e, const uint64_t* cur, A
   if (oldest > 0 && (acc.oldest == 0 || oldest < acc.oldest)) acc.oldest = oldest;
   acc.present = true;
   acc.in_progress = true;
-  series_.last_change(e.id) = now;
-  limits_.note_value(e.id, n);
+  in_.series.last_change(e.id) = now;
+  in_.limits.note_value(e.id, n);
 }
 
 // A live gauge's value; a declared server's identity series names the
 // segment's owner as that server (once a segment).
-void ReaderCore::add_gauge(const Segment& s, const Segment::Entry& e, const uint64_t* cur,
-                           Accumulator& acc, int64_t now, bool& declared) {
+void SegmentReading::add_gauge(const Segment& s, const Segment::Entry& e, const uint64_t* cur,
+                               Accumulator& acc, int64_t now, bool& declared) {
   acc.gauge = segment::wrapping_add(acc.gauge, static_cast<int64_t>(*cur));
   acc.present = true;
-  series_.last_change(e.id) = now;
-  limits_.note_value(e.id, static_cast<int64_t>(*cur));
-  if (declared || !series_.identity(e.id)) return;
+  in_.series.last_change(e.id) = now;
+  in_.limits.note_value(e.id, static_cast<int64_t>(*cur));
+  if (declared || !in_.series.identity(e.id)) return;
   DeclaredServer server;
-  for (const auto& [k, v] : series_.info(e.id)->labels) {
+  for (const auto& [k, v] : in_.series.info(e.id)->labels) {
     if (k == label::kServerName) server.name = v;
     if (k == label::kServerType) server.server_type = v;
   }
   server.pid = s.pid;
   server.start_ticks = s.start_ticks;
   server.pid_ns = s.pid_ns;
-  snapshot_.servers.push_back(std::move(server));
+  in_.out.servers.push_back(std::move(server));
   declared = true;
 }
 
@@ -183,22 +183,22 @@ void ReaderCore::add_gauge(const Segment& s, const Segment::Entry& e, const uint
 // what was read before, it was reset: what was read before is folded into
 // the totals first. `native_as_last`: a histogram's native words in
 // `folded` were not read; those of `last` stand.
-void ReaderCore::add_total(Segment& s, const Segment::Entry& e, const uint64_t* folded,
-                           uint32_t words, bool native_as_last, Accumulator& acc, bool into_retired,
-                           int64_t now) {
+void SegmentReading::add_total(Segment& s, const Segment::Entry& e, const uint64_t* folded,
+                               uint32_t words, bool native_as_last, Accumulator& acc,
+                               bool into_retired, int64_t now) {
   uint64_t* last = s.last.data() + e.last;
   const bool histogram = e.kind == SeriesKind::kHistogram;
   // The counts read now: a counter's word; a histogram's buckets (not its
   // sum, which may wrap), classic only when its native ones stand.
   const uint32_t counts = !histogram ? words : native_as_last ? e.bound_count + 1u : words - 1;
   if (any_below(folded, last, counts)) {
-    Accumulator& ret = values_.retired(e.id);
+    Accumulator& ret = in_.values.retired(e.id);
     ret.add_words(e.kind, last, e.bound_count, e.native_words);
     ret.note_created(s.created_ns);
     ret.present = true;
-    ++snapshot_.stats.counter_resets_total;
-    totals_dirty_ = true;
-    series_.last_change(e.id) = now;
+    ++in_.out.stats.counter_resets_total;
+    in_.totals_dirty = true;
+    in_.series.last_change(e.id) = now;
   }
   std::copy(folded, folded + counts, last);
   if (histogram) last[words - 1] = folded[words - 1];
@@ -208,17 +208,17 @@ void ReaderCore::add_total(Segment& s, const Segment::Entry& e, const uint64_t* 
     acc.add_live_histogram(last, words);
   acc.note_created(s.created_ns);
   acc.present = true;
-  if (!into_retired) series_.last_change(e.id) = now;
+  if (!into_retired) in_.series.last_change(e.id) = now;
 }
 
 // Reads a segment's values: counters and histograms (and gauges when
 // `gauges`) into the live sums or, for a dead owner's segment (no
 // gauges), the retired sums.
-void ReaderCore::read_segment(Segment& s, bool gauges) {
+void SegmentReading::read_segment(Segment& s, bool gauges) {
   if (s.damaged) return;
   struct stat st {};
   if (::fstat(s.fd, &st) == 0) {
-    snapshot_.stats.registry_bytes += uint64_t(st.st_blocks) * 512;
+    in_.out.stats.registry_bytes += uint64_t(st.st_blocks) * 512;
     if (static_cast<uint64_t>(st.st_size) < s.size)
       return damage(s, "truncated to " + std::to_string(st.st_size) + " bytes");
   }
@@ -238,10 +238,10 @@ void ReaderCore::read_segment(Segment& s, bool gauges) {
       continue;
     if (!ages && state != segment::kRecordLive) continue;
     if (e.kind == SeriesKind::kGauge) {  // a gauge is not folded: none made for it
-      if (gauges) add_gauge(s, e, cur, values_.live(e.id), now, declared);
+      if (gauges) add_gauge(s, e, cur, in_.values.live(e.id), now, declared);
       continue;
     }
-    Accumulator& acc = gauges ? values_.live(e.id) : values_.retired(e.id);
+    Accumulator& acc = gauges ? in_.values.live(e.id) : in_.values.retired(e.id);
     if (ages && gauges && state == segment::kRecordLive) add_in_progress(e, cur, acc, now);
     uint64_t folded[segment::kMaxBounds + 2 + native::kWords];
     const ReadOutcome outcome = scratch_outcomes_[j];
@@ -254,11 +254,11 @@ void ReaderCore::read_segment(Segment& s, bool gauges) {
     if (outcome == ReadOutcome::kInconsistent) {
       const uint64_t* last = s.last.data() + e.last;
       std::copy(last, last + words, folded);
-      ++snapshot_.stats.inconsistent_reads_total;
+      ++in_.out.stats.inconsistent_reads_total;
     }
     add_total(s, e, folded, words, native_as_last, acc, /*into_retired=*/!gauges, now);
   }
-  if (gauges) limits_.close_segment();
+  if (gauges) in_.limits.close_segment();
 }
 
 }  // namespace gym::reader_internal
