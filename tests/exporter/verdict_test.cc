@@ -265,6 +265,20 @@ Verdict law(double waiting, double per_second) {
                  {});
 }
 
+TEST(LittlesLaw, AWindowOfManyChecksAllowsMoreStandardErrorsEachSoThatNoneDriftsByChance) {
+  // Three at least; then as many that all of a window's checks together
+  // drift by noise alone with a chance of 1% (Bonferroni).
+  EXPECT_DOUBLE_EQ(law_sigmas(1), 3);
+  EXPECT_DOUBLE_EQ(law_sigmas(2), 3);
+  EXPECT_NEAR(law_sigmas(10), 3.2905, 1e-3);
+  EXPECT_NEAR(law_sigmas(70), 3.8032, 1e-3);
+  EXPECT_NEAR(law_sigmas(200), 4.0556, 1e-3);
+  const Verdict v = law(2, 2);
+  ASSERT_EQ(v.checks.size(), 1u);
+  EXPECT_GT(v.checks[0].spread, 0);
+  EXPECT_GE(v.checks[0].tolerance, 3 * v.checks[0].spread);
+}
+
 TEST(LittlesLaw, AQueueThatMatchesItsWaitTimeHoldsAndOneThatDoesNotDrifts) {
   Verdict v = law(3, 3);
   ASSERT_EQ(v.checks.size(), 1u);

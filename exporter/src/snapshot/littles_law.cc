@@ -1,5 +1,6 @@
 #include "snapshot/littles_law.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -33,7 +34,8 @@ void check(const Window& w, std::vector<LawCheck>& out, LawCheck c, const GaugeT
   // altogether, and then show no spread.
   const double m = std::max(c.mean, c.per_second);
   const double spread = std::max(g.standard_error(), std::sqrt(m / double(g.samples)));
-  c.tolerance = 3 * spread + (edges + jitter) / t;
+  c.spread = spread;
+  c.tolerance = (edges + jitter) / t;  // law_sigmas() spreads are added once all are made
   out.push_back(std::move(c));
 }
 
@@ -101,11 +103,24 @@ bool LawCheck::holds() const {
   return std::fabs(mean - per_second) <= tolerance;
 }
 
+double law_sigmas(size_t checks) {
+  // z with P(|Z| > z) = erfc(z / sqrt 2) = kLawFalseDrift / checks, by bisection.
+  const double tail = kLawFalseDrift / double(std::max<size_t>(checks, 1));
+  double lo = 0, hi = 40;
+  for (int i = 0; i < 100; ++i) {
+    const double mid = (lo + hi) / 2;
+    (std::erfc(mid / std::sqrt(2.0)) > tail ? lo : hi) = mid;
+  }
+  return std::max(3.0, hi);
+}
+
 std::vector<LawCheck> littles_law(const Window& w) {
   std::vector<LawCheck> out;
   if (w.seconds() <= 0) return out;
   limit_checks(w, out);
   operation_checks(w, out);
+  const double sigmas = law_sigmas(out.size());
+  for (LawCheck& c : out) c.tolerance += sigmas * c.spread;
   return out;
 }
 

@@ -25,6 +25,7 @@ struct LawCheck {
   double mean = 0;        // L: the gauge's mean over the window
   double per_second = 0;  // lambda W: the summed durations' increase per second
   double tolerance = 0;   // the |L - lambda W| the window allows
+  double spread = 0;      // the mean's standard error, which the tolerance multiplies
   // L / lambda W (1 when both are 0; infinite when only L is not).
   double ratio() const;
   bool holds() const;
@@ -36,6 +37,12 @@ inline constexpr double kLawFloor = 0.05;
 // Nor with fewer Views in the window than this: a mean from fewer samples
 // says little of the gauge's.
 inline constexpr uint32_t kLawMinSamples = 10;
+// The chance that any check of a window drifts by noise alone, at most.
+inline constexpr double kLawFalseDrift = 0.01;
+// How many standard errors each of a window's `checks` checks allows: at
+// least 3, and enough that all of them together drift by noise alone with
+// a chance of at most kLawFalseDrift (Bonferroni).
+double law_sigmas(size_t checks);
 
 // Every check the window allows, in row order.
 std::vector<LawCheck> littles_law(const Window& w);
