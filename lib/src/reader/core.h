@@ -185,6 +185,7 @@ class ReaderCore {
   const Snapshot& fold_snapshot();
   void retire(Segment& s);
   void list_directory();
+  void let_go(const Segment& s);
   SegmentSet::Map::iterator drop_segment(SegmentSet::Map::iterator it);
   void load_totals(bool adopt_folded);
   void persist_totals();

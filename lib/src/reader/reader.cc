@@ -197,7 +197,7 @@ void ReaderCore::list_directory() {
   segments_.list(dir_fd_, retiring(), replaced);
   for (std::unique_ptr<Segment>& s : replaced) {
     if (retiring()) retire(*s);
-    for (const Segment::Entry& e : s->entries) --series_.refs(e.id);
+    let_go(*s);
   }
 }
 

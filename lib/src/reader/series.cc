@@ -213,10 +213,15 @@ void ReaderCore::retire(Segment& s) {
     segments_.fold(s.name, s.ino);
 }
 
+// A segment's records no longer name their series.
+void ReaderCore::let_go(const Segment& s) {
+  for (const Segment::Entry& e : s.entries) --series_.refs(e.id);
+}
+
 // Forgets an open segment (and its records' references to series); returns
 // the next one.
 SegmentSet::Map::iterator ReaderCore::drop_segment(SegmentSet::Map::iterator it) {
-  for (const Segment::Entry& e : it->second->entries) --series_.refs(e.id);
+  let_go(*it->second);
   return segments_.erase(it);
 }
 
