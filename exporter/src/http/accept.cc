@@ -2,7 +2,6 @@
 // cap, making room by closing the connection that has waited the longest.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/ssl.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -120,26 +119,20 @@ void HttpLoop::State::admit(int fd, std::string peer) {
   auto* c = new Conn;
   c->fd = fd;
   c->accepted = Clock::now();
-  if (opts.tls != nullptr) {
-    c->ssl = SSL_new(opts.tls);
-    if (c->ssl == nullptr || SSL_set_fd(c->ssl, fd) != 1) {
-      http::release(c);
-      delete c;
-      stats->closed(HttpStats::kTlsError);
-      return;
-    }
-    // A write retried after WANT_WRITE may come from another address: what
-    // is held of a streamed reply moves as pieces are added (worker.cc).
-    SSL_set_mode(c->ssl, SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
-  } else {
-    c->handshaken = true;
+  c->io = opts.tls != nullptr ? http::tls_transport(opts.tls, fd) : http::plain_transport();
+  if (c->io == nullptr) {
+    ::close(fd);
+    delete c;
+    stats->closed(HttpStats::kTlsError);
+    return;
   }
   c->peer = std::move(peer);
   peers[c->peer].push_back(c);
   open.fetch_add(1);
   stats->enter(HttpStats::kWaiting);
-  wait_for(c, EPOLLIN | EPOLLRDHUP,
-           c->handshaken ? opts.head_timeout : std::min(opts.handshake_timeout, opts.head_timeout));
+  wait_for(
+      c, EPOLLIN | EPOLLRDHUP,
+      c->io->ready() ? opts.head_timeout : std::min(opts.handshake_timeout, opts.head_timeout));
 }
 
 }  // namespace gym::exporter

@@ -1,10 +1,8 @@
 #include "http/conn.h"
 
 #include <linux/sockios.h>
-#include <openssl/err.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,69 +12,40 @@ namespace gym::exporter::http {
 
 namespace {
 
-// Plain: both pieces in one call, as far as the socket takes them.
-Sent send_plain(Conn* c, bool* progress) {
-  while (c->unsent() > 0) {
-    iovec v[2];
-    int n = 0;
-    if (c->sent < c->out_head.size())
-      v[n++] = {c->out_head.data() + c->sent, c->out_head.size() - c->sent};
-    const size_t body_at = c->sent > c->out_head.size() ? c->sent - c->out_head.size() : 0;
-    if (body_at < c->out_body.size())
-      v[n++] = {c->out_body.data() + body_at, c->out_body.size() - body_at};
-    msghdr m{};
-    m.msg_iov = v;
-    m.msg_iovlen = size_t(n);
-    const ssize_t w = ::sendmsg(c->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w > 0) {
-      c->sent += size_t(w);
-      *progress = true;
-    } else if (w < 0 && errno == EINTR) {
-      continue;
-    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      return Sent::kAgain;
-    } else {
-      return Sent::kFailed;
-    }
-  }
-  return Sent::kAll;
-}
-
-// TLS: a piece at a time. A write that wants more is retried with the same
-// bytes (OpenSSL asks it), which `sent` keeps until it succeeds.
-Sent send_tls(Conn* c, bool* progress) {
-  while (c->unsent() > 0) {
-    const bool in_head = c->sent < c->out_head.size();
-    const std::string& piece = in_head ? c->out_head : c->out_body;
-    const size_t at = in_head ? c->sent : c->sent - c->out_head.size();
-    ERR_clear_error();
-    const int w =
-        SSL_write(c->ssl, piece.data() + at, int(std::min<size_t>(piece.size() - at, 1 << 20)));
-    if (w > 0) {
-      c->sent += size_t(w);
-      *progress = true;
-      continue;
-    }
-    const int e = SSL_get_error(c->ssl, w);
-    ERR_clear_error();
-    if (e == SSL_ERROR_WANT_WRITE || e == SSL_ERROR_WANT_READ) return Sent::kAgain;
-    return Sent::kFailed;
-  }
-  return Sent::kAll;
+Sent sent_of(Transport::Step s) {
+  return s == Transport::Step::kWantRead || s == Transport::Step::kWantWrite ? Sent::kAgain
+                                                                             : Sent::kFailed;
 }
 
 }  // namespace
 
+// What is held, head then body, from `sent` on. A transport that retries the
+// same bytes finds them again at `sent` until they went.
+Sent send_some(Conn* c, bool* progress) {
+  while (c->unsent() > 0) {
+    const size_t body_at = c->sent > c->out_head.size() ? c->sent - c->out_head.size() : 0;
+    const std::string_view held[] = {
+        std::string_view(c->out_head).substr(std::min(c->sent, c->out_head.size())),
+        std::string_view(c->out_body).substr(body_at)};
+    Transport::Step step = Transport::Step::kFailed;
+    const size_t w = c->io->write(c->fd, held, &step);
+    if (w == 0) return sent_of(step);
+    c->sent += w;
+    *progress = true;
+  }
+  return Sent::kAll;
+}
+
 size_t send_with(Conn* c, std::span<const std::string_view> more, Sent* result) {
   *result = Sent::kAgain;
-  if (c->ssl != nullptr) return 0;
+  if (c->io->retries_same_bytes()) return 0;
   bool progress = false;
-  if (c->unsent() > 0 && (*result = send_plain(c, &progress)) != Sent::kAll) return 0;
+  if (c->unsent() > 0 && (*result = send_some(c, &progress)) != Sent::kAll) return 0;
   size_t total = 0;
   for (std::string_view m : more) total += m.size();
   size_t taken = 0;
   while (taken < total) {
-    iovec v[4];
+    std::string_view rest[4];
     size_t n = 0, skip = taken;
     for (std::string_view m : more) {
       if (skip >= m.size()) {
@@ -84,28 +53,19 @@ size_t send_with(Conn* c, std::span<const std::string_view> more, Sent* result) 
         continue;
       }
       if (n == 4) break;
-      v[n++] = {const_cast<char*>(m.data()) + skip, m.size() - skip};
+      rest[n++] = m.substr(skip);
       skip = 0;
     }
-    msghdr h{};
-    h.msg_iov = v;
-    h.msg_iovlen = n;
-    const ssize_t w = ::sendmsg(c->fd, &h, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (w > 0) {
-      taken += size_t(w);
-    } else if (w < 0 && errno == EINTR) {
-      continue;
-    } else {
-      *result = w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? Sent::kAgain : Sent::kFailed;
+    Transport::Step step = Transport::Step::kFailed;
+    const size_t w = c->io->write(c->fd, std::span(rest, n), &step);
+    if (w == 0) {
+      *result = sent_of(step);
       return taken;
     }
+    taken += w;
   }
   *result = Sent::kAll;
   return taken;
-}
-
-Sent send_some(Conn* c, bool* progress) {
-  return c->ssl != nullptr ? send_tls(c, progress) : send_plain(c, progress);
 }
 
 bool acknowledged(Conn* c) {
@@ -116,14 +76,9 @@ bool acknowledged(Conn* c) {
   return fell;
 }
 
-void send_now(Conn* c, std::string_view data, bool raw) {
-  if (c->ssl != nullptr && !raw) {
-    ERR_clear_error();
-    (void)SSL_write(c->ssl, data.data(), int(data.size()));
-    ERR_clear_error();
-  } else {
-    (void)::send(c->fd, data.data(), data.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  }
+void send_now(Conn* c, std::string_view data) {
+  Transport::Step ignored;
+  (void)c->io->write(c->fd, std::span(&data, 1), &ignored);
 }
 
 bool drain(int fd) {
@@ -138,12 +93,7 @@ bool drain(int fd) {
 }
 
 void release(Conn* c) {
-  if (c->ssl != nullptr) {
-    if (c->handshaken && !c->notified) (void)SSL_shutdown(c->ssl);
-    SSL_free(c->ssl);
-    c->ssl = nullptr;
-    ERR_clear_error();
-  }
+  c->io->close();
   if (c->fd >= 0) ::close(c->fd);
   c->fd = -1;
 }

@@ -4,17 +4,17 @@
 // (loop.h); it moves between threads only under the loop's lock.
 #pragma once
 
-#include <openssl/ssl.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
 
 #include "http/stats.h"
+#include "http/transport.h"
 
 namespace gym::exporter::http {
 
@@ -22,22 +22,19 @@ using Clock = std::chrono::steady_clock;
 
 struct Conn {
   int fd = -1;
-  SSL* ssl = nullptr;
-  std::string peer;  // the peer's address, raw bytes (the per-peer cap)
+  std::unique_ptr<Transport> io;  // never null: plain or TLS (transport.h)
+  std::string peer;               // the peer's address, raw bytes (the per-peer cap)
   // Set by a worker before the last send of a reply that closes the
   // connection, cleared when the reactor takes it back: the peer may have
   // all of it (and connect again) before the worker hands it back.
   std::atomic<bool> finishing{false};
-  bool handshaken = false;
-  bool peeked = false;  // TLS: the first byte was seen to start a handshake
-  std::string in;       // received, not yet answered
+  std::string in;  // received, not yet answered
   Clock::time_point accepted;
   Clock::time_point deadline;          // the reactor gives up waiting then
   std::list<Conn*>::iterator waiting;  // in the reactor's list while it waits
   uint32_t events = 0;                 // what epoll waits for (0: not in epoll)
   bool eof = false;                    // the peer sent all it will
   bool closing = false;                // answered: to close, after lingering
-  bool notified = false;               // TLS close_notify sent
   bool failed = false;                 // a send or a stream failed: closed at once
   uint32_t requests = 0;               // answered on it
   HttpStats::State state = HttpStats::kWaiting;
@@ -58,22 +55,22 @@ enum class Sent { kAll, kAgain, kFailed };
 // Sends what the socket takes now of c's reply; `progress` is set when any
 // byte went.
 Sent send_some(Conn* c, bool* progress);
-// Plain HTTP: sends what is held of c's reply, then as much of `more` (not
-// held: a streamed piece) as the socket takes now, without copying it.
-// Returns the bytes of `more` sent, the rest to be held by the caller;
-// `result` says whether all went. TLS: sends nothing (returns 0, kAgain).
+// Sends what is held of c's reply, then as much of `more` (not held: a
+// streamed piece) as the socket takes now, without copying it. Returns the
+// bytes of `more` sent, the rest to be held by the caller; `result` says
+// whether all went. A transport that retries the same bytes (TLS) sends
+// nothing here (returns 0, kAgain): all is held first.
 size_t send_with(Conn* c, std::span<const std::string_view> more, Sent* result);
 // Whether the peer acknowledged bytes of the reply since the last look
 // (SIOCOUTQ fell): progress even when the socket reports no room.
 bool acknowledged(Conn* c);
-// One try at sending a small reply on a connection about to close (through
-// TLS unless `raw`).
-void send_now(Conn* c, std::string_view data, bool raw = false);
+// One try at sending a small reply on a connection about to close.
+void send_now(Conn* c, std::string_view data);
 // Reads and discards what the peer has sent (up to 1 MiB now). Returns
 // whether the peer may send more: false once it has closed, or failed.
 bool drain(int fd);
-// Closes the socket (a TLS one with a close_notify when it can go now); the
-// Conn stays, with fd -1.
+// Closes the transport (TLS: with a close_notify when it can go now) and the
+// socket; the Conn stays, with fd -1.
 void release(Conn* c);
 
 // The end of a complete request head in `in` (after its blank line, lines

@@ -1,7 +1,6 @@
 // The reactor: the one thread that waits on every connection (loop.h).
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/err.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -58,9 +57,7 @@ void HttpLoop::State::drop(Conn* c, HttpStats::Close why) {
 }
 
 void HttpLoop::State::linger(Conn* c) {
-  if (c->ssl != nullptr && c->handshaken && !c->notified) (void)SSL_shutdown(c->ssl);
-  ERR_clear_error();
-  c->notified = true;
+  c->io->finish();
   c->closing = true;
   enter(c, HttpStats::kLingering);
   (void)::shutdown(c->fd, SHUT_WR);
@@ -74,38 +71,23 @@ void HttpLoop::State::on_event(Conn* c) {
     return;
   }
   if (c->state == HttpStats::kSending) return on_sending(c);
-  if (!c->handshaken) {
-    if (!c->peeked) {
-      // Before the handshake: what is not a TLS record is not served. Plain
-      // HTTP gets a 400 saying why (as Go's servers, and so node_exporter,
-      // answer); anything else is closed without a word.
-      unsigned char first = 0;
-      const ssize_t n = ::recv(c->fd, &first, 1, MSG_PEEK);
-      if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-      if (n <= 0) return drop(c, HttpStats::kPeerClosed);
-      if (first != 0x16) {
-        if (first >= 'A' && first <= 'Z')
-          http::send_now(c,
-                         http::status_line(400, 0) +
-                             "Content-Type: text/plain; charset=utf-8\r\nConnection: "
-                             "close\r\n\r\nClient sent an HTTP request to an HTTPS server.\n",
-                         true);
+  if (!c->io->ready()) {
+    switch (c->io->handshake(c->fd)) {
+      case http::Transport::Step::kDone:
+        c->deadline = c->accepted + opts.head_timeout;  // the head's clock goes on
+        break;
+      case http::Transport::Step::kWantRead:
+        return wait_for(c, EPOLLIN | EPOLLRDHUP);
+      case http::Transport::Step::kWantWrite:
+        return wait_for(c, EPOLLOUT);
+      case http::Transport::Step::kEnd:
+        return drop(c, HttpStats::kPeerClosed);
+      case http::Transport::Step::kRefused:
         c->why = HttpStats::kTlsError;
         return linger(c);
-      }
-      c->peeked = true;  // OpenSSL reads the rest, however it is split
+      case http::Transport::Step::kFailed:
+        return drop(c, HttpStats::kTlsError);
     }
-    ERR_clear_error();
-    const int r = SSL_accept(c->ssl);
-    if (r != 1) {
-      const int e = SSL_get_error(c->ssl, r);
-      ERR_clear_error();
-      if (e == SSL_ERROR_WANT_READ) return wait_for(c, EPOLLIN | EPOLLRDHUP);
-      if (e == SSL_ERROR_WANT_WRITE) return wait_for(c, EPOLLOUT);
-      return drop(c, HttpStats::kTlsError);
-    }
-    c->handshaken = true;
-    c->deadline = c->accepted + opts.head_timeout;  // the head's clock goes on
   }
   read_head(c);
 }
@@ -116,28 +98,16 @@ void HttpLoop::State::read_head(Conn* c) {
   char buf[16384];
   for (;;) {
     if (c->in.size() > kMaxHead) break;
-    ssize_t n;
-    if (c->ssl != nullptr) {
-      ERR_clear_error();
-      n = SSL_read(c->ssl, buf, sizeof buf);
-      if (n <= 0) {
-        const int e = SSL_get_error(c->ssl, int(n));
-        ERR_clear_error();
-        if (e == SSL_ERROR_WANT_READ) break;
-        if (e == SSL_ERROR_WANT_WRITE) return wait_for(c, EPOLLOUT);
-        if (e == SSL_ERROR_ZERO_RETURN) c->eof = true;
-        if (c->eof && http::head_end(c->in) != 0) break;  // answered, then closed
-        return drop(c, HttpStats::kPeerClosed);           // closed, or broken
-      }
-    } else {
-      n = ::recv(c->fd, buf, sizeof buf, 0);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
-      if (n == 0) c->eof = true;
-      if (n == 0 && http::head_end(c->in) != 0) break;  // answered, then closed
-      if (n <= 0) return drop(c, HttpStats::kPeerClosed);
+    http::Transport::Step step = http::Transport::Step::kFailed;
+    const size_t n = c->io->read(c->fd, buf, sizeof buf, &step);
+    if (n == 0) {
+      if (step == http::Transport::Step::kWantRead) break;
+      if (step == http::Transport::Step::kWantWrite) return wait_for(c, EPOLLOUT);
+      if (step == http::Transport::Step::kEnd) c->eof = true;
+      if (c->eof && http::head_end(c->in) != 0) break;  // answered, then closed
+      return drop(c, HttpStats::kPeerClosed);           // closed, or broken
     }
-    c->in.append(buf, size_t(n));
+    c->in.append(buf, n);
   }
   if (http::head_end(c->in) != 0) return dispatch(c);
   if (c->in.size() > kMaxHead) {
@@ -188,7 +158,7 @@ void HttpLoop::State::after_reply(Conn* c) {
   if (c->closing) return linger(c);
   if (http::head_end(c->in) != 0) return dispatch(c);
   enter(c, HttpStats::kWaiting);
-  if (c->ssl != nullptr && SSL_pending(c->ssl) > 0) return read_head(c);
+  if (c->io->pending()) return read_head(c);
   wait_for(c, EPOLLIN | EPOLLRDHUP,
            c->in.empty() ? Clock::duration(opts.idle_timeout) : Clock::duration(opts.head_timeout));
 }
@@ -262,7 +232,7 @@ void HttpLoop::State::expire() {
     } else if (c->state == HttpStats::kLingering) {
       drop(c, c->why);
     } else {
-      const bool idle = c->handshaken && c->in.empty() && c->requests > 0;
+      const bool idle = c->io->ready() && c->in.empty() && c->requests > 0;
       drop(c, idle ? HttpStats::kIdleTimeout : HttpStats::kHeadTimeout);
     }
   }

@@ -172,8 +172,8 @@ void HttpLoop::State::stream_body(Conn* c, const HttpReply& reply) {
       if (skip < part.size()) c->out_body.append(part.substr(skip));
       skip -= std::min(skip, part.size());
     }
-    if (c->ssl != nullptr)
-      (void)send_held(c);  // TLS sends only what is held
+    if (c->io->retries_same_bytes())
+      (void)send_held(c);  // it sends only what is held
     else
       forget_sent(c);
   };
