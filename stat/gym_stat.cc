@@ -208,9 +208,7 @@ class Source {
 // The verdict's settings: the configuration's verdict: section (its
 // defaults without one), the window as --window says.
 exporter::VerdictSettings verdict_settings(const Args& a, const exporter::Config& config) {
-  exporter::VerdictSettings s;
-  if (auto it = config.collectors.find("verdict"); it != config.collectors.end())
-    if (auto* v = dynamic_cast<const exporter::VerdictSettings*>(it->second.settings.get())) s = *v;
+  auto s = exporter::collector_settings<exporter::VerdictSettings>(config, "verdict");
   if (a.window) s.window_seconds = *a.window;
   return s;
 }

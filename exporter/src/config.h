@@ -57,6 +57,16 @@ struct Config {
   bool same_reader(const Config& o) const;
 };
 
+// What the kind of collector `name` read from its section: its settings
+// type S (collector.h), or S's defaults when the configuration has none.
+template <class S>
+S collector_settings(const Config& c, const std::string& name) {
+  const auto it = c.collectors.find(name);
+  if (it == c.collectors.end()) return S{};
+  const auto* s = dynamic_cast<const S*>(it->second.settings.get());
+  return s != nullptr ? *s : S{};
+}
+
 // Why the registry directory may not be used (anyone may write to it and it
 // has no sticky bit), or empty. A missing directory is fine: writers make it.
 std::string registry_dir_problem(const std::string& dir);

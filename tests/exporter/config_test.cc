@@ -13,6 +13,11 @@
 namespace gym::exporter {
 namespace {
 
+// The memory: section as the memory collector reads it.
+MemoryConfig memory_of(const Config& c) {
+  return collector_settings<MemorySettings>(c, "memory").config();
+}
+
 // A stand-in for bcrypt that counts its calls: "pw" matches hash "h1" and
 // "pw2" matches "h2".
 int g_verifications = 0;
@@ -63,8 +68,8 @@ TEST(ExporterConfig, DefaultsWhenTheFileSetsNothing) {
   EXPECT_EQ(r.config.telemetry_path, "/metrics");
   EXPECT_EQ(r.config.registry_dir, "/dev/shm/gym-metrics");
   // RSS and PSS at every 5 s sample (docs/memory.md says what it costs).
-  EXPECT_EQ(memory_config(r.config).interval_seconds, 5);
-  EXPECT_EQ(memory_config(r.config).pss_interval_seconds, 0);
+  EXPECT_EQ(memory_of(r.config).interval_seconds, 5);
+  EXPECT_EQ(memory_of(r.config).pss_interval_seconds, 0);
 }
 
 TEST(ExporterConfig, KeyOverridesAreSetOverTheFileAndParsedWithItOnce) {
@@ -80,7 +85,7 @@ TEST(ExporterConfig, KeyOverridesAreSetOverTheFileAndParsedWithItOnce) {
   const std::string gpu = r.config.collectors.at("gpu").yaml;
   EXPECT_NE(gpu.find("/lib/fake-nvml.so"), std::string::npos) << gpu;
   EXPECT_NE(gpu.find("interval_seconds: 7"), std::string::npos) << "the file's other keys stay";
-  EXPECT_EQ(memory_config(r.config).interval_seconds, 9) << "a section the file lacks is made";
+  EXPECT_EQ(memory_of(r.config).interval_seconds, 9) << "a section the file lacks is made";
   ConfigResult none = parse_config("", "gym-stat", keys);
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none.config.servers.proc_root, "/from-flag");
@@ -269,8 +274,8 @@ TEST(ExporterConfig, ServerTargetsAndTheirErrors) {
   EXPECT_TRUE(ok.deprecations.empty());
   const ServersConfig& servers = ok.config.servers;
   ASSERT_EQ(servers.targets.size(), 4u);
-  EXPECT_EQ(memory_config(ok.config).interval_seconds, 2);
-  EXPECT_EQ(memory_config(ok.config).pss_interval_seconds, 60);
+  EXPECT_EQ(memory_of(ok.config).interval_seconds, 2);
+  EXPECT_EQ(memory_of(ok.config).pss_interval_seconds, 60);
   EXPECT_EQ(servers.proc_root, "/host/proc");
   EXPECT_EQ(servers.gone_server_ttl_seconds, 7);
   ASSERT_TRUE(servers.mounts.has_value());
@@ -280,12 +285,12 @@ TEST(ExporterConfig, ServerTargetsAndTheirErrors) {
   EXPECT_EQ(servers.targets[1].pss, true);
   EXPECT_EQ(servers.targets[2].pss, std::nullopt) << "auto: the stall budget decides";
   EXPECT_EQ(servers.targets[3].pss, std::nullopt) << "auto by default";
-  const PssBudgetConfig budget = memory_config(ok.config).budget;
+  const PssBudgetConfig budget = memory_of(ok.config).budget;
   EXPECT_EQ(budget.max_stall_seconds, 0.004);
   EXPECT_EQ(budget.max_stall_fraction, 0.01);
   EXPECT_EQ(budget.prior_seconds_per_gib, 0.05);
   EXPECT_EQ(budget.max_cpu_fraction, 0.02);
-  EXPECT_EQ(memory_config(parse_config("", "m.yml").config).budget.max_stall_seconds, 0.010)
+  EXPECT_EQ(memory_of(parse_config("", "m.yml").config).budget.max_stall_seconds, 0.010)
       << "a 10 ms cap by default";
   EXPECT_EQ(servers.targets[3].match_cmdline, "gym\\.server");
 

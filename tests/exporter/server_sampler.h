@@ -65,7 +65,8 @@ class ServerSampler {
   ServerSampler(const exporter::Config& c, std::shared_ptr<SharedRegistry> registry, Log log)
       : watcher(exporter::make_watcher(c.servers, std::move(registry), log)),
         servers_unit(watcher, log),
-        memory(exporter::memory_config(c), watcher, log) {}
+        memory(exporter::collector_settings<exporter::MemorySettings>(c, "memory").config(),
+               watcher, log) {}
 
   struct Server : MemoryCollector::ServerMemory {
     std::optional<pid_t> root_pid;

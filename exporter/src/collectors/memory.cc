@@ -26,17 +26,6 @@ std::vector<std::pair<const char*, uint64_t>> memory_types(const MemoryCollector
   return out;
 }
 
-struct MemorySettings : SampledSettings {
-  double pss_interval_seconds = 0;
-  double max_stall = PssBudgetConfig{}.max_stall_seconds;
-  double max_fraction = PssBudgetConfig{}.max_stall_fraction;
-  double per_gib = PssBudgetConfig{}.prior_seconds_per_gib;
-  double max_cpu = PssBudgetConfig{}.max_cpu_fraction;
-  MemoryConfig config() const {
-    return {interval_seconds, pss_interval_seconds, {max_stall, max_fraction, per_gib, max_cpu}};
-  }
-};
-
 GYM_REGISTER_COLLECTOR(sampled_kind<MemorySettings>(
     "memory", 50,
     {{"pss_interval_seconds", &MemorySettings::pss_interval_seconds},
@@ -49,12 +38,6 @@ GYM_REGISTER_COLLECTOR(sampled_kind<MemorySettings>(
     }));
 
 }  // namespace
-
-MemoryConfig memory_config(const Config& c) {
-  auto it = c.collectors.find("memory");
-  if (it == c.collectors.end() || !it->second.settings) return {};
-  return static_cast<const MemorySettings&>(*it->second.settings).config();
-}
 
 MemoryCollector::MemoryCollector(MemoryConfig config, std::shared_ptr<ServerWatcher> servers,
                                  Log log, std::shared_ptr<ServerBoard> board)

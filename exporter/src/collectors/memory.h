@@ -42,9 +42,17 @@ struct MemoryConfig {
   PssBudgetConfig budget;
 };
 
-struct Config;
-// The memory section of a loaded configuration (its defaults when absent).
-MemoryConfig memory_config(const Config& c);
+// The memory: section as its kind reads it (collector_settings in config.h).
+struct MemorySettings : SampledSettings {
+  double pss_interval_seconds = 0;
+  double max_stall = PssBudgetConfig{}.max_stall_seconds;
+  double max_fraction = PssBudgetConfig{}.max_stall_fraction;
+  double per_gib = PssBudgetConfig{}.prior_seconds_per_gib;
+  double max_cpu = PssBudgetConfig{}.max_cpu_fraction;
+  MemoryConfig config() const {
+    return {interval_seconds, pss_interval_seconds, {max_stall, max_fraction, per_gib, max_cpu}};
+  }
+};
 
 struct MemorySample;
 
