@@ -154,8 +154,7 @@ class Source {
         deaths_(std::make_shared<exporter::DeathLog>()),
         collectors_(with_times(
             exporter::make_collectors(config, {registry_, std::move(log), nullptr, board_, deaths_},
-                                      {"servers", "memory", "gpu", "deaths"}))),
-        boot_(exporter::boot_time_seconds(config.servers.proc_root)) {}
+                                      {"servers", "memory", "gpu", "deaths"}))) {}
   // The registry now, into `out` (reusing its storage); the servers as the
   // collectors' last samples say. Each collector samples when its interval
   // has passed, as in the exporter, not at every refresh: a memory sample
@@ -174,7 +173,7 @@ class Source {
       // one: the registry is read once a refresh, and limits and servers
       // come from the same moment.
       const bool fresh = r.last_snapshot().monotonic_ns >= start_ns;
-      builder_.build(fresh ? r.last_snapshot() : r.snapshot(), args_.dir, figures, boot_, out);
+      builder_.build(fresh ? r.last_snapshot() : r.snapshot(), args_.dir, figures, out);
       return 0;
     });
     out.deaths = deaths_->records("", out.time_seconds - kDeathsShown, "");
@@ -201,7 +200,6 @@ class Source {
   std::shared_ptr<exporter::ServerBoard> board_;
   std::shared_ptr<exporter::DeathLog> deaths_;  // its servers' processes that died
   Collectors collectors_;                       // with when each sampled last
-  double boot_;
   exporter::ViewBuilder builder_;
 };
 

@@ -209,19 +209,17 @@ void App::apply(Config next, const WebConfig& web) {
 std::string App::snapshot_json() {
   std::shared_ptr<SharedRegistry> registry;
   std::shared_ptr<ServerBoard> board;
-  std::string dir, proc_root;
+  std::string dir;
   {
     std::lock_guard<std::mutex> lock(state_mu_);
     registry = registry_;
     board = board_;
     dir = config_.registry_dir;
-    proc_root = config_.servers.proc_root;
   }
-  const double boot = boot_time_seconds(proc_root);
   const auto figures = board->read();
   const std::shared_ptr<const Verdict> verdict = verdicts_->read();
   return registry->with([&](RegistryReader& r) {
-    return to_json(make_view(r.snapshot(), dir, figures, boot), verdict.get());
+    return to_json(make_view(r.snapshot(), dir, figures), verdict.get());
   });
 }
 

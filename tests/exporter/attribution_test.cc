@@ -519,7 +519,7 @@ TEST(Attribution, TheRegistryViewHasOneRowAServerWithTheUnionOfItsDeclarers) {
   servers.refresh();
   memory.refresh();
   const View v = registry->with(
-      [&](RegistryReader& r) { return make_view(r.snapshot(), tmp.path(), board->read(), 0); });
+      [&](RegistryReader& r) { return make_view(r.snapshot(), tmp.path(), board->read()); });
   std::map<std::string, ServerView> rows;
   for (const ServerView& s : v.servers) EXPECT_TRUE(rows.emplace(s.server_name, s).second);
   ASSERT_EQ(rows.size(), contained ? 2u : 1u);

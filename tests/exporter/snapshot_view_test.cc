@@ -6,6 +6,7 @@
 
 #include "gym/resources_operation.h"
 #include "gym/segment_writer.h"
+#include "host/procfs.h"
 #include "snapshot/view.h"
 #include "test_support.h"
 
@@ -77,6 +78,30 @@ TEST(SnapshotView, ARegistryBecomesLimitsOperationsAndWriters) {
   EXPECT_EQ(v.operations[0].duration.at("ok").count, 1u);
   ASSERT_EQ(v.writers.size(), 1u);
   EXPECT_EQ(v.writers[0].pid, ::getpid());
+}
+
+TEST(SnapshotView, AWritersStartComesFromTheServersUnitsBootTimeAndIsAbsentWithoutIt) {
+  testing::TempDir tmp;
+  SegmentWriter w(tmp.path());
+  w.counter("gym_test_total", {}).add();
+  ReaderOptions ro;
+  ro.mode = ReaderOptions::Mode::kReadOnly;
+  RegistryReader reader(tmp.path(), ro);
+  const Snapshot snap = reader.snapshot();
+  EXPECT_EQ(make_view(snap, tmp.path()).writers.at(0).start_time_seconds, 0)
+      << "no boot time known: no start time";
+
+  auto servers = std::make_shared<ServerFigures>();
+  servers->boot_seconds = double(procfs::read_boot_time("/proc").value());
+  const View v = make_view(snap, tmp.path(), {{"servers", servers}});
+  const double age = v.time_seconds - v.writers.at(0).start_time_seconds;
+  EXPECT_GT(age, 0) << "this process started before its view";
+  EXPECT_LT(age, 3600) << "and not an hour before: the start ticks are since boot";
+  servers->boot_seconds += 100;
+  EXPECT_DOUBLE_EQ(
+      make_view(snap, tmp.path(), {{"servers", servers}}).writers.at(0).start_time_seconds,
+      v.writers.at(0).start_time_seconds + 100)
+      << "the boot time the servers unit posted is the one used";
 }
 
 }  // namespace

@@ -70,7 +70,7 @@ Verdict judge(const std::string& dir, double seconds, ServerBoard* board = nullp
   while (std::chrono::steady_clock::now() < end) {
     if (each) each();
     View v;
-    builder.build(reader.snapshot(), dir, board ? board->read() : BoardFigures{}, 0, v);
+    builder.build(reader.snapshot(), dir, board ? board->read() : BoardFigures{}, v);
     windows.add(v);
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }

@@ -34,7 +34,9 @@ std::optional<double> open_fds(const std::string& dir) {
 
 class ProcessCollector : public Collector {
  public:
-  explicit ProcessCollector(std::string proc_root) : proc_(std::move(proc_root)) {}
+  // The boot time is read once: it never changes while the host runs.
+  explicit ProcessCollector(std::string proc_root)
+      : proc_(std::move(proc_root)), boot_(procfs::read_boot_time(proc_)) {}
 
   void collect(const Emit& emit) override {
     Families out;
@@ -50,8 +52,8 @@ class ProcessCollector : public Collector {
                  double(st->utime_ticks + st->stime_ticks) / ticks);
       add_simple(out, "process_virtual_memory_bytes", double(st->vsize_bytes));
       add_simple(out, "process_resident_memory_bytes", double(st->rss_pages) * page);
-      if (const std::optional<uint64_t> boot = procfs::read_boot_time(proc_)) {
-        started = procfs::started_unix_seconds(*boot, st->start_ticks);
+      if (boot_) {
+        started = procfs::started_unix_seconds(*boot_, st->start_ticks);
         add_simple(out, "process_start_time_seconds", started);
       }
     }
@@ -65,6 +67,7 @@ class ProcessCollector : public Collector {
 
  private:
   std::string proc_;
+  const std::optional<uint64_t> boot_;  // the host's boot time
 };
 
 GYM_REGISTER_COLLECTOR({.name = "process",

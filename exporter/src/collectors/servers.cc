@@ -97,6 +97,7 @@ ServersSample ServersCollector::take() {
   const std::shared_ptr<const ServersView> view =
       watcher_->view(std::chrono::duration<double>(watcher_->config().interval_seconds / 2), view_);
   view_ = view;
+  out.boot_seconds = view->boot_seconds;
   std::set<std::string> names;
   const std::optional<double> uptime = uptime_seconds(watcher_->config().proc_root);
   for (const ServerProcesses::Tree& t : view->trees) {
@@ -122,6 +123,7 @@ ServersSample ServersCollector::take() {
 std::shared_ptr<const ServerFigures> ServersCollector::figures(const ServersSample& s) const {
   auto f = std::make_shared<ServerFigures>();
   f->time_seconds = s.time_seconds;
+  f->boot_seconds = s.boot_seconds;
   for (const Server& srv : s.servers) {
     if (!srv.root_pid) continue;  // gone: not a live server
     ServerFigures::Row& row = f->servers[srv.name];

@@ -78,6 +78,7 @@ class ServersCollector : public SampledCollector<ServersSample> {
 
 struct ServersSample {
   double time_seconds = 0;  // Unix seconds
+  double boot_seconds = 0;  // the proc root's (ServersView::boot_seconds)
   std::vector<ServersCollector::Server> servers;
   uint64_t unseen = 0;  // declarers out of sight (ServersView::unseen_declarers)
 };

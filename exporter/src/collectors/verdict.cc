@@ -37,7 +37,7 @@ VerdictCollector::~VerdictCollector() {
 void VerdictCollector::sample() {
   const BoardFigures figures = board_ ? board_->read() : BoardFigures{};
   registry_->with([&](RegistryReader& r) {
-    builder_.build(r.snapshot(), r.dir(), figures, 0, view_);
+    builder_.build(r.snapshot(), r.dir(), figures, view_);
     return 0;
   });
   windows_.add(view_);

@@ -34,6 +34,9 @@ struct ServerFigures {
     std::optional<double> oldest_process_seconds;  // servers
   };
   std::map<std::string, Row> servers;  // by server name
+  // servers: the proc root's boot time, Unix seconds (ServersView's; 0:
+  // unknown), which turns the registry's writers' start ticks into times.
+  double boot_seconds = 0;
 };
 
 class ServerBoard {

@@ -73,10 +73,6 @@ uint64_t OperationView::finished() const {
   return n;
 }
 
-double boot_time_seconds(const std::string& proc_root) {
-  return double(procfs::read_boot_time(proc_root).value_or(0));
-}
-
 // The limits' rows (the reader joined each limit's series once) in key
 // order, as people read them: limit_rank_[k] is row k's place.
 void ViewBuilder::reshape_limits(const Snapshot& snap, std::map<std::string, uint32_t>& ranked) {
@@ -291,7 +287,7 @@ void add_servers(const Snapshot& snap, const BoardFigures& figures, View& v,
 }  // namespace
 
 void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
-                        const BoardFigures& figures, double boot_time, View& v) {
+                        const BoardFigures& figures, View& v) {
   v.time_seconds =
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   v.registry_dir = registry_dir;
@@ -309,6 +305,8 @@ void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
   for (const DeclaredServer& d : snap.servers) declared[d.pid] = d.name;
   add_runtimes(snap, row, v);
   v.writers.clear();
+  const auto servers = figures.find("servers");
+  const double boot_time = servers != figures.end() ? servers->second->boot_seconds : 0;
   for (const WriterInfo& w : snap.writers) {
     const double start =
         boot_time > 0 ? procfs::started_unix_seconds(uint64_t(boot_time), w.start_ticks) : 0;
@@ -318,10 +316,9 @@ void ViewBuilder::build(const Snapshot& snap, const std::string& registry_dir,
   }
 }
 
-View make_view(const Snapshot& snap, const std::string& registry_dir, const BoardFigures& figures,
-               double boot_time) {
+View make_view(const Snapshot& snap, const std::string& registry_dir, const BoardFigures& figures) {
   View v;
-  ViewBuilder().build(snap, registry_dir, figures, boot_time, v);
+  ViewBuilder().build(snap, registry_dir, figures, v);
   return v;
 }
 

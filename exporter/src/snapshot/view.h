@@ -143,10 +143,10 @@ struct View {
 // allocations it reuses).
 class ViewBuilder {
  public:
-  // `figures` give each server's numbers; `boot_time_seconds` turns start
-  // ticks into times.
+  // `figures` give each server's numbers, and the servers unit's boot time
+  // (ServerFigures::boot_seconds) turns writers' start ticks into times.
   void build(const Snapshot& snap, const std::string& registry_dir, const BoardFigures& figures,
-             double boot_time_seconds, View& out);
+             View& out);
 
  private:
   // An operation series' part in its row.
@@ -187,9 +187,7 @@ class ViewBuilder {
 
 // One View from one snapshot.
 View make_view(const Snapshot& snap, const std::string& registry_dir,
-               const BoardFigures& figures = {}, double boot_time_seconds = 0);
-// The boot time from <proc_root>/stat (0 when unknown).
-double boot_time_seconds(const std::string& proc_root = "/proc");
+               const BoardFigures& figures = {});
 
 // /api/v1/deaths (docs/deaths.schema.json): the records, oldest first, and
 // the source of process events ("connector" or "sampling").
