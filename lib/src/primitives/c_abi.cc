@@ -101,6 +101,14 @@ int open_meter(const char* server_name, Handle** out) {
   });
 }
 
+// A call on a meter's handle: EINVAL when the handle (`what`) is NULL, else
+// what `call` returns for its meter (an exception: its error code).
+template <class Handle, class Call>
+int on_meter(Handle* handle, const char* what, Call&& call) {
+  if (handle == nullptr) return fail(GYM_EINVAL, std::string(what) + " is NULL");
+  return guarded([&] { return call(handle->meter); });
+}
+
 int64_t seconds_to_ns(const char* what, double s) {
   if (!std::isfinite(s) || s < 0)
     throw std::invalid_argument(std::string(what) + " must be a finite number >= 0");
@@ -440,38 +448,38 @@ int gym_declare_server(const char* name, const char* server_type) {
   });
 }
 
-int gym_loop_open(const char* server_name, gym_loop** out) {
-  return open_meter(server_name, out);
-}
+// A meter handle's two entry points, the same for each kind of meter:
+// gym_<kind>_open (a handle for the server named, or the process's) and
+// gym_<kind>_close.
+#define GYM_METER_HANDLE(kind)                                       \
+  int gym_##kind##_open(const char* server_name, gym_##kind** out) { \
+    return open_meter(server_name, out);                             \
+  }                                                                  \
+  void gym_##kind##_close(gym_##kind* handle) {                      \
+    delete handle;                                                   \
+  }
 
-void gym_loop_close(gym_loop* loop) {
-  delete loop;
-}
+GYM_METER_HANDLE(loop)     // gym_loop_open, gym_loop_close
+GYM_METER_HANDLE(runtime)  // gym_runtime_open, gym_runtime_close
+#undef GYM_METER_HANDLE
 
 int gym_loop_beat(gym_loop* loop, int64_t lag_ns, int64_t due_in_ns) {
-  if (loop == nullptr) return fail(GYM_EINVAL, "loop is NULL");
-  loop->meter.beat(lag_ns, due_in_ns);
-  return GYM_OK;
+  return on_meter(loop, "loop", [&](auto& meter) {
+    meter.beat(lag_ns, due_in_ns);
+    return GYM_OK;
+  });
 }
 
 int gym_loop_tasks(gym_loop* loop, int64_t tasks) {
-  if (loop == nullptr) return fail(GYM_EINVAL, "loop is NULL");
-  loop->meter.set_tasks(tasks);
-  return GYM_OK;
-}
-
-int gym_runtime_open(const char* server_name, gym_runtime** out) {
-  return open_meter(server_name, out);
-}
-
-void gym_runtime_close(gym_runtime* runtime) {
-  delete runtime;
+  return on_meter(loop, "loop", [&](auto& meter) {
+    meter.set_tasks(tasks);
+    return GYM_OK;
+  });
 }
 
 int gym_runtime_gc(gym_runtime* runtime, int generation, int64_t pause_ns) {
-  if (runtime == nullptr) return fail(GYM_EINVAL, "runtime is NULL");
-  return guarded([&] {
-    if (!runtime->meter.collected(generation, pause_ns))
+  return on_meter(runtime, "runtime", [&](auto& meter) {
+    if (!meter.collected(generation, pause_ns))
       throw std::invalid_argument("unknown garbage-collector generation " +
                                   std::to_string(generation) + " (0, 1 or 2)");
     return GYM_OK;
@@ -479,9 +487,10 @@ int gym_runtime_gc(gym_runtime* runtime, int generation, int64_t pause_ns) {
 }
 
 int gym_runtime_threads(gym_runtime* runtime, int64_t threads) {
-  if (runtime == nullptr) return fail(GYM_EINVAL, "runtime is NULL");
-  runtime->meter.set_threads(threads);
-  return GYM_OK;
+  return on_meter(runtime, "runtime", [&](auto& meter) {
+    meter.set_threads(threads);
+    return GYM_OK;
+  });
 }
 
 const char* gym_last_error(void) {
