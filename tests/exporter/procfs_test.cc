@@ -65,6 +65,40 @@ TEST(Procfs, BootIdIsTheProcRootsTextOrNothing) {
   EXPECT_EQ(procfs::read_boot_id("/proc").size(), 36u) << "this host's";
 }
 
+TEST(Procfs, AFileWrittenWholeReplacesTheOldOneOrLeavesItAsItWasWithNoTemporary) {
+  gym::testing::TempDir tmp;
+  const std::string file = tmp.path() + "/f";
+  const auto text = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  std::string why;
+  ASSERT_TRUE(procfs::write_file_whole(file, "one\n", why, 0640)) << why;
+  ASSERT_TRUE(procfs::write_file_whole(file, "two\n", why, 0640)) << why;
+  EXPECT_EQ(text(file), "two\n");
+  struct stat st {};
+  ASSERT_EQ(::stat(file.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0640u);
+  EXPECT_FALSE(std::filesystem::exists(file + ".new"));
+
+  // A link where the temporary goes is not followed: nothing is written.
+  std::ofstream(tmp.path() + "/elsewhere") << "untouched";
+  std::filesystem::create_symlink(tmp.path() + "/elsewhere", file + ".new");
+  EXPECT_FALSE(procfs::write_file_whole(file, "three\n", why));
+  EXPECT_FALSE(why.empty());
+  EXPECT_EQ(text(file), "two\n");
+  EXPECT_EQ(text(tmp.path() + "/elsewhere"), "untouched");
+  std::filesystem::remove(file + ".new");
+
+  // A rename that fails (a directory in the way) leaves no temporary.
+  std::filesystem::create_directory(tmp.path() + "/d");
+  why.clear();
+  EXPECT_FALSE(procfs::write_file_whole(tmp.path() + "/d", "four\n", why));
+  EXPECT_FALSE(why.empty());
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/d.new"));
+  EXPECT_TRUE(std::filesystem::is_directory(tmp.path() + "/d"));
+}
+
 TEST(Procfs, MeminfoToleratesOddLines) {
   auto m = procfs::parse_meminfo(
       "MemTotal:1024 kB\n\nUnknownKey: 7 kB\nMemAvailable:   512 kB\nHugePages_Total: 0\n");

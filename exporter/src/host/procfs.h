@@ -81,12 +81,10 @@ enum class ReadStatus { kOk, kGone, kPermission, kError };
 // Reads a small file whole (procfs, pidfiles, configuration files; at most
 // about a megabyte). kGone: the process (or file) is no more.
 ReadStatus read_file(const std::string& path, std::string& out);
-// Writes `text` as the file at `path` whole: into path.new (of `mode`, not
-// through a link; with `sync`, flushed to its device first), then renamed
-// over it, so that a reader (or an exporter started after a crash) finds
-// the old file or the new, never half of one. The one atomic-file writer of
-// the exporter (the cgroup totals, the death counts, the file_sd entry).
-// False with `why`.
+// Writes `text` as the file at `path` whole, through path.new (the
+// library's gym/whole_file.h, the one atomic-file writer: of `mode`, not
+// through a link; with `sync`, flushed to its device first). False with
+// `why`.
 bool write_file_whole(const std::string& path, std::string_view text, std::string& why,
                       mode_t mode = 0600, bool sync = false);
 

@@ -15,6 +15,7 @@
 #include <charconv>
 #include <cstring>
 
+#include "gym/whole_file.h"
 #include "host/procfs.h"
 
 namespace gym::exporter::procfs {
@@ -75,23 +76,10 @@ ReadStatus read_file(const std::string& path, std::string& out) {
 
 bool write_file_whole(const std::string& path, std::string_view text, std::string& why, mode_t mode,
                       bool sync) {
-  const std::string temp = path + ".new";
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, mode);
-  bool ok = fd >= 0;
-  size_t put = 0;
-  while (ok && put < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + put, text.size() - put);
-    ok = n > 0;
-    put += ok ? size_t(n) : 0;
-  }
-  if (ok && sync) ok = ::fsync(fd) == 0;
-  if (fd >= 0 && ::close(fd) != 0) ok = false;
-  if (ok) ok = ::rename(temp.c_str(), path.c_str()) == 0;
-  if (!ok) {
-    why = std::strerror(errno);
-    ::unlink(temp.c_str());
-  }
-  return ok;
+  if (write_whole_file(AT_FDCWD, path.c_str(), (path + ".new").c_str(), text, mode, sync))
+    return true;
+  why = std::strerror(errno);
+  return false;
 }
 
 namespace {

@@ -9,6 +9,7 @@
 
 #include "common/process_identity.h"
 #include "gym/registry_reader.h"
+#include "gym/whole_file.h"
 
 namespace gym::reader_internal {
 
@@ -76,25 +77,8 @@ bool TotalsFile::changed(int dir_fd, bool& present) {
 }
 
 bool TotalsFile::write(int dir_fd, const detail::Totals& t) {
-  const std::string text = detail::encode_totals(t);
-  const int fd =
-      ::openat(dir_fd, kTotalsTemp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
-  bool ok = fd >= 0;
-  size_t put = 0;
-  while (ok && put < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + put, text.size() - put);
-    ok = n > 0;
-    put += ok ? size_t(n) : 0;
-  }
-  const int saved = errno;
-  if (ok) ok = ::fsync(fd) == 0;
-  if (fd >= 0 && ::close(fd) != 0) ok = false;
-  if (ok) ok = ::renameat(dir_fd, kTotalsTemp, dir_fd, kTotalsFile) == 0;
-  if (ok) return true;
-  const int err = errno != 0 ? errno : saved;
-  ::unlinkat(dir_fd, kTotalsTemp, 0);
-  errno = err;
-  return false;
+  return write_whole_file(dir_fd, kTotalsFile, kTotalsTemp, detail::encode_totals(t), 0600,
+                          /*sync=*/true);
 }
 
 }  // namespace gym::reader_internal
