@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <thread>
 
@@ -38,7 +39,19 @@ struct Did {
   uint64_t adds = 0;       // work_total added by its children
   uint64_t forks = 0;      // children, each observed once into work_size
   uint64_t unmetered = 0;  // children that had no segment of their own
+  int failed = 0;          // the step that stopped it early (0: none), errno in `why`
+  int why = 0;
 };
+
+// fork, tried again while the host is short of processes for a moment (the
+// suite runs other tests beside this one): EAGAIN is the host's, not ours.
+pid_t fork_patiently() {
+  for (int attempt = 0;; ++attempt) {
+    const pid_t child = ::fork();
+    if (child >= 0 || errno != EAGAIN || attempt == 200) return child;
+    std::this_thread::sleep_for(10ms);
+  }
+}
 
 enum class Ending { kExit, kKilled };
 
@@ -63,12 +76,19 @@ pid_t start_forker(const std::string& dir, double seconds, Ending ending, int re
     Counter forks = w.counter("forks_total", {});
     std::mt19937 rng{unsigned(seed)};
     Did did;
+    // A step that fails still reports, so that the test says which instead
+    // of waiting for a report that never comes.
+    const auto stop = [&](int step) {
+      did.failed = step;
+      did.why = errno;
+      return ::write(report, &did, sizeof did) == sizeof did ? step : 8;
+    };
     const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
     while (std::chrono::steady_clock::now() < until) {
       const uint64_t k = 1 + rng() % 5;
       int counted[2];
-      if (::pipe(counted) != 0) return 3;
-      const pid_t child = ::fork();
+      if (::pipe(counted) != 0) return stop(3);
+      const pid_t child = fork_patiently();
       if (child == 0) {
         work.add(k);
         size.observe(int64_t(k));
@@ -79,11 +99,11 @@ pid_t start_forker(const std::string& dir, double seconds, Ending ending, int re
         ::pause();
         ::_exit(5);
       }
-      if (child < 0) return 6;
+      if (child < 0) return stop(6);
       bool unmetered = false;
       if (ending == Ending::kKilled) {
         char c;
-        if (::read(counted[0], &c, 1) != 1) return 7;
+        if (::read(counted[0], &c, 1) != 1) return stop(7);
         unmetered = c == 'u';
         std::this_thread::sleep_for(std::chrono::microseconds(rng() % 2000));
         ::kill(child, SIGKILL);
@@ -161,6 +181,8 @@ void run_and_check(Ending ending) {
       total.adds += d.adds;
       total.forks += d.forks;
       total.unmetered += d.unmetered;
+      EXPECT_EQ(d.failed, 0) << "a writer stopped at step " << d.failed << ": "
+                             << std::strerror(d.why);
       ++reported;
       continue;
     }
